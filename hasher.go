@@ -1,0 +1,235 @@
+package kvroute
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/zeebo/xxh3"
+)
+
+// BlockHash is the content hash of one full block of token ids, independent
+// of what precedes it (Dynamo's LocalBlockHash).
+type BlockHash uint64
+
+// SeqHash is the chained hash of a block and every block before it (Dynamo's
+// SequenceHash): equal SeqHash values name equal token prefixes.
+type SeqHash uint64
+
+// ExternalHash is the opaque block hash an engine puts in its KV events. The
+// index never interprets it: it only uses it to find a block a later event
+// refers to (a parent or a removed block). Engines that send byte-string
+// hashes are mapped to 64 bits by package kvevents.
+type ExternalHash uint64
+
+// HashSeed is the XXH3-64 seed of Dynamo's router (XXH3_SEED). Block hashes
+// use it plus the LoRA and namespace offsets; chaining always uses it as is.
+const HashSeed uint64 = 1337
+
+// DefaultBlockSize is the block size a zero HasherConfig gets: vLLM's default.
+const DefaultBlockSize = 16
+
+// MaxBlockSize bounds HasherConfig.BlockSize.
+const MaxBlockSize = 1 << 16
+
+// ErrBlockSize is returned by NewHasher for a block size out of range.
+var ErrBlockSize = errors.New("kvroute: block size out of range")
+
+// HasherConfig configures a Hasher. The zero value hashes blocks of 16 tokens
+// with no LoRA adapter and no namespace.
+type HasherConfig struct {
+	// BlockSize is the number of tokens per KV block; it must match the
+	// engines'. Zero means DefaultBlockSize.
+	BlockSize int
+	// LoRA is the LoRA adapter name, empty for the base model. A non-empty
+	// name adds XXH3-64(name, seed 0) to the seed (wrapping), as Dynamo does,
+	// so that adapters never share cache entries with the base model.
+	LoRA string
+	// Namespace isolates caches that must never match each other (tenants,
+	// model revisions). A non-empty namespace adds XXH3-64(ns, seed 1) to
+	// the seed. Empty means no namespace.
+	Namespace string
+}
+
+// Hasher turns token ids into block and sequence hashes, bit-identical to
+// NVIDIA Dynamo's router: each full block is hashed with XXH3-64 over its
+// token ids as little-endian uint32 values; a partial last block is not
+// hashed; the first sequence hash equals the first block hash and
+// seq[i] = XXH3-64(le64(seq[i-1]) ‖ le64(block[i]), HashSeed).
+//
+// A Hasher is a small immutable value: copy it freely and use it from any
+// number of goroutines. The zero Hasher is not valid; use NewHasher.
+type Hasher struct {
+	blockSize int
+	baseSeed  uint64 // HashSeed plus the namespace offset
+	seed      uint64 // baseSeed plus the LoRA offset
+}
+
+// NewHasher returns a Hasher for cfg. It returns ErrBlockSize when the
+// block size is negative or larger than MaxBlockSize.
+func NewHasher(cfg HasherConfig) (Hasher, error) {
+	bs := cfg.BlockSize
+	if bs == 0 {
+		bs = DefaultBlockSize
+	}
+	if bs < 0 || bs > MaxBlockSize {
+		return Hasher{}, fmt.Errorf("%w: %d", ErrBlockSize, cfg.BlockSize)
+	}
+	base := HashSeed
+	if cfg.Namespace != "" {
+		base += xxh3.HashStringSeed(cfg.Namespace, 1)
+	}
+	h := Hasher{blockSize: bs, baseSeed: base, seed: base}
+	return h.WithLoRA(cfg.LoRA), nil
+}
+
+// MustHasher is NewHasher for configurations known to be valid, such as
+// constants in tests and examples. It panics on an invalid block size.
+func MustHasher(cfg HasherConfig) Hasher {
+	h, err := NewHasher(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
+// WithLoRA returns a copy of h that hashes blocks for the named LoRA adapter
+// (empty for the base model), keeping the block size and namespace.
+func (h Hasher) WithLoRA(name string) Hasher {
+	h.seed = h.baseSeed
+	if name != "" {
+		h.seed += xxh3.HashString(name)
+	}
+	return h
+}
+
+// BlockSize returns the number of tokens per block.
+func (h Hasher) BlockSize() int { return h.blockSize }
+
+// Seed returns the XXH3-64 seed used for block hashes: HashSeed plus the
+// namespace and LoRA offsets.
+func (h Hasher) Seed() uint64 { return h.seed }
+
+// Valid reports whether h was made by NewHasher (the zero Hasher is not).
+func (h Hasher) Valid() bool { return h.blockSize > 0 }
+
+// Blocks returns the number of full blocks in n tokens.
+func (h Hasher) Blocks(n int) int {
+	if h.blockSize <= 0 {
+		return 0
+	}
+	return n / h.blockSize
+}
+
+// HashBlock returns the hash of one block of token ids. It hashes whatever
+// it is given; callers pass exactly BlockSize tokens.
+func (h Hasher) HashBlock(tokens []uint32) BlockHash {
+	return BlockHash(hashTokens(tokens, h.seed))
+}
+
+// AppendBlockHashes appends the hash of every full block of tokens to dst
+// and returns the extended slice. With enough capacity in dst it allocates
+// nothing.
+func (h Hasher) AppendBlockHashes(dst []BlockHash, tokens []uint32) []BlockHash {
+	bs := h.blockSize
+	if bs <= 0 {
+		return dst
+	}
+	for i := 0; i+bs <= len(tokens); i += bs {
+		dst = append(dst, BlockHash(hashTokens(tokens[i:i+bs], h.seed)))
+	}
+	return dst
+}
+
+// AppendSeqHashes appends the chained sequence hash of every full block of
+// tokens to dst and returns the extended slice. With enough capacity in dst
+// it allocates nothing.
+func (h Hasher) AppendSeqHashes(dst []SeqHash, tokens []uint32) []SeqHash {
+	bs := h.blockSize
+	if bs <= 0 {
+		return dst
+	}
+	var prev SeqHash
+	for i := 0; i+bs <= len(tokens); i += bs {
+		local := BlockHash(hashTokens(tokens[i:i+bs], h.seed))
+		if i == 0 {
+			prev = SeqHash(local)
+		} else {
+			prev = NextSeqHash(prev, local)
+		}
+		dst = append(dst, prev)
+	}
+	return dst
+}
+
+// AppendHashes appends both the block hashes and the chained sequence hashes
+// of every full block of tokens, for callers that need both (the indexer's
+// events carry block hashes; matching uses sequence hashes).
+func (h Hasher) AppendHashes(blocks []BlockHash, seqs []SeqHash, tokens []uint32) ([]BlockHash, []SeqHash) {
+	bs := h.blockSize
+	if bs <= 0 {
+		return blocks, seqs
+	}
+	var prev SeqHash
+	for i := 0; i+bs <= len(tokens); i += bs {
+		local := BlockHash(hashTokens(tokens[i:i+bs], h.seed))
+		if i == 0 {
+			prev = SeqHash(local)
+		} else {
+			prev = NextSeqHash(prev, local)
+		}
+		blocks = append(blocks, local)
+		seqs = append(seqs, prev)
+	}
+	return blocks, seqs
+}
+
+// NextSeqHash chains one block onto the sequence hash of its parent:
+// XXH3-64(le64(parent) ‖ le64(block), HashSeed).
+func NextSeqHash(parent SeqHash, block BlockHash) SeqHash {
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[:8], uint64(parent))
+	binary.LittleEndian.PutUint64(buf[8:], uint64(block))
+	return SeqHash(xxh3.HashSeed(buf[:], HashSeed))
+}
+
+// ChainSeqHashes appends the sequence hashes of blocks to dst. When
+// hasParent is false the first block starts a sequence (its sequence hash
+// is its block hash); otherwise every block is chained onto parent.
+func ChainSeqHashes(dst []SeqHash, parent SeqHash, hasParent bool, blocks []BlockHash) []SeqHash {
+	for _, b := range blocks {
+		if hasParent {
+			parent = NextSeqHash(parent, b)
+		} else {
+			parent, hasParent = SeqHash(b), true
+		}
+		dst = append(dst, parent)
+	}
+	return dst
+}
+
+// littleEndian reports whether uint32 values are stored little-endian in
+// memory, so that token ids can be hashed in place.
+var littleEndian = func() bool {
+	x := uint32(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// hashTokens hashes token ids as little-endian uint32 values. On
+// little-endian machines it hashes the slice's memory in place; elsewhere it
+// converts the block into a temporary buffer first.
+func hashTokens(tokens []uint32, seed uint64) uint64 {
+	if len(tokens) == 0 {
+		return xxh3.HashSeed(nil, seed)
+	}
+	if littleEndian {
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), len(tokens)*4)
+		return xxh3.HashSeed(b, seed)
+	}
+	b := make([]byte, len(tokens)*4)
+	for i, t := range tokens {
+		binary.LittleEndian.PutUint32(b[i*4:], t)
+	}
+	return xxh3.HashSeed(b, seed)
+}

@@ -1,0 +1,148 @@
+package kvroute_test
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/zeebo/xxh3"
+
+	"github.com/kvroute/kvroute"
+)
+
+// The vectors come from NVIDIA Dynamo's router tests.
+func TestXXH3Vector(t *testing.T) {
+	require.Equal(t, uint64(13226331709069118873), xxh3.HashSeed([]byte("test data"), kvroute.HashSeed))
+}
+
+func TestHasherDynamoVectors(t *testing.T) {
+	tokens := []uint32{0, 1, 2, 3, 4, 5, 6, 7}
+	tests := []struct {
+		name      string
+		cfg       kvroute.HasherConfig
+		seed      uint64
+		locals    []kvroute.BlockHash
+		seqSecond kvroute.SeqHash
+	}{
+		{
+			name:      "base",
+			cfg:       kvroute.HasherConfig{BlockSize: 4},
+			seed:      1337,
+			locals:    []kvroute.BlockHash{0x7ee2cbedc694ab46, 0xa8416cfd935bdb13},
+			seqSecond: 0x83fb702f20e2ad65,
+		},
+		{
+			name:   "lora",
+			cfg:    kvroute.HasherConfig{BlockSize: 4, LoRA: "adapter-a"},
+			seed:   8842669519798868182,
+			locals: []kvroute.BlockHash{6665157333201000639, 11721812545976571723},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := kvroute.NewHasher(tt.cfg)
+			require.NoError(t, err)
+			require.Equal(t, tt.seed, h.Seed())
+			require.Equal(t, tt.locals, h.AppendBlockHashes(nil, tokens))
+			seqs := h.AppendSeqHashes(nil, tokens)
+			require.Len(t, seqs, 2)
+			require.Equal(t, kvroute.SeqHash(tt.locals[0]), seqs[0])
+			require.Equal(t, kvroute.NextSeqHash(seqs[0], tt.locals[1]), seqs[1])
+			if tt.seqSecond != 0 {
+				require.Equal(t, tt.seqSecond, seqs[1])
+			}
+			blocks, seqs2 := h.AppendHashes(nil, nil, tokens)
+			require.Equal(t, tt.locals, blocks)
+			require.Equal(t, seqs, seqs2)
+			require.Equal(t, seqs, kvroute.ChainSeqHashes(nil, 0, false, blocks))
+		})
+	}
+}
+
+func TestHasherNamespaceAndLoRA(t *testing.T) {
+	base := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	ns := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4, Namespace: "tenant-1"})
+	require.Equal(t, base.Seed()+xxh3.HashStringSeed("tenant-1", 1), ns.Seed())
+	both := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4, Namespace: "tenant-1", LoRA: "adapter-a"})
+	require.Equal(t, ns.Seed()+xxh3.HashString("adapter-a"), both.Seed())
+	require.Equal(t, both, ns.WithLoRA("adapter-a"))
+	require.Equal(t, ns, both.WithLoRA(""))
+}
+
+func TestHasherPartialBlockAndConfig(t *testing.T) {
+	h := kvroute.MustHasher(kvroute.HasherConfig{})
+	require.Equal(t, kvroute.DefaultBlockSize, h.BlockSize())
+	require.Empty(t, h.AppendBlockHashes(nil, make([]uint32, 15)))
+	require.Len(t, h.AppendSeqHashes(nil, make([]uint32, 33)), 2)
+	require.Equal(t, 2, h.Blocks(33))
+	for _, bs := range []int{-1, kvroute.MaxBlockSize + 1} {
+		_, err := kvroute.NewHasher(kvroute.HasherConfig{BlockSize: bs})
+		require.ErrorIs(t, err, kvroute.ErrBlockSize)
+	}
+	require.False(t, kvroute.Hasher{}.Valid())
+	require.Empty(t, kvroute.Hasher{}.AppendSeqHashes(nil, make([]uint32, 64)))
+}
+
+func TestHasherZeroAlloc(t *testing.T) {
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})
+	tokens := make([]uint32, 4096)
+	dst := make([]kvroute.SeqHash, 0, 256)
+	blocks := make([]kvroute.BlockHash, 0, 256)
+	allocs := testing.AllocsPerRun(20, func() {
+		dst = h.AppendSeqHashes(dst[:0], tokens)
+		blocks, dst = h.AppendHashes(blocks[:0], dst[:0], tokens)
+	})
+	require.Zero(t, allocs)
+}
+
+// referenceHashes is a plain implementation written for clarity: convert
+// every block to little-endian bytes, hash it, and chain.
+func referenceHashes(tokens []uint32, blockSize int, seed uint64) ([]uint64, []uint64) {
+	var locals, seqs []uint64
+	for start := 0; start+blockSize <= len(tokens); start += blockSize {
+		var buf []byte
+		for _, tok := range tokens[start : start+blockSize] {
+			buf = binary.LittleEndian.AppendUint32(buf, tok)
+		}
+		local := xxh3.HashSeed(buf, seed)
+		locals = append(locals, local)
+		if len(seqs) == 0 {
+			seqs = append(seqs, local)
+			continue
+		}
+		var pair []byte
+		pair = binary.LittleEndian.AppendUint64(pair, seqs[len(seqs)-1])
+		pair = binary.LittleEndian.AppendUint64(pair, local)
+		seqs = append(seqs, xxh3.HashSeed(pair, 1337))
+	}
+	return locals, seqs
+}
+
+func FuzzHasherMatchesReference(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0}, uint8(4), "")
+	f.Add(make([]byte, 4*64), uint8(16), "adapter-a")
+	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora string) {
+		blockSize := int(bs%64) + 1
+		tokens := make([]uint32, len(raw)/4)
+		for i := range tokens {
+			tokens[i] = binary.LittleEndian.Uint32(raw[i*4:])
+		}
+		h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize, LoRA: lora})
+		wantLocals, wantSeqs := referenceHashes(tokens, blockSize, h.Seed())
+		locals, seqs := h.AppendHashes(nil, nil, tokens)
+		if len(locals) != len(wantLocals) || len(seqs) != len(wantSeqs) {
+			t.Fatalf("lengths: got %d/%d want %d/%d", len(locals), len(seqs), len(wantLocals), len(wantSeqs))
+		}
+		for i := range locals {
+			if uint64(locals[i]) != wantLocals[i] || uint64(seqs[i]) != wantSeqs[i] {
+				t.Fatalf("block %d: got %x/%x want %x/%x", i, locals[i], seqs[i], wantLocals[i], wantSeqs[i])
+			}
+		}
+		only := h.AppendSeqHashes(nil, tokens)
+		for i := range only {
+			if uint64(only[i]) != wantSeqs[i] {
+				t.Fatalf("AppendSeqHashes block %d: got %x want %x", i, only[i], wantSeqs[i])
+			}
+		}
+	})
+}
