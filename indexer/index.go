@@ -1,0 +1,570 @@
+package indexer
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/kvroute/kvroute"
+)
+
+// Config configures an Index. The zero value is valid.
+type Config struct {
+	// Hasher hashes the token ids that Stored events may carry instead of
+	// block hashes. It must use the engines' block size and namespace; an
+	// event's LoRA name selects the adapter seed. Zero means
+	// kvroute.DefaultBlockSize with no namespace.
+	Hasher kvroute.Hasher
+	// Logger receives debug records about rejected events. Nil discards.
+	Logger *slog.Logger
+	// SizeHint is the number of blocks to size the index for, avoiding
+	// growth while it fills. Zero means start small.
+	SizeHint int
+}
+
+// Index is the cluster prefix index: for every block (a token prefix named
+// by its chained sequence hash) it records which cache domains hold it, and
+// in which storage tiers.
+//
+// The blocks form a prefix tree, stored as a concurrent hash map from
+// sequence hash to node (xsync.MapOf): a node's key already names its whole
+// path from the root, so matching a prompt is one map lookup per block and
+// never walks the tree. Each node carries a bit set of worker slots per
+// tier; worker identities are interned into dense slots so that these sets
+// are a few machine words, not maps.
+//
+// Concurrency: Match, Size, Stats and the other read methods take no lock
+// and may run on any number of goroutines while events are applied; they
+// see each block's holder set as of some moment during the call. Apply,
+// ResetWorker and RemoveWorker serialise per worker (a mutex per worker), so
+// events of different workers may be applied concurrently. The caller
+// applies one worker's events in order.
+type Index struct {
+	hasher kvroute.Hasher
+	log    *slog.Logger
+
+	nodes *xsync.MapOf[kvroute.SeqHash, *node]
+
+	// workers maps each known cache domain to its state.
+	workers *xsync.MapOf[kvroute.WorkerKey, *workerState]
+
+	// slotMu protects freeSlots and the publication of slotKeys.
+	slotMu    sync.Mutex
+	freeSlots []int
+	// slotKeys is an immutable slice indexed by slot, republished whenever
+	// a slot is taken or freed; Match reads it without a lock.
+	slotKeys atomic.Pointer[[]slotKey]
+
+	nodeCount    atomic.Int64
+	pairCount    atomic.Int64
+	extraChunks  atomic.Int64
+	entryCount   atomic.Int64
+	stats        counters
+	createWorker func(kvroute.WorkerKey) *workerState
+}
+
+// slotKey is the worker a slot belongs to; ok is false for a free slot.
+type slotKey struct {
+	key kvroute.WorkerKey
+	ok  bool
+}
+
+// counters are the event statistics, updated atomically.
+type counters struct {
+	applied, duplicates, gaps, unknownParents, unknownRemoved, invalid atomic.Uint64
+}
+
+// workerState is one cache domain's part of the index.
+type workerState struct {
+	key  kvroute.WorkerKey
+	slot int
+
+	// mu serialises the worker's writes and protects every field below.
+	mu        sync.Mutex
+	blocks    map[kvroute.ExternalHash]entry
+	dups      map[dupKey]int // extra engine hashes for one (block, tier); rare
+	lastID    uint64
+	sequenced bool
+	removed   bool // set by RemoveWorker; a later event makes a new state
+
+	// op carries the arguments of the node update in progress; it is used
+	// by the map's compute callbacks below, created once per worker so that
+	// updates do not allocate a closure per block.
+	op       nodeOp
+	addFn    func(*node, bool) (*node, bool)
+	removeFn func(*node, bool) (*node, bool)
+}
+
+// entry is a block a worker holds, under the engine's hash for it.
+type entry struct {
+	n     *node
+	tiers uint8 // bit t set: held in tier t
+}
+
+type dupKey struct {
+	n    *node
+	tier kvroute.Tier
+}
+
+// nodeOp is the node update a worker is making.
+type nodeOp struct {
+	ix      *Index
+	seq     kvroute.SeqHash
+	local   kvroute.BlockHash
+	parent  *node
+	tier    kvroute.Tier
+	slot    int
+	target  *node // for removal: the node expected under seq
+	changed bool  // whether the slot's tier bit changed
+}
+
+// New returns an empty index. It returns an error when cfg.Hasher is
+// neither zero nor valid.
+func New(cfg Config) (*Index, error) {
+	h := cfg.Hasher
+	if !h.Valid() {
+		if h != (kvroute.Hasher{}) {
+			return nil, fmt.Errorf("indexer: invalid hasher")
+		}
+		h = kvroute.MustHasher(kvroute.HasherConfig{})
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	opts := []func(*xsync.MapConfig){}
+	if cfg.SizeHint > 0 {
+		opts = append(opts, xsync.WithPresize(cfg.SizeHint))
+	}
+	ix := &Index{
+		hasher:  h,
+		log:     log,
+		nodes:   xsync.NewMapOfWithHasher[kvroute.SeqHash, *node](hashSeq, opts...),
+		workers: xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
+	}
+	empty := []slotKey{}
+	ix.slotKeys.Store(&empty)
+	ix.createWorker = ix.newWorker
+	return ix, nil
+}
+
+// hashSeq spreads a sequence hash over the map's table. Sequence hashes are
+// XXH3 outputs already; one multiply-xorshift keeps a seeded map's buckets
+// independent of the raw values.
+func hashSeq(k kvroute.SeqHash, seed uint64) uint64 {
+	x := (uint64(k) ^ seed) * 0x9e3779b97f4a7c15
+	return x ^ x>>32
+}
+
+// worker returns the state of w, creating it when create is set.
+func (ix *Index) worker(w kvroute.WorkerKey, create bool) *workerState {
+	if ws, ok := ix.workers.Load(w); ok || !create {
+		return ws
+	}
+	ws, _ := ix.workers.LoadOrCompute(w, func() *workerState { return ix.createWorker(w) })
+	return ws
+}
+
+func (ix *Index) newWorker(w kvroute.WorkerKey) *workerState {
+	ws := &workerState{key: w, slot: ix.takeSlot(w), blocks: make(map[kvroute.ExternalHash]entry)}
+	ws.op.ix = ix
+	ws.addFn = ws.op.add
+	ws.removeFn = ws.op.remove
+	return ws
+}
+
+func (ix *Index) takeSlot(w kvroute.WorkerKey) int {
+	ix.slotMu.Lock()
+	defer ix.slotMu.Unlock()
+	keys := slices.Clone(*ix.slotKeys.Load())
+	var slot int
+	if n := len(ix.freeSlots); n > 0 {
+		slices.Sort(ix.freeSlots)
+		slot = ix.freeSlots[0]
+		ix.freeSlots = ix.freeSlots[1:]
+	} else {
+		slot = len(keys)
+		keys = append(keys, slotKey{})
+	}
+	keys[slot] = slotKey{key: w, ok: true}
+	ix.slotKeys.Store(&keys)
+	return slot
+}
+
+func (ix *Index) freeSlot(slot int) {
+	ix.slotMu.Lock()
+	defer ix.slotMu.Unlock()
+	keys := slices.Clone(*ix.slotKeys.Load())
+	keys[slot] = slotKey{}
+	ix.freeSlots = append(ix.freeSlots, slot)
+	ix.slotKeys.Store(&keys)
+}
+
+// lockLive returns the state of w locked, creating it when create is set;
+// it skips a state that RemoveWorker retired while the caller waited.
+func (ix *Index) lockLive(w kvroute.WorkerKey, create bool) *workerState {
+	for {
+		ws := ix.worker(w, create)
+		if ws == nil {
+			return nil
+		}
+		ws.mu.Lock()
+		if !ws.removed {
+			return ws
+		}
+		ws.mu.Unlock()
+	}
+}
+
+// Apply applies one event to the index.
+//
+// It returns nil when the event was applied, and otherwise:
+//   - an error wrapping kvroute.ErrInvalidEvent for a malformed event (not
+//     applied; drop it);
+//   - ErrDuplicate when the ID is not newer than the worker's last (not
+//     applied; drop it);
+//   - a *GapError (matching ErrGap) when the ID skips events (not applied;
+//     replay from GapError.Want, or ResetWorker and go on);
+//   - an *UnknownParentError (matching ErrUnknownParent) when a Stored
+//     event's parent is unknown for its worker (consumed, nothing attached).
+//
+// Removing a block the worker does not hold is counted in Stats and is not
+// an error. Apply does not retain ev or its slices.
+func (ix *Index) Apply(ev *kvroute.Event) error {
+	if err := ev.Validate(); err != nil {
+		ix.stats.invalid.Add(1)
+		return err
+	}
+	ws := ix.lockLive(ev.Worker, true)
+	defer ws.mu.Unlock()
+	if ev.ID != 0 && ws.sequenced {
+		switch {
+		case ev.ID <= ws.lastID:
+			ix.stats.duplicates.Add(1)
+			return fmt.Errorf("%w: worker %s event %d, last applied %d", ErrDuplicate, ws.key, ev.ID, ws.lastID)
+		case ev.ID > ws.lastID+1:
+			ix.stats.gaps.Add(1)
+			return &GapError{Worker: ws.key, Want: ws.lastID + 1, Got: ev.ID}
+		}
+	}
+	if ev.ID != 0 {
+		ws.lastID, ws.sequenced = ev.ID, true
+	}
+	ix.stats.applied.Add(1)
+	switch ev.Kind {
+	case kvroute.EventStored:
+		return ix.applyStored(ws, ev)
+	case kvroute.EventRemoved:
+		for _, h := range ev.Removed {
+			ix.removeBlock(ws, h, ev.Tier)
+		}
+	case kvroute.EventCleared:
+		ix.clearWorker(ws)
+	}
+	return nil
+}
+
+func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
+	var parent *node
+	if ev.HasParent {
+		e, ok := ws.blocks[ev.Parent]
+		if !ok {
+			ix.stats.unknownParents.Add(1)
+			err := &UnknownParentError{Worker: ws.key, Parent: ev.Parent, EventID: ev.ID}
+			ix.log.Debug("stored event rejected", "err", err)
+			return err
+		}
+		parent = e.n
+	}
+	h := ix.hasher
+	if ev.LoRA != "" {
+		h = h.WithLoRA(ev.LoRA)
+	}
+	for i := range ev.Blocks {
+		b := &ev.Blocks[i]
+		local := b.Hash
+		if len(b.Tokens) > 0 {
+			local = h.HashBlock(b.Tokens)
+		}
+		parent = ix.storeBlock(ws, b.External, local, parent, ev.Tier)
+	}
+	return nil
+}
+
+// storeBlock records that ws holds the block local under parent in tier t,
+// known to the engine as ext, and returns the block's node. ws.mu is held.
+func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvroute.BlockHash, parent *node, t kvroute.Tier) *node {
+	seq := kvroute.SeqHash(local)
+	if parent != nil {
+		seq = kvroute.NextSeqHash(parent.seq, local)
+	}
+	old, had := ws.blocks[ext]
+	if had && old.n.seq != seq {
+		// The engine reused its hash for other content: forget the old block.
+		for tt := kvroute.Tier(0); tt < kvroute.NumTiers; tt++ {
+			if old.tiers&(1<<tt) != 0 {
+				ix.removeBlock(ws, ext, tt)
+			}
+		}
+		had = false
+	}
+	if had && old.tiers&(1<<t) != 0 {
+		return old.n
+	}
+	op := &ws.op
+	op.seq, op.local, op.parent, op.tier, op.slot, op.changed = seq, local, parent, t, ws.slot, false
+	n, _ := ix.nodes.Compute(seq, ws.addFn)
+	if !op.changed {
+		// Another engine hash of this worker already holds the block in
+		// this tier; remember it so that removing one keeps the bit.
+		if ws.dups == nil {
+			ws.dups = make(map[dupKey]int)
+		}
+		ws.dups[dupKey{n, t}]++
+	}
+	if !had {
+		ix.entryCount.Add(1)
+	}
+	ws.blocks[ext] = entry{n: n, tiers: old.tiers | 1<<t}
+	return n
+}
+
+// add is the compute callback that sets the op's slot and tier on the
+// node under op.seq, creating the node when needed.
+func (op *nodeOp) add(n *node, loaded bool) (*node, bool) {
+	if !loaded {
+		n = &node{seq: op.seq, local: op.local, parent: op.parent}
+		if op.parent != nil {
+			n.depth = op.parent.depth + 1
+		}
+		op.ix.nodeCount.Add(1)
+	}
+	heldBefore := n.heldBy(op.slot)
+	c, added := n.growChunkFor(op.slot)
+	if added > 0 {
+		op.ix.extraChunks.Add(int64(added))
+	}
+	bit := uint64(1) << (op.slot % slotsPerChunk)
+	w := &c.tiers[op.tier]
+	if w.Load()&bit == 0 {
+		w.Or(bit)
+		op.changed = true
+		if !heldBefore {
+			op.ix.pairCount.Add(1)
+		}
+	}
+	return n, false
+}
+
+// remove is the compute callback that clears the op's slot and tier on
+// op.target, deleting the node when nobody holds it any more.
+func (op *nodeOp) remove(n *node, loaded bool) (*node, bool) {
+	target := op.target
+	if !loaded || n != target {
+		// The node left the map already (it cannot while this worker holds
+		// it, so this is defensive); clear the bit on the detached node.
+		n = target
+	}
+	c := n.chunkFor(op.slot)
+	if c != nil {
+		bit := uint64(1) << (op.slot % slotsPerChunk)
+		c.tiers[op.tier].And(^bit)
+		if c.any()&bit == 0 {
+			op.ix.pairCount.Add(-1)
+		}
+	}
+	if loaded && n == target && n.empty() {
+		op.ix.nodeCount.Add(-1)
+		op.ix.extraChunks.Add(-int64(n.extraChunks()))
+		return n, true
+	}
+	return n, !loaded
+}
+
+// removeBlock drops tier t of the block ws holds as ext. ws.mu is held.
+func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvroute.Tier) {
+	e, ok := ws.blocks[ext]
+	if !ok || e.tiers&(1<<t) == 0 {
+		ix.stats.unknownRemoved.Add(1)
+		return
+	}
+	e.tiers &^= 1 << t
+	if e.tiers == 0 {
+		delete(ws.blocks, ext)
+		ix.entryCount.Add(-1)
+	} else {
+		ws.blocks[ext] = e
+	}
+	dk := dupKey{e.n, t}
+	if c := ws.dups[dk]; c > 0 {
+		if c == 1 {
+			delete(ws.dups, dk)
+		} else {
+			ws.dups[dk] = c - 1
+		}
+		return
+	}
+	ix.unholdNode(ws, e.n, t)
+}
+
+// unholdNode clears ws's bit for tier t on n. ws.mu is held.
+func (ix *Index) unholdNode(ws *workerState, n *node, t kvroute.Tier) {
+	op := &ws.op
+	op.seq, op.target, op.tier, op.slot = n.seq, n, t, ws.slot
+	ix.nodes.Compute(n.seq, ws.removeFn)
+	op.target = nil
+}
+
+// clearWorker drops every block ws holds. ws.mu is held.
+func (ix *Index) clearWorker(ws *workerState) {
+	for _, e := range ws.blocks {
+		for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
+			if e.tiers&(1<<t) != 0 {
+				ix.unholdNode(ws, e.n, t)
+			}
+		}
+	}
+	ix.entryCount.Add(-int64(len(ws.blocks)))
+	clear(ws.blocks)
+	clear(ws.dups)
+}
+
+// ResetWorker drops every block w holds and forgets its event sequence, so
+// that the next sequenced event is accepted as a new baseline. Use it when
+// an engine restarted or events were lost beyond replay. The worker stays
+// known to the index. Unknown workers are ignored.
+func (ix *Index) ResetWorker(w kvroute.WorkerKey) {
+	ws := ix.lockLive(w, false)
+	if ws == nil {
+		return
+	}
+	defer ws.mu.Unlock()
+	ix.clearWorker(ws)
+	ws.lastID, ws.sequenced = 0, false
+}
+
+// RemoveWorker drops w and every block it holds from the index and reports
+// whether it was known. Events for w that arrive later register it anew.
+func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
+	ws := ix.lockLive(w, false)
+	if ws == nil {
+		return false
+	}
+	ix.clearWorker(ws)
+	ws.removed = true
+	ix.workers.Delete(w)
+	ws.mu.Unlock()
+	ix.freeSlot(ws.slot)
+	return true
+}
+
+// LastEventID returns the ID of the last sequenced event applied for w, and
+// false when w is unknown or has applied no sequenced event since it was
+// added or reset.
+func (ix *Index) LastEventID(w kvroute.WorkerKey) (uint64, bool) {
+	ws := ix.lockLive(w, false)
+	if ws == nil {
+		return 0, false
+	}
+	defer ws.mu.Unlock()
+	return ws.lastID, ws.sequenced
+}
+
+// Workers returns the known cache domains, sorted.
+func (ix *Index) Workers() []kvroute.WorkerKey {
+	var out []kvroute.WorkerKey
+	ix.workers.Range(func(k kvroute.WorkerKey, _ *workerState) bool {
+		out = append(out, k)
+		return true
+	})
+	slices.SortFunc(out, compareKeys)
+	return out
+}
+
+func compareKeys(a, b kvroute.WorkerKey) int {
+	if c := cmp.Compare(a.ID, b.ID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Rank, b.Rank)
+}
+
+// AppendWorkerBlocks appends the sequence hashes of the blocks w holds, in
+// any tier, to dst, in no particular order.
+func (ix *Index) AppendWorkerBlocks(w kvroute.WorkerKey, dst []kvroute.SeqHash) []kvroute.SeqHash {
+	ws := ix.lockLive(w, false)
+	if ws == nil {
+		return dst
+	}
+	defer ws.mu.Unlock()
+	seen := make(map[*node]struct{}, len(ws.blocks))
+	for _, e := range ws.blocks {
+		if _, ok := seen[e.n]; ok {
+			continue
+		}
+		seen[e.n] = struct{}{}
+		dst = append(dst, e.n.seq)
+	}
+	return dst
+}
+
+// Stats are the index's event counters since it was created.
+type Stats struct {
+	Applied        uint64 // events applied (including those with unknown parents)
+	Duplicates     uint64 // events rejected as duplicates
+	Gaps           uint64 // events rejected for a gap
+	UnknownParents uint64 // Stored events whose parent was unknown
+	UnknownRemoved uint64 // removed blocks the worker did not hold
+	Invalid        uint64 // malformed events
+}
+
+// Stats returns the event counters.
+func (ix *Index) Stats() Stats {
+	return Stats{
+		Applied:        ix.stats.applied.Load(),
+		Duplicates:     ix.stats.duplicates.Load(),
+		Gaps:           ix.stats.gaps.Load(),
+		UnknownParents: ix.stats.unknownParents.Load(),
+		UnknownRemoved: ix.stats.unknownRemoved.Load(),
+		Invalid:        ix.stats.invalid.Load(),
+	}
+}
+
+// Size describes how much the index holds.
+type Size struct {
+	Workers int // known cache domains
+	Blocks  int // distinct blocks (prefix-tree nodes)
+	Pairs   int // (block, worker) pairs, whatever the tiers
+	Entries int // (engine hash, worker) entries
+	// Bytes estimates the memory the index uses, from the sizes of its
+	// structures: nodes, holder-set chunks, map slots and per-worker
+	// entries. Benchmarks check it against the Go heap.
+	Bytes int64
+}
+
+// Approximate per-item memory costs used by Size.Bytes.
+const (
+	nodeBytes    = 80      // node struct, rounded to its allocation size class
+	nodeMapBytes = 16 + 18 // xsync entry (key, pointer) plus its share of a bucket at load factor 0.75
+	chunkBytes   = 48      // one extra holder chunk
+	entryBytes   = 40      // Go map slot (8-byte key, 16-byte value) with control bytes and load factor
+	workerBytes  = 512
+)
+
+// Size returns the index's current size.
+func (ix *Index) Size() Size {
+	s := Size{
+		Workers: ix.workers.Size(),
+		Blocks:  int(ix.nodeCount.Load()),
+		Pairs:   int(ix.pairCount.Load()),
+		Entries: int(ix.entryCount.Load()),
+	}
+	s.Bytes = int64(s.Blocks)*(nodeBytes+nodeMapBytes) + ix.extraChunks.Load()*chunkBytes +
+		int64(s.Entries)*entryBytes + int64(s.Workers)*workerBytes
+	return s
+}

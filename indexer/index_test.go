@@ -1,0 +1,376 @@
+package indexer_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+)
+
+type H = kvroute.ExternalHash
+
+func newIndex(t testing.TB) *indexer.Index {
+	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
+	require.NoError(t, err)
+	return ix
+}
+
+// matchMap returns worker → ByTier for the prompt.
+func matchMap(ix *indexer.Index, tokens []uint32) map[kvroute.WorkerKey][kvroute.NumTiers]int {
+	var res indexer.MatchResult
+	ix.Match(seqsOf(tokens), &res)
+	out := map[kvroute.WorkerKey][kvroute.NumTiers]int{}
+	for _, m := range res.Workers {
+		sum := 0
+		for _, c := range m.ByTier {
+			sum += c
+		}
+		if sum != m.Blocks {
+			panic("tier counts do not add up")
+		}
+		out[m.Worker] = m.ByTier
+	}
+	return out
+}
+
+func dev(n int) [kvroute.NumTiers]int { return [kvroute.NumTiers]int{n} }
+
+func TestApplyAndMatch(t *testing.T) {
+	a, b, c := wk(1), wk(2), wk(3)
+	tests := []struct {
+		name   string
+		events []*kvroute.Event
+		errs   []error // per event; nil entries mean success
+		prompt []uint32
+		want   map[kvroute.WorkerKey][kvroute.NumTiers]int
+	}{
+		{
+			name:   "empty index",
+			prompt: prompt(1, 2, 3),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{},
+		},
+		{
+			name: "one worker full prefix",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11, 12, 13}, prompt(1, 2, 3)),
+			},
+			prompt: prompt(1, 2, 3, 4),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(3)},
+		},
+		{
+			name: "stored with parent extends the chain",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11}, prompt(1)),
+				stored(a, 2, kvroute.TierDevice, 11, []H{12, 13}, prompt(2, 3)),
+			},
+			prompt: prompt(1, 2, 3),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(3)},
+		},
+		{
+			name: "workers diverge",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11, 12, 13}, prompt(1, 2, 3)),
+				stored(b, 1, kvroute.TierDevice, 0, []H{21, 22}, prompt(1, 2)),
+				stored(c, 1, kvroute.TierDevice, 0, []H{31, 32}, prompt(1, 9)),
+			},
+			prompt: prompt(1, 2, 3),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(3), b: dev(2), c: dev(1)},
+		},
+		{
+			name: "different prefix same block content does not match",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11, 12}, prompt(9, 2)),
+			},
+			prompt: prompt(1, 2),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{},
+		},
+		{
+			name: "tiers count at the fastest",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11, 12}, prompt(1, 2)),
+				stored(a, 2, kvroute.TierHost, 0, []H{11, 12, 13}, prompt(1, 2, 3)),
+				stored(a, 3, kvroute.TierDisk, 13, []H{14}, prompt(4)),
+				removed(a, 4, kvroute.TierDevice, 12),
+			},
+			prompt: prompt(1, 2, 3, 4, 5),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: {1, 2, 1, 0}},
+		},
+		{
+			name: "removed block cuts the prefix",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11, 12, 13}, prompt(1, 2, 3)),
+				removed(a, 2, kvroute.TierDevice, 12),
+			},
+			prompt: prompt(1, 2, 3),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(1)},
+		},
+		{
+			name: "cleared drops the worker's blocks only",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11, 12}, prompt(1, 2)),
+				stored(b, 1, kvroute.TierDevice, 0, []H{21, 22}, prompt(1, 2)),
+				cleared(a, 2),
+			},
+			prompt: prompt(1, 2),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{b: dev(2)},
+		},
+		{
+			name: "unknown parent attaches nothing",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11}, prompt(1)),
+				stored(a, 2, kvroute.TierDevice, 99, []H{12}, prompt(2)),
+				stored(a, 3, kvroute.TierDevice, 11, []H{12}, prompt(2)),
+			},
+			errs:   []error{nil, indexer.ErrUnknownParent, nil},
+			prompt: prompt(1, 2),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(2)},
+		},
+		{
+			name: "unknown parent does not land at the root",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 99, []H{11}, prompt(1)),
+			},
+			errs:   []error{indexer.ErrUnknownParent},
+			prompt: prompt(1),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{},
+		},
+		{
+			name: "unknown removal is not fatal",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11}, prompt(1)),
+				removed(a, 2, kvroute.TierDevice, 77),
+				removed(a, 3, kvroute.TierHost, 11),
+			},
+			prompt: prompt(1),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(1)},
+		},
+		{
+			name: "duplicate and gap are rejected",
+			events: []*kvroute.Event{
+				stored(a, 5, kvroute.TierDevice, 0, []H{11}, prompt(1)),
+				stored(a, 5, kvroute.TierDevice, 11, []H{12}, prompt(2)),
+				stored(a, 7, kvroute.TierDevice, 11, []H{12}, prompt(2)),
+				stored(a, 6, kvroute.TierDevice, 11, []H{12}, prompt(2)),
+				removed(a, 6, kvroute.TierDevice, 12),
+			},
+			errs:   []error{nil, indexer.ErrDuplicate, indexer.ErrGap, nil, indexer.ErrDuplicate},
+			prompt: prompt(1, 2),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(2)},
+		},
+		{
+			name: "two engine hashes for one block",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11}, prompt(1)),
+				stored(a, 2, kvroute.TierDevice, 0, []H{51}, prompt(1)),
+				removed(a, 3, kvroute.TierDevice, 11),
+			},
+			prompt: prompt(1),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(1)},
+		},
+		{
+			name: "engine hash reused for other content",
+			events: []*kvroute.Event{
+				stored(a, 1, kvroute.TierDevice, 0, []H{11}, prompt(1)),
+				stored(a, 2, kvroute.TierDevice, 0, []H{11}, prompt(8)),
+			},
+			prompt: prompt(1),
+			want:   map[kvroute.WorkerKey][kvroute.NumTiers]int{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ix := newIndex(t)
+			for i, ev := range tt.events {
+				err := ix.Apply(ev)
+				var want error
+				if i < len(tt.errs) {
+					want = tt.errs[i]
+				}
+				if want == nil {
+					require.NoError(t, err, "event %d", i)
+				} else {
+					require.ErrorIs(t, err, want, "event %d", i)
+				}
+			}
+			require.Equal(t, tt.want, matchMap(ix, tt.prompt))
+			checkDumpRoundTrip(t, ix, tt.prompt)
+		})
+	}
+}
+
+func TestGapErrorCarriesPosition(t *testing.T) {
+	ix := newIndex(t)
+	require.NoError(t, ix.Apply(stored(wk(1), 3, 0, 0, []H{1}, prompt(1))))
+	err := ix.Apply(removed(wk(1), 9, 0, 1))
+	var gap *indexer.GapError
+	require.True(t, errors.As(err, &gap))
+	require.Equal(t, indexer.GapError{Worker: wk(1), Want: 4, Got: 9}, *gap)
+	last, ok := ix.LastEventID(wk(1))
+	require.True(t, ok)
+	require.EqualValues(t, 3, last)
+
+	// After a reset the next sequenced event is the new baseline.
+	ix.ResetWorker(wk(1))
+	_, ok = ix.LastEventID(wk(1))
+	require.False(t, ok)
+	require.NoError(t, ix.Apply(stored(wk(1), 100, 0, 0, []H{1}, prompt(1))))
+	require.NoError(t, ix.Apply(stored(wk(1), 0, 0, 1, []H{2}, prompt(2))), "unsequenced events skip the checks")
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{wk(1): dev(2)}, matchMap(ix, prompt(1, 2)))
+	st := ix.Stats()
+	require.EqualValues(t, 1, st.Gaps)
+	require.EqualValues(t, 3, st.Applied)
+}
+
+func TestInvalidEvent(t *testing.T) {
+	ix := newIndex(t)
+	err := ix.Apply(&kvroute.Event{Kind: kvroute.EventStored, Worker: wk(1), Tier: 9})
+	require.ErrorIs(t, err, kvroute.ErrInvalidEvent)
+	err = ix.Apply(&kvroute.Event{Kind: 0, Worker: wk(1)})
+	require.ErrorIs(t, err, kvroute.ErrInvalidEvent)
+	require.EqualValues(t, 2, ix.Stats().Invalid)
+}
+
+func TestTokensAreHashedWithLoRA(t *testing.T) {
+	ix := newIndex(t)
+	toks := prompt(1, 2)
+	ev := &kvroute.Event{Kind: kvroute.EventStored, Worker: wk(1), LoRA: "adapter-a",
+		Blocks: []kvroute.StoredBlock{{External: 1, Tokens: toks[:4]}, {External: 2, Tokens: toks[4:]}}}
+	require.NoError(t, ix.Apply(ev))
+	var res indexer.MatchResult
+	ix.Match(seqsOf(toks), &res)
+	require.Empty(t, res.Workers, "base-model prompt must not match adapter blocks")
+	lora := testHasher.WithLoRA("adapter-a")
+	ix.Match(lora.AppendSeqHashes(nil, toks), &res)
+	require.Len(t, res.Workers, 1)
+	require.Equal(t, 2, res.Workers[0].Blocks)
+}
+
+func TestRemoveWorkerAndSize(t *testing.T) {
+	ix := newIndex(t)
+	require.NoError(t, ix.Apply(stored(wk(1), 1, 0, 0, []H{11, 12}, prompt(1, 2))))
+	require.NoError(t, ix.Apply(stored(wk(2), 1, 0, 0, []H{21, 22, 23}, prompt(1, 2, 3))))
+	require.NoError(t, ix.Apply(stored(wk(2), 2, kvroute.TierHost, 0, []H{21}, prompt(1))))
+	s := ix.Size()
+	require.Equal(t, 2, s.Workers)
+	require.Equal(t, 3, s.Blocks)
+	require.Equal(t, 5, s.Pairs)
+	require.Equal(t, 5, s.Entries)
+	require.Positive(t, s.Bytes)
+
+	require.True(t, ix.RemoveWorker(wk(2)))
+	require.False(t, ix.RemoveWorker(wk(2)))
+	s = ix.Size()
+	require.Equal(t, indexer.Size{Workers: 1, Blocks: 2, Pairs: 2, Entries: 2, Bytes: s.Bytes}, s)
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{wk(1): dev(2)}, matchMap(ix, prompt(1, 2, 3)))
+	require.Equal(t, []kvroute.WorkerKey{wk(1)}, ix.Workers())
+
+	// The freed slot is reused by a new worker without stale bits.
+	require.NoError(t, ix.Apply(stored(wk(3), 1, 0, 0, []H{31}, prompt(5))))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{wk(1): dev(2)}, matchMap(ix, prompt(1, 2, 3)))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{wk(3): dev(1)}, matchMap(ix, prompt(5)))
+
+	require.NoError(t, ix.Apply(cleared(wk(1), 2)))
+	ix.ResetWorker(wk(3))
+	require.Equal(t, indexer.Size{Workers: 2, Bytes: ix.Size().Bytes}, ix.Size())
+}
+
+func TestManyWorkersBeyondOneChunk(t *testing.T) {
+	ix := newIndex(t)
+	const n = 200
+	for i := range n {
+		depth := 1 + i%5
+		bases := []uint32{1, 2, 3, 4, 5}[:depth]
+		ext := make([]H, depth)
+		for j := range ext {
+			ext[j] = H(i*10 + j + 1)
+		}
+		require.NoError(t, ix.Apply(stored(wk(uint64(i)), 1, kvroute.Tier(i%2), 0, ext, prompt(bases...))))
+	}
+	got := matchMap(ix, prompt(1, 2, 3, 4, 5))
+	require.Len(t, got, n)
+	for i := range n {
+		var want [kvroute.NumTiers]int
+		want[i%2] = 1 + i%5
+		require.Equal(t, want, got[wk(uint64(i))], "worker %d", i)
+	}
+	var res indexer.MatchResult
+	res.StopAtOne = true
+	ix.Match(seqsOf(prompt(1, 2, 3, 4, 5)), &res)
+	require.Equal(t, 5, res.Blocks)
+	require.False(t, res.Truncated)
+}
+
+func TestStopAtOne(t *testing.T) {
+	ix := newIndex(t)
+	require.NoError(t, ix.Apply(stored(wk(1), 1, 0, 0, []H{1, 2, 3, 4}, prompt(1, 2, 3, 4))))
+	require.NoError(t, ix.Apply(stored(wk(2), 1, 0, 0, []H{1}, prompt(1))))
+	res := indexer.MatchResult{StopAtOne: true}
+	ix.Match(seqsOf(prompt(1, 2, 3, 4)), &res)
+	require.True(t, res.Truncated)
+	m, ok := res.Find(wk(1))
+	require.True(t, ok)
+	require.Equal(t, 2, m.Blocks, "the walk stops once worker 1 is alone")
+	_, ok = res.Find(wk(9))
+	require.False(t, ok)
+}
+
+func TestMatchAllocatesNothing(t *testing.T) {
+	ix := newIndex(t)
+	for w := range 8 {
+		require.NoError(t, ix.Apply(stored(wk(uint64(w)), 1, kvroute.Tier(w%3), 0, []H{1, 2, 3}, prompt(1, 2, 3))))
+	}
+	seqs := seqsOf(prompt(1, 2, 3, 4))
+	var res indexer.MatchResult
+	ix.Match(seqs, &res)
+	allocs := testing.AllocsPerRun(100, func() { ix.Match(seqs, &res) })
+	require.Zero(t, allocs)
+	require.Len(t, res.Workers, 8)
+}
+
+// checkDumpRoundTrip rebuilds the index from its dump and compares.
+func checkDumpRoundTrip(t *testing.T, ix *indexer.Index, tokens []uint32) {
+	t.Helper()
+	rebuilt := newIndex(t)
+	require.NoError(t, ix.Dump(func(ev *kvroute.Event) error {
+		require.Zero(t, ev.ID)
+		return rebuilt.Apply(ev)
+	}))
+	require.Equal(t, matchMap(ix, tokens), matchMap(rebuilt, tokens))
+	orig, again := ix.Size(), rebuilt.Size()
+	require.Equal(t, orig.Blocks, again.Blocks)
+	require.Equal(t, orig.Pairs, again.Pairs)
+	require.Equal(t, orig.Entries, again.Entries)
+	for _, w := range ix.Workers() {
+		require.ElementsMatch(t, ix.AppendWorkerBlocks(w, nil), rebuilt.AppendWorkerBlocks(w, nil))
+	}
+}
+
+func TestDumpOrphanRoundTrip(t *testing.T) {
+	ix := newIndex(t)
+	a := wk(1)
+	require.NoError(t, ix.Apply(stored(a, 1, 0, 0, []H{11, 12, 13}, prompt(1, 2, 3))))
+	require.NoError(t, ix.Apply(removed(a, 2, 0, 11, 12)))
+	checkDumpRoundTrip(t, ix, prompt(1, 2, 3))
+	// Restoring the parents in both makes the orphan reachable again.
+	rebuilt := newIndex(t)
+	require.NoError(t, ix.Dump(rebuilt.Apply))
+	for _, x := range []*indexer.Index{ix, rebuilt} {
+		require.NoError(t, x.Apply(stored(a, 0, 0, 0, []H{11, 12}, prompt(1, 2))))
+		require.NoError(t, x.Apply(stored(a, 0, 0, 12, []H{13}, prompt(3))))
+	}
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(3)}, matchMap(rebuilt, prompt(1, 2, 3)))
+	checkDumpRoundTrip(t, ix, prompt(1, 2, 3))
+}
+
+func TestDumpStopsAtError(t *testing.T) {
+	ix := newIndex(t)
+	require.NoError(t, ix.Apply(stored(wk(1), 1, 0, 0, []H{11, 12}, prompt(1, 2))))
+	boom := errors.New("boom")
+	calls := 0
+	err := ix.Dump(func(*kvroute.Event) error { calls++; return boom })
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, 1, calls)
+}
