@@ -1,0 +1,162 @@
+package kvevents
+
+import "fmt"
+
+// EventType is the tag of an engine KV event (the msgspec class name).
+type EventType uint8
+
+// The engine event types vLLM and SGLang publish.
+const (
+	// BlockStored reports blocks newly cached, each the child of the one
+	// before it, the first the child of ParentBlockHash.
+	BlockStored EventType = iota + 1
+	// BlockRemoved reports blocks evicted from Medium.
+	BlockRemoved
+	// AllBlocksCleared reports that the engine dropped its whole cache.
+	AllBlocksCleared
+)
+
+// String returns the wire tag of the type.
+func (t EventType) String() string {
+	switch t {
+	case BlockStored:
+		return "BlockStored"
+	case BlockRemoved:
+		return "BlockRemoved"
+	case AllBlocksCleared:
+		return "AllBlocksCleared"
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// EventLayout is how an event struct is laid out on the wire.
+type EventLayout uint8
+
+// The event layouts msgspec produces.
+const (
+	// LayoutArray is msgspec's array_like=True: [tag, field1, field2, ...]
+	// in declaration order (vLLM before vllm-project/vllm#42892, SGLang).
+	LayoutArray EventLayout = iota
+	// LayoutMap is a tagged map with omit_defaults: {"type": tag, ...}
+	// (vLLM from vllm-project/vllm#42892 on, newer SGLang).
+	LayoutMap
+)
+
+// Field counts (after the tag) of the array layouts producers have used.
+// EngineEvent.Fields takes one of them; zero means the newest.
+const (
+	// StoredFieldsV09 is vLLM v0.9's BlockStored: up to lora_id.
+	StoredFieldsV09 = 5
+	// StoredFieldsMedium is vLLM ~v0.10's and SGLang's BlockStored: up to medium.
+	StoredFieldsMedium = 6
+	// StoredFieldsAll is the newest array BlockStored: up to
+	// kv_cache_spec_sliding_window.
+	StoredFieldsAll = 11
+	// RemovedFieldsV09 is vLLM v0.9's BlockRemoved: block_hashes only.
+	RemovedFieldsV09 = 1
+	// RemovedFieldsMedium is SGLang's BlockRemoved: block_hashes, medium.
+	RemovedFieldsMedium = 2
+	// RemovedFieldsAll is the newest array BlockRemoved: up to group_idx.
+	RemovedFieldsAll = 3
+)
+
+// OptInt is an integer field that may be nil or absent.
+type OptInt struct {
+	Value int64
+	Valid bool // false: nil or absent
+}
+
+// Some returns a set OptInt.
+func Some(v int64) OptInt { return OptInt{Value: v, Valid: true} }
+
+// EngineEvent is one vLLM or SGLang KV event with every field those engines
+// send. Fields a type does not have stay zero; optional strings are empty
+// when nil or absent.
+//
+// A decoded event's slices point into its Batch (and Hash.Bytes and
+// ExtraKeys into the payload): they are valid until the Batch is reused.
+type EngineEvent struct {
+	// Type is the event's tag.
+	Type EventType
+	// Layout is the wire layout the event came in (or is encoded in).
+	Layout EventLayout
+	// Fields is the number of array-layout fields after the tag that were
+	// on the wire (or are to be encoded; zero means all known fields).
+	// It is zero for map-layout events.
+	Fields int
+
+	// BlockHashes are the stored or removed blocks' hashes.
+	BlockHashes []Hash
+	// ParentBlockHash precedes BlockHashes[0] (BlockStored); HashNone for
+	// a root.
+	ParentBlockHash Hash
+	// TokenIDs are the tokens of exactly the stored blocks. SGLang's Eagle
+	// bigram pages send [t, t+1] pairs: the first of each pair is kept.
+	TokenIDs []uint32
+	// BlockSize is the number of tokens per block (BlockStored).
+	BlockSize int
+	// LoRAID is vLLM's deprecated integer LoRA id.
+	LoRAID OptInt
+	// Medium is where the blocks live: "GPU", "CPU", "STORAGE",
+	// "CPU_PINNED", "DISK", "EXTERNAL"; empty for nil, which means GPU.
+	Medium string
+	// LoRAName is the LoRA adapter name, empty for the base model.
+	LoRAName string
+	// ExtraKeys is the raw msgpack of extra_keys (one entry per block:
+	// a tuple of LoRA name, multimodal identifiers, cache salt, prompt
+	// embeddings digest; or nil), or nil when nil or absent.
+	ExtraKeys []byte
+	// GroupIdx is the KV-cache group of hybrid models.
+	GroupIdx OptInt
+	// SpecKind is kv_cache_spec_kind: "full_attention" or "sliding_window".
+	SpecKind string
+	// SlidingWindow is kv_cache_spec_sliding_window.
+	SlidingWindow OptInt
+	// Locality, Ownership and SessionID are newer vLLM map-layout fields.
+	Locality, Ownership, SessionID string
+	// CacheSalt is newer SGLang's cache_salt (map layout).
+	CacheSalt string
+}
+
+// Batch is one KV event batch: the payload frame of one ZMQ message.
+// Decode into a Batch you reuse: its buffers are kept between calls.
+type Batch struct {
+	// Timestamp is the publisher's wall clock in seconds since the epoch.
+	Timestamp float64
+	// Events are the batch's events in order.
+	Events []EngineEvent
+	// DPRank is the data-parallel rank (vLLM's data_parallel_rank,
+	// SGLang's attn_dp_rank). Not valid means nil or absent: rank 0.
+	DPRank OptInt
+	// RankSlot reports whether the batch array has the third (rank) slot,
+	// which vLLM v0.9 and early SGLang lack.
+	RankSlot bool
+	// Skipped counts events of unknown types that were skipped.
+	Skipped int
+
+	hashes []Hash   // arena for BlockHashes
+	tokens []uint32 // arena for TokenIDs
+	spans  []span   // per event: where its slices lie in the arenas
+	intern map[string]string
+}
+
+// span records an event's slices as arena offsets while the arenas grow.
+type span struct{ h0, h1, t0, t1 int }
+
+// Rank returns the batch's data-parallel rank, 0 when nil or absent.
+func (b *Batch) Rank() int64 {
+	if b.DPRank.Valid {
+		return b.DPRank.Value
+	}
+	return 0
+}
+
+// Reset empties b, keeping its buffers.
+func (b *Batch) Reset() {
+	clear(b.Events)
+	b.Events = b.Events[:0]
+	b.Timestamp, b.DPRank, b.RankSlot, b.Skipped = 0, OptInt{}, false, 0
+	b.hashes = b.hashes[:0]
+	b.tokens = b.tokens[:0]
+	b.spans = b.spans[:0]
+}

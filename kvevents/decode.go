@@ -1,0 +1,579 @@
+package kvevents
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// ErrMalformed is wrapped by every decoding error: the payload is not a
+// well-formed batch or event. The payload should be dropped (and, on a
+// sequenced transport, counted as lost).
+var ErrMalformed = errors.New("kvevents: malformed payload")
+
+// maxIntern bounds the strings a Batch keeps to avoid re-allocating
+// repeated values (media, LoRA names, spec kinds); maxInternLen bounds
+// their length.
+const (
+	maxIntern    = 256
+	maxInternLen = 64
+)
+
+// field names an event field, for both layouts.
+type field uint8
+
+const (
+	fUnknown field = iota
+	fBlockHashes
+	fParent
+	fTokenIDs
+	fBlockSize
+	fLoRAID
+	fMedium
+	fLoRAName
+	fExtraKeys
+	fGroupIdx
+	fSpecKind
+	fSlidingWindow
+	fLocality
+	fOwnership
+	fSessionID
+	fCacheSalt
+)
+
+// storedArrayFields and removedArrayFields give the array layouts' field
+// order after the tag (vLLM's declaration order).
+var (
+	storedArrayFields = [StoredFieldsAll]field{
+		fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoRAID, fMedium,
+		fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow,
+	}
+	removedArrayFields = [RemovedFieldsAll]field{fBlockHashes, fMedium, fGroupIdx}
+)
+
+func fieldByName(name []byte) field {
+	switch string(name) {
+	case "block_hashes":
+		return fBlockHashes
+	case "parent_block_hash":
+		return fParent
+	case "token_ids":
+		return fTokenIDs
+	case "block_size":
+		return fBlockSize
+	case "lora_id":
+		return fLoRAID
+	case "medium":
+		return fMedium
+	case "lora_name":
+		return fLoRAName
+	case "extra_keys":
+		return fExtraKeys
+	case "group_idx":
+		return fGroupIdx
+	case "kv_cache_spec_kind":
+		return fSpecKind
+	case "kv_cache_spec_sliding_window":
+		return fSlidingWindow
+	case "locality":
+		return fLocality
+	case "ownership":
+		return fOwnership
+	case "session_id":
+		return fSessionID
+	case "cache_salt":
+		return fCacheSalt
+	}
+	return fUnknown
+}
+
+func eventTypeByTag(tag []byte) EventType {
+	switch string(tag) {
+	case "BlockStored":
+		return BlockStored
+	case "BlockRemoved":
+		return BlockRemoved
+	case "AllBlocksCleared":
+		return AllBlocksCleared
+	}
+	return 0
+}
+
+// DecodeBatch decodes one vLLM or SGLang KV event batch (the payload frame
+// of a ZMQ message) into b, replacing its contents and reusing its buffers.
+//
+// It accepts every layout those engines have used: batches of two or three
+// (or more) elements, events as msgspec arrays (of any length: shorter
+// arrays from older producers, extra trailing fields from newer ones are
+// skipped) or as tagged maps (unknown keys are skipped), hashes as
+// unsigned or signed integers or byte strings. Events of unknown types are
+// skipped and counted in b.Skipped.
+//
+// Errors wrap ErrMalformed. The decoded slices alias b and payload; see
+// [EngineEvent]. DecodeBatch never panics, and allocates at most in
+// proportion to len(payload).
+func DecodeBatch(payload []byte, b *Batch) error {
+	b.Reset()
+	n, rest, err := msgp.ReadArrayHeaderBytes(payload)
+	if err != nil {
+		return malformed("batch", err)
+	}
+	if n < 2 {
+		return fmt.Errorf("%w: batch has %d elements, want at least 2", ErrMalformed, n)
+	}
+	if b.Timestamp, rest, err = readFloat(rest); err != nil {
+		return malformed("timestamp", err)
+	}
+	ne, rest, err := msgp.ReadArrayHeaderBytes(rest)
+	if err != nil {
+		return malformed("events", err)
+	}
+	if int64(ne) > int64(len(rest)) {
+		return fmt.Errorf("%w: %d events in %d bytes", ErrMalformed, ne, len(rest))
+	}
+	b.Events = growEvents(b.Events, int(ne))
+	for i := range int(ne) {
+		var ev EngineEvent
+		var sp span
+		var known bool
+		rest, known, err = decodeEvent(rest, b, &ev, &sp)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		if !known {
+			b.Skipped++
+			continue
+		}
+		b.Events = append(b.Events, ev)
+		b.spans = append(b.spans, sp)
+	}
+	if n >= 3 {
+		b.RankSlot = true
+		if msgp.IsNil(rest) {
+			rest = rest[1:]
+		} else {
+			var r int64
+			if r, rest, err = readInt(rest); err != nil {
+				return malformed("data_parallel_rank", err)
+			}
+			b.DPRank = Some(r)
+		}
+		for range n - 3 {
+			if rest, err = msgp.Skip(rest); err != nil {
+				return malformed("trailing batch element", err)
+			}
+		}
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes after the batch", ErrMalformed, len(rest))
+	}
+	for i, sp := range b.spans {
+		ev := &b.Events[i]
+		if sp.h1 > sp.h0 {
+			ev.BlockHashes = b.hashes[sp.h0:sp.h1:sp.h1]
+		}
+		if sp.t1 > sp.t0 {
+			ev.TokenIDs = b.tokens[sp.t0:sp.t1:sp.t1]
+		}
+	}
+	return nil
+}
+
+func growEvents(s []EngineEvent, n int) []EngineEvent {
+	if cap(s) < n {
+		return make([]EngineEvent, 0, n)
+	}
+	return s[:0]
+}
+
+func malformed(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrMalformed, what, err)
+}
+
+// decodeEvent decodes one event in either layout. known is false for an
+// event of an unknown type, which has been skipped.
+func decodeEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) (rest []byte, known bool, err error) {
+	switch msgp.NextType(p) {
+	case msgp.ArrayType:
+		return decodeArrayEvent(p, b, ev, sp)
+	case msgp.MapType:
+		return decodeMapEvent(p, b, ev, sp)
+	}
+	return p, false, fmt.Errorf("%w: event is neither an array nor a map", ErrMalformed)
+}
+
+func decodeArrayEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) ([]byte, bool, error) {
+	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return p, false, malformed("event", err)
+	}
+	if n == 0 {
+		return p, false, fmt.Errorf("%w: empty event array", ErrMalformed)
+	}
+	tag, p, err := msgp.ReadStringZC(p)
+	if err != nil {
+		return p, false, malformed("event tag", err)
+	}
+	ev.Type = eventTypeByTag(tag)
+	ev.Layout = LayoutArray
+	ev.Fields = int(n - 1)
+	var fields []field
+	switch ev.Type {
+	case BlockStored:
+		fields = storedArrayFields[:]
+	case BlockRemoved:
+		fields = removedArrayFields[:]
+	}
+	for i := range int(n - 1) {
+		if i < len(fields) {
+			if p, err = readField(p, fields[i], b, ev, sp); err != nil {
+				return p, false, err
+			}
+			continue
+		}
+		if p, err = msgp.Skip(p); err != nil {
+			return p, false, malformed("trailing event field", err)
+		}
+	}
+	return p, ev.Type != 0, nil
+}
+
+func decodeMapEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) ([]byte, bool, error) {
+	n, p, err := msgp.ReadMapHeaderBytes(p)
+	if err != nil {
+		return p, false, malformed("event", err)
+	}
+	if int64(n)*2 > int64(len(p)) {
+		return p, false, fmt.Errorf("%w: %d map entries in %d bytes", ErrMalformed, n, len(p))
+	}
+	ev.Layout = LayoutMap
+	sawType := false
+	for range n {
+		var key []byte
+		if key, p, err = msgp.ReadStringZC(p); err != nil {
+			return p, false, malformed("event key", err)
+		}
+		if string(key) == "type" {
+			var tag []byte
+			if tag, p, err = msgp.ReadStringZC(p); err != nil {
+				return p, false, malformed("event tag", err)
+			}
+			ev.Type, sawType = eventTypeByTag(tag), true
+			continue
+		}
+		f := fieldByName(key)
+		if f == fUnknown {
+			if p, err = msgp.Skip(p); err != nil {
+				return p, false, malformed("unknown event field", err)
+			}
+			continue
+		}
+		if p, err = readField(p, f, b, ev, sp); err != nil {
+			return p, false, err
+		}
+	}
+	if !sawType {
+		return p, false, fmt.Errorf("%w: event map without \"type\"", ErrMalformed)
+	}
+	return p, ev.Type != 0, nil
+}
+
+// readField reads the value of field f into ev (and the arenas of b).
+func readField(p []byte, f field, b *Batch, ev *EngineEvent, sp *span) ([]byte, error) {
+	var err error
+	switch f {
+	case fBlockHashes:
+		sp.h0 = len(b.hashes)
+		p, err = readHashes(p, b)
+		sp.h1 = len(b.hashes)
+		if err != nil {
+			return p, malformed("block_hashes", err)
+		}
+		return p, nil
+	case fParent:
+		if msgp.IsNil(p) {
+			ev.ParentBlockHash = Hash{}
+			return p[1:], nil
+		}
+		if ev.ParentBlockHash, p, err = readHash(p); err != nil {
+			return p, malformed("parent_block_hash", err)
+		}
+		return p, nil
+	case fTokenIDs:
+		sp.t0 = len(b.tokens)
+		p, err = readTokens(p, b)
+		sp.t1 = len(b.tokens)
+		if err != nil {
+			return p, malformed("token_ids", err)
+		}
+		return p, nil
+	case fBlockSize:
+		var v OptInt
+		if v, p, err = readOptInt(p); err != nil {
+			return p, malformed("block_size", err)
+		}
+		if v.Value < 0 || v.Value > math.MaxInt32 {
+			return p, fmt.Errorf("%w: block_size %d out of range", ErrMalformed, v.Value)
+		}
+		ev.BlockSize = int(v.Value)
+		return p, nil
+	case fLoRAID:
+		ev.LoRAID, p, err = readOptInt(p)
+	case fGroupIdx:
+		ev.GroupIdx, p, err = readOptInt(p)
+	case fSlidingWindow:
+		ev.SlidingWindow, p, err = readOptInt(p)
+	case fMedium:
+		ev.Medium, p, err = b.readOptString(p)
+	case fLoRAName:
+		ev.LoRAName, p, err = b.readOptString(p)
+	case fSpecKind:
+		ev.SpecKind, p, err = b.readOptString(p)
+	case fLocality:
+		ev.Locality, p, err = b.readOptString(p)
+	case fOwnership:
+		ev.Ownership, p, err = b.readOptString(p)
+	case fSessionID:
+		ev.SessionID, p, err = b.readOptString(p)
+	case fCacheSalt:
+		ev.CacheSalt, p, err = b.readOptString(p)
+	case fExtraKeys:
+		if msgp.IsNil(p) {
+			ev.ExtraKeys = nil
+			return p[1:], nil
+		}
+		var end []byte
+		if end, err = msgp.Skip(p); err != nil {
+			return p, malformed("extra_keys", err)
+		}
+		ev.ExtraKeys = p[: len(p)-len(end) : len(p)-len(end)]
+		return end, nil
+	}
+	if err != nil {
+		return p, malformed(fieldName(f), err)
+	}
+	return p, nil
+}
+
+func fieldName(f field) string {
+	switch f {
+	case fLoRAID:
+		return "lora_id"
+	case fGroupIdx:
+		return "group_idx"
+	case fSlidingWindow:
+		return "kv_cache_spec_sliding_window"
+	case fMedium:
+		return "medium"
+	case fLoRAName:
+		return "lora_name"
+	case fSpecKind:
+		return "kv_cache_spec_kind"
+	case fLocality:
+		return "locality"
+	case fOwnership:
+		return "ownership"
+	case fSessionID:
+		return "session_id"
+	case fCacheSalt:
+		return "cache_salt"
+	}
+	return "field"
+}
+
+// readHashes appends a list of hashes (or nothing for nil) to b.hashes.
+func readHashes(p []byte, b *Batch) ([]byte, error) {
+	if msgp.IsNil(p) {
+		return p[1:], nil
+	}
+	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return p, err
+	}
+	if int64(n) > int64(len(p)) {
+		return p, fmt.Errorf("%d hashes in %d bytes", n, len(p))
+	}
+	b.hashes = grow(b.hashes, int(n))
+	for range n {
+		var h Hash
+		if h, p, err = readHash(p); err != nil {
+			return p, err
+		}
+		b.hashes = append(b.hashes, h)
+	}
+	return p, nil
+}
+
+// readHash reads one block hash: an integer of any width and sign, or a
+// byte string.
+func readHash(p []byte) (Hash, []byte, error) {
+	if len(p) == 0 {
+		return Hash{}, p, msgp.ErrShortBytes
+	}
+	c := p[0]
+	switch {
+	case c <= 0x7f:
+		return Hash{Kind: HashUint, Key: uint64(c)}, p[1:], nil
+	case c >= 0xcc && c <= 0xcf:
+		v, o, err := msgp.ReadUint64Bytes(p)
+		return UintHash(v), o, err
+	case c >= 0xe0 || (c >= 0xd0 && c <= 0xd3):
+		v, o, err := msgp.ReadInt64Bytes(p)
+		return IntHash(v), o, err
+	case c >= 0xc4 && c <= 0xc6:
+		v, o, err := msgp.ReadBytesZC(p)
+		if err != nil {
+			return Hash{}, o, err
+		}
+		return BytesHash(v[:len(v):len(v)]), o, nil
+	}
+	return Hash{}, p, fmt.Errorf("block hash of msgpack type %s", msgp.NextType(p))
+}
+
+// readTokens appends a list of token ids (or nothing for nil) to b.tokens.
+// An element that is an array (SGLang's Eagle bigram [t, t+1]) contributes
+// its first token.
+func readTokens(p []byte, b *Batch) ([]byte, error) {
+	if msgp.IsNil(p) {
+		return p[1:], nil
+	}
+	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return p, err
+	}
+	if int64(n) > int64(len(p)) {
+		return p, fmt.Errorf("%d tokens in %d bytes", n, len(p))
+	}
+	b.tokens = grow(b.tokens, int(n))
+	for range n {
+		var t uint32
+		if len(p) > 0 && p[0] >= 0x90 && p[0] <= 0x9f || len(p) > 0 && (p[0] == 0xdc || p[0] == 0xdd) {
+			t, p, err = readBigram(p)
+		} else {
+			t, p, err = readToken(p)
+		}
+		if err != nil {
+			return p, err
+		}
+		b.tokens = append(b.tokens, t)
+	}
+	return p, nil
+}
+
+func readBigram(p []byte) (uint32, []byte, error) {
+	m, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return 0, p, err
+	}
+	if m == 0 {
+		return 0, p, errors.New("empty token tuple")
+	}
+	t, p, err := readToken(p)
+	if err != nil {
+		return 0, p, err
+	}
+	for range m - 1 {
+		if p, err = msgp.Skip(p); err != nil {
+			return 0, p, err
+		}
+	}
+	return t, p, nil
+}
+
+// readToken reads one token id, a non-negative integer below 2^32. The
+// common widths are decoded inline.
+func readToken(p []byte) (uint32, []byte, error) {
+	if len(p) >= 1 && p[0] <= 0x7f {
+		return uint32(p[0]), p[1:], nil
+	}
+	if len(p) >= 3 && p[0] == 0xcd {
+		return uint32(p[1])<<8 | uint32(p[2]), p[3:], nil
+	}
+	if len(p) >= 5 && p[0] == 0xce {
+		return uint32(p[1])<<24 | uint32(p[2])<<16 | uint32(p[3])<<8 | uint32(p[4]), p[5:], nil
+	}
+	v, o, err := msgp.ReadUint64Bytes(p)
+	if err != nil {
+		return 0, o, err
+	}
+	if v > math.MaxUint32 {
+		return 0, o, fmt.Errorf("token id %d out of range", v)
+	}
+	return uint32(v), o, nil
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s)-len(s) < n {
+		ns := make([]T, len(s), 2*cap(s)+n)
+		copy(ns, s)
+		return ns
+	}
+	return s
+}
+
+// readInt reads a signed integer of any width (unsigned ones up to
+// MaxInt64).
+func readInt(p []byte) (int64, []byte, error) {
+	if len(p) >= 1 && p[0] <= 0x7f {
+		return int64(p[0]), p[1:], nil
+	}
+	return msgp.ReadInt64Bytes(p)
+}
+
+func readOptInt(p []byte) (OptInt, []byte, error) {
+	if msgp.IsNil(p) {
+		return OptInt{}, p[1:], nil
+	}
+	v, p, err := readInt(p)
+	if err != nil {
+		return OptInt{}, p, err
+	}
+	return Some(v), p, nil
+}
+
+// readFloat reads a float64, float32 or integer as a float64.
+func readFloat(p []byte) (float64, []byte, error) {
+	switch msgp.NextType(p) {
+	case msgp.Float64Type:
+		return msgp.ReadFloat64Bytes(p)
+	case msgp.Float32Type:
+		f, o, err := msgp.ReadFloat32Bytes(p)
+		return float64(f), o, err
+	case msgp.UintType:
+		u, o, err := msgp.ReadUint64Bytes(p)
+		return float64(u), o, err
+	}
+	i, o, err := msgp.ReadInt64Bytes(p)
+	return float64(i), o, err
+}
+
+// readOptString reads a string or nil (as ""), interning short strings so
+// that repeated values (media, LoRA names) do not allocate.
+func (b *Batch) readOptString(p []byte) (string, []byte, error) {
+	if msgp.IsNil(p) {
+		return "", p[1:], nil
+	}
+	s, p, err := msgp.ReadStringZC(p)
+	if err != nil {
+		return "", p, err
+	}
+	if len(s) == 0 {
+		return "", p, nil
+	}
+	if len(s) > maxInternLen {
+		return string(s), p, nil
+	}
+	if v, ok := b.intern[string(s)]; ok {
+		return v, p, nil
+	}
+	v := string(s)
+	if b.intern == nil {
+		b.intern = make(map[string]string)
+	}
+	if len(b.intern) < maxIntern {
+		b.intern[v] = v
+	}
+	return v, p, nil
+}

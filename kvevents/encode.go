@@ -1,0 +1,243 @@
+package kvevents
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// AppendBatch appends the msgpack encoding of b to dst, as vLLM and SGLang
+// encode it (msgspec rules, with msgpack-python's smallest integer widths
+// and float64 timestamps), and returns the extended slice.
+//
+// The batch is [timestamp, events] when b.RankSlot is false and
+// [timestamp, events, rank or nil] otherwise. Each event is encoded in its
+// own Layout: LayoutArray writes the tag and the first Fields fields (all
+// known fields when Fields is zero) with nil for unset values;
+// LayoutMap writes "type", then the fields without a default (always) and
+// the defaulted fields that are set, in vLLM's declaration order. An event
+// decoded by DecodeBatch therefore re-encodes to the bytes it came from.
+//
+// It returns an error for an event of an unknown type or an array layout
+// with more fields than the type has.
+func AppendBatch(dst []byte, b *Batch) ([]byte, error) {
+	if b.RankSlot {
+		dst = msgp.AppendArrayHeader(dst, 3)
+	} else {
+		dst = msgp.AppendArrayHeader(dst, 2)
+	}
+	dst = msgp.AppendFloat64(dst, b.Timestamp)
+	dst = msgp.AppendArrayHeader(dst, uint32(len(b.Events)))
+	for i := range b.Events {
+		var err error
+		if dst, err = AppendEvent(dst, &b.Events[i]); err != nil {
+			return dst, fmt.Errorf("event %d: %w", i, err)
+		}
+	}
+	if b.RankSlot {
+		dst = appendOptInt(dst, b.DPRank)
+	}
+	return dst, nil
+}
+
+// ErrEncode is wrapped by encoding errors: the value cannot be encoded as
+// asked.
+var ErrEncode = errors.New("kvevents: cannot encode")
+
+// AppendEvent appends the msgpack encoding of one event (see AppendBatch).
+func AppendEvent(dst []byte, ev *EngineEvent) ([]byte, error) {
+	var fields []field
+	switch ev.Type {
+	case BlockStored:
+		fields = storedArrayFields[:]
+	case BlockRemoved:
+		fields = removedArrayFields[:]
+	case AllBlocksCleared:
+	default:
+		return dst, fmt.Errorf("%w: event type %d", ErrEncode, ev.Type)
+	}
+	if ev.Layout == LayoutMap {
+		return appendMapEvent(dst, ev), nil
+	}
+	n := len(fields)
+	if ev.Fields != 0 {
+		if ev.Fields > len(fields) {
+			return dst, fmt.Errorf("%w: %s with %d array fields, the type has %d", ErrEncode, ev.Type, ev.Fields, len(fields))
+		}
+		n = ev.Fields
+	}
+	dst = msgp.AppendArrayHeader(dst, uint32(n+1))
+	dst = msgp.AppendString(dst, ev.Type.String())
+	for _, f := range fields[:n] {
+		dst = appendField(dst, f, ev)
+	}
+	return dst, nil
+}
+
+// Map-layout field lists in declaration order; the flag says the field has
+// no default and is always written.
+type mapField struct {
+	f        field
+	name     string
+	required bool
+}
+
+var (
+	storedMapFields = []mapField{
+		{fBlockHashes, "block_hashes", true},
+		{fParent, "parent_block_hash", true},
+		{fTokenIDs, "token_ids", true},
+		{fBlockSize, "block_size", true},
+		{fLoRAID, "lora_id", true},
+		{fMedium, "medium", true},
+		{fLoRAName, "lora_name", true},
+		{fExtraKeys, "extra_keys", false},
+		{fGroupIdx, "group_idx", false},
+		{fSpecKind, "kv_cache_spec_kind", false},
+		{fSlidingWindow, "kv_cache_spec_sliding_window", false},
+		{fLocality, "locality", false},
+		{fOwnership, "ownership", false},
+		{fSessionID, "session_id", false},
+		{fCacheSalt, "cache_salt", false},
+	}
+	removedMapFields = []mapField{
+		{fBlockHashes, "block_hashes", true},
+		{fMedium, "medium", true},
+		{fGroupIdx, "group_idx", false},
+		{fLocality, "locality", false},
+		{fOwnership, "ownership", false},
+	}
+)
+
+func appendMapEvent(dst []byte, ev *EngineEvent) []byte {
+	var fields []mapField
+	switch ev.Type {
+	case BlockStored:
+		fields = storedMapFields
+	case BlockRemoved:
+		fields = removedMapFields
+	}
+	n := 1
+	for _, mf := range fields {
+		if mf.required || fieldSet(mf.f, ev) {
+			n++
+		}
+	}
+	dst = msgp.AppendMapHeader(dst, uint32(n))
+	dst = msgp.AppendString(dst, "type")
+	dst = msgp.AppendString(dst, ev.Type.String())
+	for _, mf := range fields {
+		if mf.required || fieldSet(mf.f, ev) {
+			dst = msgp.AppendString(dst, mf.name)
+			dst = appendField(dst, mf.f, ev)
+		}
+	}
+	return dst
+}
+
+// fieldSet reports whether a defaulted field differs from its default (nil).
+func fieldSet(f field, ev *EngineEvent) bool {
+	switch f {
+	case fExtraKeys:
+		return ev.ExtraKeys != nil
+	case fGroupIdx:
+		return ev.GroupIdx.Valid
+	case fSpecKind:
+		return ev.SpecKind != ""
+	case fSlidingWindow:
+		return ev.SlidingWindow.Valid
+	case fLocality:
+		return ev.Locality != ""
+	case fOwnership:
+		return ev.Ownership != ""
+	case fSessionID:
+		return ev.SessionID != ""
+	case fCacheSalt:
+		return ev.CacheSalt != ""
+	}
+	return true
+}
+
+func appendField(dst []byte, f field, ev *EngineEvent) []byte {
+	switch f {
+	case fBlockHashes:
+		dst = msgp.AppendArrayHeader(dst, uint32(len(ev.BlockHashes)))
+		for _, h := range ev.BlockHashes {
+			dst = AppendHash(dst, h)
+		}
+		return dst
+	case fParent:
+		return AppendHash(dst, ev.ParentBlockHash)
+	case fTokenIDs:
+		dst = msgp.AppendArrayHeader(dst, uint32(len(ev.TokenIDs)))
+		for _, t := range ev.TokenIDs {
+			dst = msgp.AppendUint32(dst, t)
+		}
+		return dst
+	case fBlockSize:
+		return appendInt(dst, int64(ev.BlockSize))
+	case fLoRAID:
+		return appendOptInt(dst, ev.LoRAID)
+	case fMedium:
+		return appendOptString(dst, ev.Medium)
+	case fLoRAName:
+		return appendOptString(dst, ev.LoRAName)
+	case fExtraKeys:
+		if ev.ExtraKeys == nil {
+			return msgp.AppendNil(dst)
+		}
+		return append(dst, ev.ExtraKeys...)
+	case fGroupIdx:
+		return appendOptInt(dst, ev.GroupIdx)
+	case fSpecKind:
+		return appendOptString(dst, ev.SpecKind)
+	case fSlidingWindow:
+		return appendOptInt(dst, ev.SlidingWindow)
+	case fLocality:
+		return appendOptString(dst, ev.Locality)
+	case fOwnership:
+		return appendOptString(dst, ev.Ownership)
+	case fSessionID:
+		return appendOptString(dst, ev.SessionID)
+	case fCacheSalt:
+		return appendOptString(dst, ev.CacheSalt)
+	}
+	return msgp.AppendNil(dst)
+}
+
+// AppendHash appends one block hash in its wire form (nil for HashNone).
+func AppendHash(dst []byte, h Hash) []byte {
+	switch h.Kind {
+	case HashUint:
+		return msgp.AppendUint64(dst, h.Key)
+	case HashInt:
+		return appendInt(dst, int64(h.Key))
+	case HashBytes:
+		return msgp.AppendBytes(dst, h.Bytes)
+	}
+	return msgp.AppendNil(dst)
+}
+
+// appendInt writes an integer as msgpack-python does: unsigned formats for
+// non-negative values, signed ones for negative values.
+func appendInt(dst []byte, v int64) []byte {
+	if v >= 0 {
+		return msgp.AppendUint64(dst, uint64(v))
+	}
+	return msgp.AppendInt64(dst, v)
+}
+
+func appendOptInt(dst []byte, v OptInt) []byte {
+	if !v.Valid {
+		return msgp.AppendNil(dst)
+	}
+	return appendInt(dst, v.Value)
+}
+
+func appendOptString(dst []byte, s string) []byte {
+	if s == "" {
+		return msgp.AppendNil(dst)
+	}
+	return msgp.AppendString(dst, s)
+}
