@@ -1,0 +1,192 @@
+package scheduling
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kvroute/kvroute"
+)
+
+// CostFunc scores candidates for a request; lower is better.
+//
+// Costs writes the cost of cands[i] into costs[i] for every i below
+// min(len(cands), len(costs)); it must not retain either slice. It is
+// called once per routing decision with all candidates, so it can
+// normalise across them, and it must be safe for concurrent use. Costs that
+// are NaN are treated as +Inf by Selector.
+type CostFunc interface {
+	Costs(req *Request, cands []Candidate, costs []float64)
+}
+
+// CostFuncFunc adapts an ordinary function to CostFunc.
+type CostFuncFunc func(req *Request, cands []Candidate, costs []float64)
+
+// Costs calls f(req, cands, costs).
+func (f CostFuncFunc) Costs(req *Request, cands []Candidate, costs []float64) { f(req, cands, costs) }
+
+// DefaultBlockSize is the block size a cost function assumes when neither
+// the request nor its configuration gives one.
+const DefaultBlockSize = kvroute.DefaultBlockSize
+
+// DynamoCostConfig configures DynamoCost. The zero value is NVIDIA
+// Dynamo's default router configuration.
+type DynamoCostConfig struct {
+	// OverlapWeight scales the credit for cached blocks. Unset means 1.0.
+	// Zero ignores the cache (load-only routing, as decode routers do).
+	OverlapWeight OptFloat
+	// PrefillLoadScale scales the prefill term against the decode term.
+	// Unset means 1.0.
+	PrefillLoadScale OptFloat
+	// TierWeights weights cached blocks by tier. Nil means
+	// DefaultTierWeights.
+	TierWeights *TierWeights
+	// ActiveRequestWeight adds this many blocks of cost per active request.
+	// Zero (the default) leaves the request count out, as Dynamo does.
+	ActiveRequestWeight float64
+	// BlockSize is used for requests whose BlockSize is zero. Zero means
+	// DefaultBlockSize.
+	BlockSize int
+}
+
+// DynamoCost is NVIDIA Dynamo's default KV-router cost, in blocks:
+//
+//	credit  = OverlapWeight · Σ_t TierWeights[t] · Cached[t]   (less OverlapDiscount)
+//	prefill = max((ActivePrefillTokens + PromptTokens) / BlockSize − credit, 0)
+//	cost    = PrefillLoadScale · prefill + PotentialDecodeBlocks + ActiveRequestWeight · ActiveRequests
+//
+// The prefill term is the work the worker still has to prefill if it gets
+// the request, less what its cache saves; the decode term is the KV blocks
+// it would hold. It honours Overrides.OverlapWeight and
+// Overrides.PrefillLoadScale. DynamoCost is immutable and safe for
+// concurrent use.
+type DynamoCost struct {
+	overlapWeight       float64
+	prefillLoadScale    float64
+	tiers               TierWeights
+	activeRequestWeight float64
+	blockSize           int
+}
+
+// NewDynamoCost returns a DynamoCost for cfg. It returns an error wrapping
+// ErrInvalidConfig when a weight is negative or not finite or the block
+// size is negative.
+func NewDynamoCost(cfg DynamoCostConfig) (*DynamoCost, error) {
+	tiers := tierWeightsOrDefault(cfg.TierWeights)
+	switch {
+	case !cfg.OverlapWeight.valid():
+		return nil, fmt.Errorf("%w: overlap weight %v", ErrInvalidConfig, cfg.OverlapWeight.Value)
+	case !cfg.PrefillLoadScale.valid():
+		return nil, fmt.Errorf("%w: prefill load scale %v", ErrInvalidConfig, cfg.PrefillLoadScale.Value)
+	case !tiers.validate():
+		return nil, fmt.Errorf("%w: tier weights %v", ErrInvalidConfig, tiers)
+	case !(cfg.ActiveRequestWeight >= 0) || math.IsInf(cfg.ActiveRequestWeight, 0):
+		return nil, fmt.Errorf("%w: active request weight %v", ErrInvalidConfig, cfg.ActiveRequestWeight)
+	case cfg.BlockSize < 0:
+		return nil, fmt.Errorf("%w: block size %d", ErrInvalidConfig, cfg.BlockSize)
+	}
+	bs := cfg.BlockSize
+	if bs == 0 {
+		bs = DefaultBlockSize
+	}
+	return &DynamoCost{
+		overlapWeight:       cfg.OverlapWeight.Or(1),
+		prefillLoadScale:    cfg.PrefillLoadScale.Or(1),
+		tiers:               tiers,
+		activeRequestWeight: cfg.ActiveRequestWeight,
+		blockSize:           bs,
+	}, nil
+}
+
+// Costs implements CostFunc.
+func (d *DynamoCost) Costs(req *Request, cands []Candidate, costs []float64) {
+	ow := or(req.Overrides.OverlapWeight, d.overlapWeight)
+	pls := or(req.Overrides.PrefillLoadScale, d.prefillLoadScale)
+	bs := float64(d.blockSize)
+	if req.BlockSize > 0 {
+		bs = float64(req.BlockSize)
+	}
+	isl := float64(max(req.PromptTokens, 0))
+	n := min(len(cands), len(costs))
+	for i := range n {
+		c := &cands[i]
+		credit := ow * c.CachedCredit(&d.tiers)
+		prefill := max((float64(c.Load.ActivePrefillTokens)+isl)/bs-credit, 0)
+		costs[i] = pls*prefill + float64(c.Load.PotentialDecodeBlocks) +
+			d.activeRequestWeight*float64(c.Load.ActiveRequests)
+	}
+}
+
+// WeightedScoreConfig configures WeightedScore. The zero value is the
+// classic 0.6 · cache − 0.3 · load − 0.1 · memory.
+type WeightedScoreConfig struct {
+	// CacheWeight weights the cached fraction of the prompt. Unset means 0.6.
+	CacheWeight OptFloat
+	// LoadWeight weights the fraction of busy request slots. Unset means 0.3.
+	LoadWeight OptFloat
+	// MemoryWeight weights KV-cache utilisation. Unset means 0.1.
+	MemoryWeight OptFloat
+	// TierWeights weights cached blocks by tier. Nil means
+	// DefaultTierWeights.
+	TierWeights *TierWeights
+}
+
+// WeightedScore is a linear score, negated into a cost:
+//
+//	cache = Σ_t TierWeights[t] · Cached[t] / Blocks   (less OverlapDiscount)
+//	load  = (ActiveRequests + QueueDepth) / MaxRequests
+//	score = CacheWeight · cache − LoadWeight · load − MemoryWeight · KVUtilization
+//	cost  = −score
+//
+// When a candidate's MaxRequests is unknown (zero), its load is its
+// ActiveRequests + QueueDepth divided by the largest such value among the
+// candidates. It honours Overrides.CacheWeight, LoadWeight and
+// MemoryWeight. WeightedScore is immutable and safe for concurrent use.
+type WeightedScore struct {
+	cache, load, memory float64
+	tiers               TierWeights
+}
+
+// NewWeightedScore returns a WeightedScore for cfg. It returns an error
+// wrapping ErrInvalidConfig when a weight is negative or not finite.
+func NewWeightedScore(cfg WeightedScoreConfig) (*WeightedScore, error) {
+	tiers := tierWeightsOrDefault(cfg.TierWeights)
+	if !cfg.CacheWeight.valid() || !cfg.LoadWeight.valid() || !cfg.MemoryWeight.valid() || !tiers.validate() {
+		return nil, fmt.Errorf("%w: weighted score weights must be finite and non-negative", ErrInvalidConfig)
+	}
+	return &WeightedScore{
+		cache:  cfg.CacheWeight.Or(0.6),
+		load:   cfg.LoadWeight.Or(0.3),
+		memory: cfg.MemoryWeight.Or(0.1),
+		tiers:  tiers,
+	}, nil
+}
+
+// Costs implements CostFunc.
+func (s *WeightedScore) Costs(req *Request, cands []Candidate, costs []float64) {
+	wc := or(req.Overrides.CacheWeight, s.cache)
+	wl := or(req.Overrides.LoadWeight, s.load)
+	wm := or(req.Overrides.MemoryWeight, s.memory)
+	n := min(len(cands), len(costs))
+	maxBusy := 0
+	for i := range n {
+		maxBusy = max(maxBusy, busySlots(&cands[i].Load))
+	}
+	for i := range n {
+		c := &cands[i]
+		var cache float64
+		if req.Blocks > 0 {
+			cache = c.CachedCredit(&s.tiers) / float64(req.Blocks)
+		}
+		var load float64
+		switch busy := busySlots(&c.Load); {
+		case c.Load.MaxRequests > 0:
+			load = float64(busy) / float64(c.Load.MaxRequests)
+		case maxBusy > 0:
+			load = float64(busy) / float64(maxBusy)
+		}
+		costs[i] = -(wc*cache - wl*load - wm*c.Load.KVUtilization)
+	}
+}
+
+// busySlots returns the requests a worker holds, running or waiting.
+func busySlots(l *Load) int { return max(l.ActiveRequests, 0) + max(l.QueueDepth, 0) }
