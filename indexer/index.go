@@ -312,7 +312,7 @@ func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvr
 				ix.removeBlock(ws, ext, tt)
 			}
 		}
-		had = false
+		old, had = entry{}, false
 	}
 	if had && old.tiers&(1<<t) != 0 {
 		return old.n
@@ -363,28 +363,26 @@ func (op *nodeOp) add(n *node, loaded bool) (*node, bool) {
 }
 
 // remove is the compute callback that clears the op's slot and tier on
-// op.target, deleting the node when nobody holds it any more.
+// op.target, deleting the node when nobody holds it any more. When the map
+// holds no node or another node under the key (the target left the map
+// earlier), only the target's bit is cleared and the map is left as is.
 func (op *nodeOp) remove(n *node, loaded bool) (*node, bool) {
 	target := op.target
-	if !loaded || n != target {
-		// The node left the map already (it cannot while this worker holds
-		// it, so this is defensive); clear the bit on the detached node.
-		n = target
-	}
-	c := n.chunkFor(op.slot)
-	if c != nil {
+	if c := target.chunkFor(op.slot); c != nil {
 		bit := uint64(1) << (op.slot % slotsPerChunk)
-		c.tiers[op.tier].And(^bit)
-		if c.any()&bit == 0 {
+		if c.tiers[op.tier].And(^bit)&bit != 0 && c.any()&bit == 0 {
 			op.ix.pairCount.Add(-1)
 		}
 	}
-	if loaded && n == target && n.empty() {
+	if !loaded || n != target {
+		return n, !loaded
+	}
+	if n.empty() {
 		op.ix.nodeCount.Add(-1)
 		op.ix.extraChunks.Add(-int64(n.extraChunks()))
 		return n, true
 	}
-	return n, !loaded
+	return n, false
 }
 
 // removeBlock drops tier t of the block ws holds as ext. ws.mu is held.

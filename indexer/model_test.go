@@ -1,0 +1,322 @@
+package indexer_test
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+)
+
+// model is a plain reference for one worker's view: what the index must
+// hold after the same events, written for clarity rather than speed.
+type model struct {
+	blocks map[kvroute.ExternalHash]modelEntry
+}
+
+type modelEntry struct {
+	seq   kvroute.SeqHash
+	tiers uint8
+}
+
+func newModel() *model { return &model{blocks: map[kvroute.ExternalHash]modelEntry{}} }
+
+func (m *model) apply(ev *kvroute.Event) {
+	switch ev.Kind {
+	case kvroute.EventStored:
+		var parent kvroute.SeqHash
+		if ev.HasParent {
+			e, ok := m.blocks[ev.Parent]
+			if !ok {
+				return
+			}
+			parent = e.seq
+		}
+		for i, b := range ev.Blocks {
+			seq := kvroute.SeqHash(b.Hash)
+			if ev.HasParent || i > 0 {
+				seq = kvroute.NextSeqHash(parent, b.Hash)
+			}
+			old, ok := m.blocks[b.External]
+			if ok && old.seq != seq {
+				old = modelEntry{}
+			}
+			m.blocks[b.External] = modelEntry{seq: seq, tiers: old.tiers | 1<<ev.Tier}
+			parent = seq
+		}
+	case kvroute.EventRemoved:
+		for _, h := range ev.Removed {
+			e, ok := m.blocks[h]
+			if !ok {
+				continue
+			}
+			e.tiers &^= 1 << ev.Tier
+			if e.tiers == 0 {
+				delete(m.blocks, h)
+			} else {
+				m.blocks[h] = e
+			}
+		}
+	case kvroute.EventCleared:
+		clear(m.blocks)
+	}
+}
+
+// tiersOf returns the tiers in which the worker holds seq.
+func (m *model) tiersOf(seq kvroute.SeqHash) uint8 {
+	var t uint8
+	for _, e := range m.blocks {
+		if e.seq == seq {
+			t |= e.tiers
+		}
+	}
+	return t
+}
+
+func (m *model) match(seqs []kvroute.SeqHash) (byTier [kvroute.NumTiers]int, depth int) {
+	for _, s := range seqs {
+		t := m.tiersOf(s)
+		if t == 0 {
+			break
+		}
+		for tier := range kvroute.NumTiers {
+			if t&(1<<tier) != 0 {
+				byTier[tier]++
+				break
+			}
+		}
+		depth++
+	}
+	return byTier, depth
+}
+
+// randomEvent makes a plausible event for a worker whose state is m.
+func randomEvent(r *rand.Rand, w kvroute.WorkerKey, id uint64, m *model, nextExt *kvroute.ExternalHash) *kvroute.Event {
+	tier := kvroute.Tier(r.IntN(3) * r.IntN(2))
+	switch p := r.IntN(100); {
+	case p < 60:
+		// Store a chain under a held parent or at the root. Contents come
+		// from a small alphabet so that workers share prefixes.
+		ev := &kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: id, Tier: tier}
+		if len(m.blocks) > 0 && r.IntN(3) > 0 {
+			for h := range m.blocks {
+				ev.HasParent, ev.Parent = true, h
+				break
+			}
+		}
+		if r.IntN(20) == 0 {
+			ev.HasParent, ev.Parent = true, 1<<60 // unknown parent
+		}
+		for range 1 + r.IntN(4) {
+			var ext kvroute.ExternalHash
+			if len(m.blocks) > 0 && r.IntN(10) == 0 {
+				for h := range m.blocks { // reuse an engine hash
+					ext = h
+					break
+				}
+			} else {
+				*nextExt++
+				ext = *nextExt
+			}
+			base := uint32(r.IntN(4))
+			ev.Blocks = append(ev.Blocks, kvroute.StoredBlock{External: ext, Hash: testHasher.HashBlock(prompt(base))})
+		}
+		return ev
+	case p < 95:
+		ev := &kvroute.Event{Kind: kvroute.EventRemoved, Worker: w, ID: id, Tier: tier}
+		for h := range m.blocks {
+			ev.Removed = append(ev.Removed, h)
+			if r.IntN(2) == 0 {
+				break
+			}
+		}
+		ev.Removed = append(ev.Removed, 1<<61) // unknown
+		return ev
+	default:
+		return &kvroute.Event{Kind: kvroute.EventCleared, Worker: w, ID: id}
+	}
+}
+
+// probes returns every prompt over the alphabet up to depth 4.
+func probes() [][]kvroute.SeqHash {
+	var out [][]kvroute.SeqHash
+	var rec func(prefix []uint32)
+	rec = func(prefix []uint32) {
+		if len(prefix) > 0 {
+			out = append(out, seqsOf(prompt(prefix...)))
+		}
+		if len(prefix) == 4 {
+			return
+		}
+		for b := uint32(0); b < 4; b++ {
+			rec(append(append([]uint32(nil), prefix...), b))
+		}
+	}
+	rec(nil)
+	return out
+}
+
+func TestRandomizedAgainstModel(t *testing.T) {
+	const (
+		workers = 70 // more than one 64-slot chunk
+		events  = 400
+		readers = 3
+	)
+	ix := newIndex(t)
+	models := make([]*model, workers)
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	probeSet := probes()
+	for r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var res indexer.MatchResult
+			for i := 0; !stop.Load(); i++ {
+				ix.Match(probeSet[(i*7+r)%len(probeSet)], &res)
+				for _, m := range res.Workers {
+					sum := 0
+					for _, c := range m.ByTier {
+						sum += c
+					}
+					if sum != m.Blocks || m.Blocks < 1 {
+						t.Errorf("inconsistent match %+v", m)
+						return
+					}
+				}
+				_ = ix.Size()
+			}
+		}()
+	}
+	var writers sync.WaitGroup
+	for w := range workers {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 42))
+			key := wk(uint64(w))
+			m := newModel()
+			models[w] = m
+			next := kvroute.ExternalHash(w) << 32
+			for id := uint64(1); id <= events; id++ {
+				ev := randomEvent(r, key, id, m, &next)
+				err := ix.Apply(ev)
+				if err != nil && !(ev.HasParent && ev.Parent == 1<<60) {
+					t.Errorf("worker %d event %d: %v", w, id, err)
+					return
+				}
+				m.apply(ev)
+				if id == events/2 && w%10 == 0 {
+					// A duplicate is never applied twice.
+					if err := ix.Apply(ev); err == nil {
+						t.Errorf("duplicate accepted")
+					}
+				}
+			}
+		}()
+	}
+	writers.Wait()
+	stop.Store(true)
+	wg.Wait()
+
+	pairs := 0
+	for w, m := range models {
+		seqs := map[kvroute.SeqHash]bool{}
+		for _, e := range m.blocks {
+			seqs[e.seq] = true
+		}
+		pairs += len(seqs)
+		got := ix.AppendWorkerBlocks(wk(uint64(w)), nil)
+		require.Len(t, got, len(seqs), "worker %d", w)
+		for _, s := range got {
+			require.True(t, seqs[s], "worker %d holds an unexpected block", w)
+		}
+	}
+	require.Equal(t, pairs, ix.Size().Pairs)
+
+	var res indexer.MatchResult
+	for _, p := range probeSet {
+		ix.Match(p, &res)
+		for w, m := range models {
+			byTier, depth := m.match(p)
+			got, ok := res.Find(wk(uint64(w)))
+			if depth == 0 {
+				require.False(t, ok)
+				continue
+			}
+			require.True(t, ok)
+			require.Equal(t, depth, got.Blocks)
+			require.Equal(t, byTier, got.ByTier)
+		}
+	}
+	checkDumpRoundTrip(t, ix, prompt(0, 1, 2, 3))
+
+	// Removing every worker leaves nothing behind.
+	for w := range workers {
+		require.True(t, ix.RemoveWorker(wk(uint64(w))))
+	}
+	require.Equal(t, indexer.Size{}, ix.Size())
+}
+
+func FuzzApply(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte("stored removed cleared and more bytes"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ix := newIndex(t)
+		models := map[kvroute.WorkerKey]*model{}
+		r := rand.New(rand.NewPCG(uint64(len(data)), 7))
+		for i := 0; i+3 <= len(data); i += 3 {
+			w := wk(uint64(data[i] % 3))
+			m := models[w]
+			if m == nil {
+				m = newModel()
+				models[w] = m
+			}
+			ev := &kvroute.Event{Kind: kvroute.EventKind(data[i+1] % 5), Worker: w, Tier: kvroute.Tier(data[i+2] % 5)}
+			if data[i+1]&0x80 != 0 {
+				ev.HasParent, ev.Parent = true, kvroute.ExternalHash(data[i+2]%8)
+			}
+			for j := range int(data[i+2] % 4) {
+				ev.Blocks = append(ev.Blocks, kvroute.StoredBlock{External: kvroute.ExternalHash((int(data[i]) + j) % 8), Hash: kvroute.BlockHash(r.IntN(3))})
+				ev.Removed = append(ev.Removed, kvroute.ExternalHash((int(data[i+1])+j)%8))
+			}
+			switch ev.Kind {
+			case kvroute.EventStored:
+				ev.Removed = nil
+			case kvroute.EventRemoved:
+				ev.Blocks, ev.HasParent = nil, false
+			}
+			if err := ix.Apply(ev); err == nil {
+				m.apply(ev)
+			} else if ev.Validate() == nil && ev.Kind != kvroute.EventStored {
+				t.Fatalf("valid %v rejected: %v", ev, err)
+			}
+		}
+		pairs := 0
+		for w, m := range models {
+			seqs := map[kvroute.SeqHash]bool{}
+			for _, e := range m.blocks {
+				seqs[e.seq] = true
+			}
+			pairs += len(seqs)
+			require.ElementsMatch(t, keys(seqs), ix.AppendWorkerBlocks(w, nil))
+		}
+		require.Equal(t, pairs, ix.Size().Pairs)
+		rebuilt := newIndex(t)
+		require.NoError(t, ix.Dump(rebuilt.Apply))
+		require.Equal(t, ix.Size().Pairs, rebuilt.Size().Pairs)
+		require.Equal(t, ix.Size().Entries, rebuilt.Size().Entries)
+	})
+}
+
+func keys(m map[kvroute.SeqHash]bool) []kvroute.SeqHash {
+	out := []kvroute.SeqHash{}
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
