@@ -108,9 +108,9 @@ type trackedRequest struct {
 
 // workerState is the tracked load of one worker.
 type workerState struct {
-	mu      sync.RWMutex             // protects blocks and removed
+	mu      sync.RWMutex              // protects blocks and removed
 	blocks  map[kvroute.SeqHash]int32 // reference count per active prompt block
-	removed bool                     // RemoveWorker dropped this state
+	removed bool                      // RemoveWorker dropped this state
 
 	requests atomic.Int64 // number of active requests
 	prefill  atomic.Int64 // active prefill tokens
