@@ -200,7 +200,7 @@ func TestTrackerMatchesModel(t *testing.T) {
 		return branch(uint64(rng.IntN(3)), rng.IntN(n+1), n, uint64(rng.IntN(4)+1))
 	}
 	next := scheduling.RequestID(1)
-	for step := range 5000 {
+	for step := range 1500 {
 		id := scheduling.RequestID(rng.IntN(int(next)) + 1)
 		switch op := rng.IntN(10); {
 		case op < 4:
