@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 	"unsafe"
 
 	"github.com/zeebo/xxh3"
@@ -125,19 +127,20 @@ func (h Hasher) Blocks(n int) int {
 // HashBlock returns the hash of one block of token ids. It hashes whatever
 // it is given; callers pass exactly BlockSize tokens.
 func (h Hasher) HashBlock(tokens []uint32) BlockHash {
-	return BlockHash(hashTokens(tokens, h.seed))
+	return BlockHash(xxh3.HashSeed(tokenBytes(tokens), h.seed))
 }
 
 // AppendBlockHashes appends the hash of every full block of tokens to dst
 // and returns the extended slice. With enough capacity in dst it allocates
 // nothing.
 func (h Hasher) AppendBlockHashes(dst []BlockHash, tokens []uint32) []BlockHash {
-	bs := h.blockSize
-	if bs <= 0 {
+	n := h.Blocks(len(tokens))
+	if n == 0 {
 		return dst
 	}
-	for i := 0; i+bs <= len(tokens); i += bs {
-		dst = append(dst, BlockHash(hashTokens(tokens[i:i+bs], h.seed)))
+	raw, step := tokenBytes(tokens), h.blockSize*4
+	for i := range n {
+		dst = append(dst, BlockHash(xxh3.HashSeed(raw[i*step:(i+1)*step], h.seed)))
 	}
 	return dst
 }
@@ -146,18 +149,16 @@ func (h Hasher) AppendBlockHashes(dst []BlockHash, tokens []uint32) []BlockHash 
 // tokens to dst and returns the extended slice. With enough capacity in dst
 // it allocates nothing.
 func (h Hasher) AppendSeqHashes(dst []SeqHash, tokens []uint32) []SeqHash {
-	bs := h.blockSize
-	if bs <= 0 {
+	n := h.Blocks(len(tokens))
+	if n == 0 {
 		return dst
 	}
-	var prev SeqHash
-	for i := 0; i+bs <= len(tokens); i += bs {
-		local := BlockHash(hashTokens(tokens[i:i+bs], h.seed))
-		if i == 0 {
-			prev = SeqHash(local)
-		} else {
-			prev = NextSeqHash(prev, local)
-		}
+	raw, step := tokenBytes(tokens), h.blockSize*4
+	dst = slices.Grow(dst, n)
+	prev := SeqHash(xxh3.HashSeed(raw[:step], h.seed))
+	dst = append(dst, prev)
+	for i := 1; i < n; i++ {
+		prev = NextSeqHash(prev, BlockHash(xxh3.HashSeed(raw[i*step:(i+1)*step], h.seed)))
 		dst = append(dst, prev)
 	}
 	return dst
@@ -167,13 +168,14 @@ func (h Hasher) AppendSeqHashes(dst []SeqHash, tokens []uint32) []SeqHash {
 // of every full block of tokens, for callers that need both (the indexer's
 // events carry block hashes; matching uses sequence hashes).
 func (h Hasher) AppendHashes(blocks []BlockHash, seqs []SeqHash, tokens []uint32) ([]BlockHash, []SeqHash) {
-	bs := h.blockSize
-	if bs <= 0 {
+	n := h.Blocks(len(tokens))
+	if n == 0 {
 		return blocks, seqs
 	}
+	raw, step := tokenBytes(tokens), h.blockSize*4
 	var prev SeqHash
-	for i := 0; i+bs <= len(tokens); i += bs {
-		local := BlockHash(hashTokens(tokens[i:i+bs], h.seed))
+	for i := range n {
+		local := BlockHash(xxh3.HashSeed(raw[i*step:(i+1)*step], h.seed))
 		if i == 0 {
 			prev = SeqHash(local)
 		} else {
@@ -187,11 +189,29 @@ func (h Hasher) AppendHashes(blocks []BlockHash, seqs []SeqHash, tokens []uint32
 
 // NextSeqHash chains one block onto the sequence hash of its parent:
 // XXH3-64(le64(parent) ‖ le64(block), HashSeed).
+//
+// The input is always 16 bytes, so this is XXH3's 9-to-16-byte path
+// specialised for that length and seed: two keyed words, one folded
+// 128-bit multiply and the avalanche. FuzzNextSeqHash checks it against the
+// general XXH3 implementation.
 func NextSeqHash(parent SeqHash, block BlockHash) SeqHash {
-	var buf [16]byte
-	binary.LittleEndian.PutUint64(buf[:8], uint64(parent))
-	binary.LittleEndian.PutUint64(buf[8:], uint64(block))
-	return SeqHash(xxh3.HashSeed(buf[:], HashSeed))
+	// The XXH3 default secret's words at byte offsets 24, 32, 40 and 48.
+	const (
+		secret24 = 0x1f67b3b7a4a44072
+		secret32 = 0x78e5c0cc4ee679cb
+		secret40 = 0x2172ffcc7dd05a82
+		secret48 = 0x8e2443f7744608b8
+		flipLo   = secret24 ^ secret32 + HashSeed
+		flipHi   = secret40 ^ secret48 - HashSeed
+	)
+	lo := uint64(parent) ^ flipLo
+	hi := uint64(block) ^ flipHi
+	mulHi, mulLo := bits.Mul64(lo, hi)
+	acc := 16 + bits.ReverseBytes64(lo) + hi + (mulHi ^ mulLo)
+	acc ^= acc >> 37
+	acc *= 0x165667919e3779f9
+	acc ^= acc >> 32
+	return SeqHash(acc)
 }
 
 // ChainSeqHashes appends the sequence hashes of blocks to dst. When
@@ -216,20 +236,19 @@ var littleEndian = func() bool {
 	return *(*byte)(unsafe.Pointer(&x)) == 1
 }()
 
-// hashTokens hashes token ids as little-endian uint32 values. On
-// little-endian machines it hashes the slice's memory in place; elsewhere it
-// converts the block into a temporary buffer first.
-func hashTokens(tokens []uint32, seed uint64) uint64 {
+// tokenBytes returns token ids as little-endian bytes. On little-endian
+// machines it is a view of the slice's own memory (no copy); elsewhere it is
+// a converted copy.
+func tokenBytes(tokens []uint32) []byte {
 	if len(tokens) == 0 {
-		return xxh3.HashSeed(nil, seed)
+		return nil
 	}
 	if littleEndian {
-		b := unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), len(tokens)*4)
-		return xxh3.HashSeed(b, seed)
+		return unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), len(tokens)*4)
 	}
 	b := make([]byte, len(tokens)*4)
 	for i, t := range tokens {
 		binary.LittleEndian.PutUint32(b[i*4:], t)
 	}
-	return xxh3.HashSeed(b, seed)
+	return b
 }

@@ -146,3 +146,18 @@ func FuzzHasherMatchesReference(f *testing.F) {
 		}
 	})
 }
+
+func FuzzNextSeqHash(f *testing.F) {
+	f.Add(uint64(0), uint64(0))
+	f.Add(uint64(0x7ee2cbedc694ab46), uint64(0xa8416cfd935bdb13))
+	f.Add(^uint64(0), uint64(1))
+	f.Fuzz(func(t *testing.T, parent, block uint64) {
+		var buf []byte
+		buf = binary.LittleEndian.AppendUint64(buf, parent)
+		buf = binary.LittleEndian.AppendUint64(buf, block)
+		want := xxh3.HashSeed(buf, kvroute.HashSeed)
+		if got := kvroute.NextSeqHash(kvroute.SeqHash(parent), kvroute.BlockHash(block)); uint64(got) != want {
+			t.Fatalf("NextSeqHash(%#x, %#x) = %#x, want %#x", parent, block, got, want)
+		}
+	})
+}
