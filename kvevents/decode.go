@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -396,13 +397,19 @@ func readHashes(p []byte, b *Batch) ([]byte, error) {
 		return p, fmt.Errorf("%d hashes in %d bytes", n, len(p))
 	}
 	b.hashes = grow(b.hashes, int(n))
-	for range n {
-		var h Hash
-		if h, p, err = readHash(p); err != nil {
+	start := len(b.hashes)
+	hs := b.hashes[start : start+int(n)]
+	for i := range hs {
+		if len(p) >= 9 && p[0] == 0xcf {
+			hs[i] = Hash{Kind: HashUint, Key: binary.BigEndian.Uint64(p[1:9])}
+			p = p[9:]
+			continue
+		}
+		if hs[i], p, err = readHash(p); err != nil {
 			return p, err
 		}
-		b.hashes = append(b.hashes, h)
 	}
+	b.hashes = b.hashes[:start+int(n)]
 	return p, nil
 }
 
@@ -447,18 +454,36 @@ func readTokens(p []byte, b *Batch) ([]byte, error) {
 		return p, fmt.Errorf("%d tokens in %d bytes", n, len(p))
 	}
 	b.tokens = grow(b.tokens, int(n))
-	for range n {
-		var t uint32
-		if len(p) > 0 && p[0] >= 0x90 && p[0] <= 0x9f || len(p) > 0 && (p[0] == 0xdc || p[0] == 0xdd) {
-			t, p, err = readBigram(p)
+	start := len(b.tokens)
+	ts := b.tokens[start : start+int(n)]
+	for i := range ts {
+		// The widths token ids come in, decoded inline.
+		if len(p) >= 5 {
+			switch c := p[0]; {
+			case c <= 0x7f:
+				ts[i], p = uint32(c), p[1:]
+				continue
+			case c == 0xcd:
+				ts[i], p = uint32(binary.BigEndian.Uint16(p[1:3])), p[3:]
+				continue
+			case c == 0xce:
+				ts[i], p = binary.BigEndian.Uint32(p[1:5]), p[5:]
+				continue
+			case c == 0xcc:
+				ts[i], p = uint32(p[1]), p[2:]
+				continue
+			}
+		}
+		if msgp.NextType(p) == msgp.ArrayType {
+			ts[i], p, err = readBigram(p)
 		} else {
-			t, p, err = readToken(p)
+			ts[i], p, err = readToken(p)
 		}
 		if err != nil {
 			return p, err
 		}
-		b.tokens = append(b.tokens, t)
 	}
+	b.tokens = b.tokens[:start+int(n)]
 	return p, nil
 }
 

@@ -1,0 +1,103 @@
+package kvevents_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/kvevents"
+)
+
+// ingestPayloads builds a ring of batches, each removing one chain of
+// blocks and storing it again, so that the index stays at chains*blocks
+// blocks while every batch does real work.
+func ingestPayloads(b *testing.B, layout kvevents.EventLayout, chains, blocks int) [][]byte {
+	const bs = 16
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([][]byte, chains)
+	for c := range out {
+		hashes := make([]kvevents.Hash, blocks)
+		for i := range hashes {
+			hashes[i] = kvevents.UintHash(rng.Uint64())
+		}
+		tokens := make([]uint32, blocks*bs)
+		for i := range tokens {
+			tokens[i] = rng.Uint32N(128256)
+		}
+		batch := kvevents.Batch{Timestamp: 1757500000, RankSlot: true, DPRank: kvevents.Some(0), Events: []kvevents.EngineEvent{
+			{Type: kvevents.BlockRemoved, Layout: layout, BlockHashes: hashes, Medium: "GPU", GroupIdx: kvevents.Some(0)},
+			{Type: kvevents.BlockStored, Layout: layout, BlockHashes: hashes, TokenIDs: tokens, BlockSize: bs,
+				Medium: "GPU", GroupIdx: kvevents.Some(0), SpecKind: "full_attention"},
+		}}
+		p, err := kvevents.AppendBatch(nil, &batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[c] = p
+	}
+	return out
+}
+
+// BenchmarkIngest measures the event ingest path on one goroutine: decode,
+// decode+convert (hashing every block's tokens), and decode+convert+apply
+// to the indexer. blocks/s counts stored blocks (each batch also removes
+// as many).
+func BenchmarkIngest(b *testing.B) {
+	const chains, blocks = 256, 64
+	for _, layout := range []struct {
+		name string
+		l    kvevents.EventLayout
+	}{{"map", kvevents.LayoutMap}, {"array", kvevents.LayoutArray}} {
+		payloads := ingestPayloads(b, layout.l, chains, blocks)
+		for _, stage := range []string{"decode", "convert", "apply"} {
+			b.Run(fmt.Sprintf("stage=%s/layout=%s/blocks=%d", stage, layout.name, blocks), func(b *testing.B) {
+				conv, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ix, err := indexer.New(indexer.Config{SizeHint: chains * blocks})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var batch kvevents.Batch
+				var evs []kvroute.Event
+				var id uint64
+				var bytes int
+				for _, p := range payloads {
+					bytes += len(p)
+				}
+				b.SetBytes(int64(bytes / len(payloads)))
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					p := payloads[i%len(payloads)]
+					i++
+					if err := kvevents.DecodeBatch(p, &batch); err != nil {
+						b.Fatal(err)
+					}
+					if stage == "decode" {
+						continue
+					}
+					if evs, err = conv.Convert(evs[:0], &batch); err != nil {
+						b.Fatal(err)
+					}
+					if stage == "convert" {
+						continue
+					}
+					for j := range evs {
+						id++
+						evs[j].ID = id
+						if err := ix.Apply(&evs[j]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				perOp := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(blocks)/perOp, "blocks/s")
+				b.ReportMetric(perOp*1e9/float64(blocks), "ns/block")
+			})
+		}
+	}
+}

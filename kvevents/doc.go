@@ -1,0 +1,63 @@
+// Package kvevents decodes and encodes the KV-cache events of vLLM, SGLang
+// and NVIDIA Dynamo and converts them into kvroute.Event.
+//
+// It is the codec only: it does no I/O and imports no transport. The ZMQ
+// subscriber lives in kvevents/zmq and the NATS transport in
+// kvevents/natsx.
+//
+// # Usage
+//
+// A host that receives engine payloads itself (any transport) does this,
+// on one goroutine per engine connection:
+//
+//  1. Create one [Converter] per engine with its worker id, block size and
+//     hasher namespace ([ConverterConfig]); keep one [Batch] and one
+//     []kvroute.Event to reuse.
+//  2. For each payload (the third frame of a vLLM/SGLang ZMQ message),
+//     call [DecodeBatch], then [Converter.Convert].
+//  3. Number the events per worker (or leave ID 0) and apply them to the
+//     indexer in order.
+//
+//	conv, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 7, BlockSize: 16})
+//	if err != nil { ... }
+//	var batch kvevents.Batch
+//	var evs []kvroute.Event
+//	for payload := range payloads {
+//		if err := kvevents.DecodeBatch(payload, &batch); err != nil {
+//			continue // malformed: count it
+//		}
+//		evs, err = conv.Convert(evs[:0], &batch)
+//		if err != nil {
+//			continue
+//		}
+//		for i := range evs {
+//			_ = index.Apply(&evs[i])
+//		}
+//	}
+//
+// # Wire formats
+//
+// vLLM and SGLang publish msgspec-encoded batches: [timestamp, events] or
+// [timestamp, events, data-parallel rank]. Events are arrays whose first
+// element is the tag ("BlockStored", "BlockRemoved", "AllBlocksCleared"),
+// or, from vllm-project/vllm#42892 on, maps with a "type" key.
+// [DecodeBatch] accepts all of them, every field vLLM and SGLang have sent
+// ([EngineEvent]), shorter arrays from older producers and unknown
+// trailing fields or keys from newer ones; [AppendBatch] writes them back
+// byte for byte. Block hashes stay opaque: see [Hash] for how a hash sent
+// as a byte string becomes the 64-bit kvroute.ExternalHash.
+//
+// Dynamo's RouterEvent ([DynamoEvent]) is read and written as JSON
+// (serde_json) and as named msgpack (rmp_serde) with [DecodeDynamoEvent]
+// and [AppendDynamoEvent].
+//
+// # Conversion
+//
+// [Converter] computes each stored block's kvroute.BlockHash from the
+// event's token ids (Dynamo's XXH3 block hash, with the event's block
+// size, LoRA name and cache salt) so that the indexer does not rehash, maps
+// the medium to a tier ([TierOfMedium]) and drops a partial last block.
+//
+// Decoders never panic on their input, and allocate in proportion to it;
+// they are fuzzed with the golden files under testdata.
+package kvevents

@@ -1,0 +1,135 @@
+package kvevents_test
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/kvevents"
+)
+
+// FuzzDecodeBatch: arbitrary bytes give a batch or an error, never a
+// panic; a decoded batch converts, re-encodes and decodes to the same
+// events.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, path := range goldenFiles(f) {
+		payload, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(payload)
+	}
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	var b, back kvevents.Batch
+	var evs []kvroute.Event
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if err := kvevents.DecodeBatch(payload, &b); err != nil {
+			return
+		}
+		evs, _ = c.Convert(evs[:0], &b)
+		for i := range evs {
+			if err := evs[i].Validate(); err != nil {
+				t.Fatalf("converted event %d invalid: %v", i, err)
+			}
+		}
+		for i := range b.Events {
+			// Unknown trailing array fields are not re-encoded.
+			max := kvevents.StoredFieldsAll
+			if b.Events[i].Type == kvevents.BlockRemoved {
+				max = kvevents.RemovedFieldsAll
+			}
+			b.Events[i].Fields = min(b.Events[i].Fields, max)
+		}
+		out, err := kvevents.AppendBatch(nil, &b)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if err := kvevents.DecodeBatch(out, &back); err != nil {
+			t.Fatalf("decode re-encoded: %v", err)
+		}
+		if len(back.Events) != len(b.Events) {
+			t.Fatalf("re-decoded %d events, want %d", len(back.Events), len(b.Events))
+		}
+		if back.Timestamp != b.Timestamp && b.Timestamp == b.Timestamp { // NaN stays NaN
+			t.Fatalf("timestamp %v became %v", b.Timestamp, back.Timestamp)
+		}
+		for i := range b.Events {
+			x, y := &b.Events[i], &back.Events[i]
+			if x.Type != y.Type || len(x.BlockHashes) != len(y.BlockHashes) || len(x.TokenIDs) != len(y.TokenIDs) ||
+				x.ParentBlockHash.Key != y.ParentBlockHash.Key || x.Medium != y.Medium || x.BlockSize != y.BlockSize {
+				t.Fatalf("event %d changed in a round trip: %+v vs %+v", i, x, y)
+			}
+			for j := range x.BlockHashes {
+				if x.BlockHashes[j].Key != y.BlockHashes[j].Key || x.BlockHashes[j].Kind != y.BlockHashes[j].Kind {
+					t.Fatalf("event %d hash %d changed", i, j)
+				}
+			}
+			for j := range x.TokenIDs {
+				if x.TokenIDs[j] != y.TokenIDs[j] {
+					t.Fatalf("event %d token %d changed", i, j)
+				}
+			}
+		}
+	})
+}
+
+// FuzzDecodeDynamo: arbitrary msgpack gives an event or an error; a
+// decoded event re-encodes to an equal one.
+func FuzzDecodeDynamo(f *testing.F) {
+	for _, line := range readDynamoGolden(f) {
+		var d kvevents.DynamoEvent
+		if err := json.Unmarshal(line, &d); err != nil {
+			f.Fatal(err)
+		}
+		mp, err := kvevents.AppendDynamoEvent(nil, &d)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(mp)
+	}
+	var d, back kvevents.DynamoEvent
+	var ev kvroute.Event
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if _, err := kvevents.DecodeDynamoEvent(payload, &d); err != nil {
+			return
+		}
+		if err := d.ToEvent(&ev); err != nil {
+			t.Fatalf("decoded event does not convert: %v", err)
+		}
+		out, err := kvevents.AppendDynamoEvent(nil, &d)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if _, err := kvevents.DecodeDynamoEvent(out, &back); err != nil {
+			t.Fatalf("decode re-encoded: %v", err)
+		}
+		if back.EventID != d.EventID || back.WorkerID != d.WorkerID || back.Kind != d.Kind ||
+			len(back.Blocks) != len(d.Blocks) || len(back.Removed) != len(d.Removed) {
+			t.Fatalf("round trip changed the event: %+v vs %+v", d, back)
+		}
+	})
+}
+
+// FuzzDynamoJSON: arbitrary JSON gives an event or an error, never a panic.
+func FuzzDynamoJSON(f *testing.F) {
+	for _, line := range readDynamoGolden(f) {
+		f.Add(line)
+	}
+	var d kvevents.DynamoEvent
+	var ev kvroute.Event
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := d.UnmarshalJSON(data); err != nil {
+			return
+		}
+		if err := d.ToEvent(&ev); err != nil {
+			t.Fatalf("decoded event does not convert: %v", err)
+		}
+		if _, err := json.Marshal(&d); err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+	})
+}
