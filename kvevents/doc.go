@@ -13,29 +13,30 @@
 //  1. Create one [Converter] per engine with its worker id, block size and
 //     hasher namespace ([ConverterConfig]); keep one [Batch] and one
 //     []kvroute.Event to reuse.
-//
 //  2. For each payload (the third frame of a vLLM/SGLang ZMQ message),
 //     call [DecodeBatch], then [Converter.Convert].
-//
 //  3. Number the events per worker (or leave ID 0) and apply them to the
 //     indexer in order.
 //
-//     conv, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 7, BlockSize: 16})
-//     if err != nil { ... }
-//     var batch kvevents.Batch
-//     var evs []kvroute.Event
-//     for payload := range payloads {
-//     if err := kvevents.DecodeBatch(payload, &batch); err != nil {
-//     continue // malformed: count it
-//     }
-//     evs, err = conv.Convert(evs[:0], &batch)
-//     if err != nil {
-//     continue
-//     }
-//     for i := range evs {
-//     _ = index.Apply(&evs[i])
-//     }
-//     }
+// In code:
+//
+//	conv, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 7, BlockSize: 16})
+//	if err != nil {
+//		return err
+//	}
+//	var batch kvevents.Batch
+//	var evs []kvroute.Event
+//	for payload := range payloads {
+//		if err := kvevents.DecodeBatch(payload, &batch); err != nil {
+//			continue // malformed: count it
+//		}
+//		if evs, err = conv.Convert(evs[:0], &batch); err != nil {
+//			continue
+//		}
+//		for i := range evs {
+//			_ = index.Apply(&evs[i])
+//		}
+//	}
 //
 // # Wire formats
 //
