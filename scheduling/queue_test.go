@@ -111,10 +111,10 @@ func TestQueueScoreEdgeCases(t *testing.T) {
 	fcfs := newQueue(t, scheduling.QueueConfig{Clock: clock})
 	wspt := newQueue(t, scheduling.QueueConfig{Policy: scheduling.WSPT, Clock: clock})
 	clock.Advance(10 * time.Second)
-	require.Equal(t, -10.0, fcfs.Score(scheduling.Item{}))                            // zero arrival means now
-	require.Equal(t, -10.0, fcfs.Score(scheduling.Item{PriorityJump: -5}))            // negative jump counts as zero
-	require.Equal(t, -10.0, fcfs.Score(scheduling.Item{PriorityJump: math.NaN()}))    // so does NaN
-	require.Equal(t, 1.0, wspt.Score(scheduling.Item{NewTokens: -300}))               // fully cached
+	require.Equal(t, -10.0, fcfs.Score(scheduling.Item{}))                         // zero arrival means now
+	require.Equal(t, -10.0, fcfs.Score(scheduling.Item{PriorityJump: -5}))         // negative jump counts as zero
+	require.Equal(t, -10.0, fcfs.Score(scheduling.Item{PriorityJump: math.NaN()})) // so does NaN
+	require.Equal(t, 1.0, wspt.Score(scheduling.Item{NewTokens: -300}))            // fully cached
 	require.Equal(t, 3.0/512, wspt.Score(scheduling.Item{NewTokens: 512, PriorityJump: 2}))
 }
 

@@ -61,7 +61,8 @@ type WorkerLoad struct {
 // Expire, which the host calls periodically.
 //
 // Layout: requests live in 64 shards, each a map under its own mutex;
-// workers live in a copy-on-write map read with one atomic load. Each
+// workers live in an immutable open-addressing table, replaced when a
+// worker appears or is removed and read with one atomic load. Each
 // worker has a reader-writer lock over its block reference counts and its
 // requests' mutable fields, and atomic counters, so Load takes no lock and
 // PotentialDecodeBlocks takes only the worker's read lock. Lock order is
@@ -74,7 +75,7 @@ type Tracker struct {
 
 	shards [trackerShards]requestShard
 
-	workers atomic.Pointer[map[kvroute.WorkerKey]*workerState] // copy-on-write
+	workers atomic.Pointer[workerTable] // copy-on-write
 	wmu     sync.Mutex                                         // serialises writers of workers
 
 	pool sync.Pool // of *trackedRequest
@@ -108,9 +109,9 @@ type trackedRequest struct {
 
 // workerState is the tracked load of one worker.
 type workerState struct {
-	mu      sync.RWMutex              // protects blocks and removed
-	blocks  map[kvroute.SeqHash]int32 // reference count per active prompt block
-	removed bool                      // RemoveWorker dropped this state
+	mu      sync.RWMutex // protects blocks and removed
+	blocks  blockCounts  // reference count per active prompt block
+	removed bool         // RemoveWorker dropped this state
 
 	requests atomic.Int64 // number of active requests
 	prefill  atomic.Int64 // active prefill tokens
@@ -144,8 +145,7 @@ func NewTracker(cfg TrackerConfig) (*Tracker, error) {
 	for i := range t.shards {
 		t.shards[i].m = make(map[RequestID]*trackedRequest)
 	}
-	empty := map[kvroute.WorkerKey]*workerState{}
-	t.workers.Store(&empty)
+	t.workers.Store(newWorkerTable(nil))
 	t.pool.New = func() any { return new(trackedRequest) }
 	return t, nil
 }
@@ -158,7 +158,7 @@ func (t *Tracker) shard(id RequestID) *requestShard {
 
 // worker returns the state of w, or nil.
 func (t *Tracker) worker(w kvroute.WorkerKey) *workerState {
-	return (*t.workers.Load())[w]
+	return t.workers.Load().get(w)
 }
 
 // workerOrCreate returns the state of w, creating it when missing.
@@ -168,17 +168,14 @@ func (t *Tracker) workerOrCreate(w kvroute.WorkerKey) *workerState {
 	}
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	old := *t.workers.Load()
-	if ws := old[w]; ws != nil {
+	old := t.workers.Load()
+	if ws := old.get(w); ws != nil {
 		return ws
 	}
-	next := make(map[kvroute.WorkerKey]*workerState, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	ws := &workerState{blocks: make(map[kvroute.SeqHash]int32)}
+	next := old.all()
+	ws := new(workerState)
 	next[w] = ws
-	t.workers.Store(&next)
+	t.workers.Store(newWorkerTable(next))
 	return ws
 }
 
@@ -214,11 +211,9 @@ func (t *Tracker) Add(id RequestID, w kvroute.WorkerKey, blocks []kvroute.SeqHas
 		}
 		added := int64(0)
 		for _, b := range r.blocks {
-			n := ws.blocks[b]
-			if n == 0 {
+			if ws.blocks.inc(b) {
 				added++
 			}
-			ws.blocks[b] = n + 1
 		}
 		ws.unique.Add(added)
 		ws.prefill.Add(int64(prefillTokens))
@@ -313,13 +308,8 @@ func (ws *workerState) release(r *trackedRequest) {
 	}
 	removed := int64(0)
 	for _, b := range r.blocks {
-		switch n := ws.blocks[b]; n {
-		case 0:
-		case 1:
-			delete(ws.blocks, b)
+		if ws.blocks.dec(b) {
 			removed++
-		default:
-			ws.blocks[b] = n - 1
 		}
 	}
 	ws.unique.Add(-removed - int64(r.outputBlocks))
@@ -354,8 +344,8 @@ func (t *Tracker) Load(w kvroute.WorkerKey) WorkerLoad {
 // request's blocks not already active there. blocks must be a chain of
 // sequence hashes from the first block, as Add takes them; then the blocks
 // already active form a prefix of it (every tracked request holds its whole
-// chain), and the count takes O(log len(blocks)) map lookups, usually one
-// or two. It allocates nothing.
+// chain), and the count takes O(log len(blocks)) hash lookups. It
+// allocates nothing.
 func (t *Tracker) PotentialDecodeBlocks(w kvroute.WorkerKey, blocks []kvroute.SeqHash) int {
 	ws := t.worker(w)
 	if ws == nil {
@@ -363,7 +353,7 @@ func (t *Tracker) PotentialDecodeBlocks(w kvroute.WorkerKey, blocks []kvroute.Se
 	}
 	ws.mu.RLock()
 	active := int(ws.unique.Load())
-	overlap := ws.activePrefix(blocks)
+	overlap := ws.activePrefix(blocks, 1)
 	ws.mu.RUnlock()
 	return active + len(blocks) - overlap
 }
@@ -371,7 +361,10 @@ func (t *Tracker) PotentialDecodeBlocks(w kvroute.WorkerKey, blocks []kvroute.Se
 // FillLoad sets c.Load's ActiveRequests, ActivePrefillTokens,
 // ActiveDecodeBlocks and PotentialDecodeBlocks from the tracker, for a
 // request with the given prompt blocks (see PotentialDecodeBlocks). Other
-// fields of c.Load are left as they are. It allocates nothing.
+// fields of c.Load are left as they are. It uses c.Cached as its first
+// guess of the blocks already active, so it costs about two hash lookups
+// when Cached is filled from the index first; the result is exact either
+// way. It allocates nothing.
 func (t *Tracker) FillLoad(c *Candidate, blocks []kvroute.SeqHash) {
 	ws := t.worker(c.Worker)
 	if ws == nil {
@@ -381,7 +374,7 @@ func (t *Tracker) FillLoad(c *Candidate, blocks []kvroute.SeqHash) {
 	}
 	ws.mu.RLock()
 	active := int(ws.unique.Load())
-	overlap := ws.activePrefix(blocks)
+	overlap := ws.activePrefix(blocks, c.CachedBlocks())
 	c.Load.ActiveRequests = int(ws.requests.Load())
 	c.Load.ActivePrefillTokens = int(ws.prefill.Load())
 	ws.mu.RUnlock()
@@ -389,24 +382,35 @@ func (t *Tracker) FillLoad(c *Candidate, blocks []kvroute.SeqHash) {
 	c.Load.PotentialDecodeBlocks = active + len(blocks) - overlap
 }
 
-// activePrefix returns how many leading blocks are active on ws, by binary
-// search over the prefix-closed active set. The caller holds ws.mu.
-func (ws *workerState) activePrefix(blocks []kvroute.SeqHash) int {
+// activePrefix returns how many leading blocks are active on ws. The
+// active set is prefix-closed along any chain, so the answer is found by
+// binary search; it starts by probing around guess (the worker's cached
+// prefix depth, which usually equals its active prefix), so the common
+// case costs two lookups. The result does not depend on guess. The caller
+// holds ws.mu.
+func (ws *workerState) activePrefix(blocks []kvroute.SeqHash, guess int) int {
 	n := len(blocks)
-	if n == 0 || ws.blocks[blocks[0]] == 0 {
+	if n == 0 {
 		return 0
 	}
-	if ws.blocks[blocks[n-1]] != 0 {
-		return n
+	guess = min(max(guess, 1), n)
+	// Invariant: the answer k, with blocks[:k] active and blocks[k] not, is
+	// in [lo, hi].
+	lo, hi := 0, n
+	if ws.blocks.has(blocks[guess-1]) {
+		lo = guess
+		if guess < n && !ws.blocks.has(blocks[guess]) {
+			return guess
+		}
+	} else {
+		hi = guess - 1
 	}
-	// Invariant: blocks[lo-1] is active, blocks[hi-1] is not.
-	lo, hi := 1, n
-	for hi-lo > 1 {
-		mid := int(uint(lo+hi) >> 1)
-		if ws.blocks[blocks[mid-1]] != 0 {
+	for lo < hi {
+		mid := int(uint(lo+hi+1) >> 1)
+		if ws.blocks.has(blocks[mid-1]) {
 			lo = mid
 		} else {
-			hi = mid
+			hi = mid - 1
 		}
 	}
 	return lo
@@ -442,24 +446,20 @@ func (t *Tracker) Expire() int {
 // and Free calls for those requests return false.
 func (t *Tracker) RemoveWorker(w kvroute.WorkerKey) int {
 	t.wmu.Lock()
-	old := *t.workers.Load()
-	ws := old[w]
+	old := t.workers.Load()
+	ws := old.get(w)
 	if ws == nil {
 		t.wmu.Unlock()
 		return 0
 	}
-	next := make(map[kvroute.WorkerKey]*workerState, len(old))
-	for k, v := range old {
-		if k != w {
-			next[k] = v
-		}
-	}
-	t.workers.Store(&next)
+	next := old.all()
+	delete(next, w)
+	t.workers.Store(newWorkerTable(next))
 	t.wmu.Unlock()
 
 	ws.mu.Lock()
 	ws.removed = true
-	clear(ws.blocks)
+	ws.blocks.reset()
 	ws.requests.Store(0)
 	ws.prefill.Store(0)
 	ws.unique.Store(0)

@@ -231,7 +231,12 @@ func TestTrackerMatchesModel(t *testing.T) {
 		}
 		q := randomPrompt()
 		w := workers[rng.IntN(len(workers))]
-		require.Equal(t, m.potential(w, q, 16), tr.PotentialDecodeBlocks(w, q), "step %d", step)
+		want := m.potential(w, q, 16)
+		require.Equal(t, want, tr.PotentialDecodeBlocks(w, q), "step %d", step)
+		// FillLoad starts from the cached depth as a guess; any guess is exact.
+		c := scheduling.Candidate{Worker: w, Cached: [kvroute.NumTiers]int{rng.IntN(len(q) + 2), rng.IntN(2)}}
+		tr.FillLoad(&c, q)
+		require.Equal(t, want, c.Load.PotentialDecodeBlocks, "step %d guess %v", step, c.Cached)
 	}
 	require.Equal(t, len(m.reqs), tr.Len())
 }
