@@ -125,7 +125,8 @@ type Load struct {
 
 // Candidate is one worker that may serve the request, with what it caches
 // of the prompt and how loaded it is. Hosts build a []Candidate per request
-// and reuse it between requests.
+// and reuse it between requests. The fields cost functions read on every
+// decision come first, so they share two cache lines.
 type Candidate struct {
 	// Worker identifies the cache domain.
 	Worker kvroute.WorkerKey
@@ -133,16 +134,16 @@ type Candidate struct {
 	// tier: Cached[t] counts the prefix blocks whose fastest tier on the
 	// worker is t. The sum is the matched prefix depth.
 	Cached [kvroute.NumTiers]int
+	// OverlapDiscount is the fraction of Cached that cost functions ignore,
+	// 0 (trust the index) to 1 (ignore the cache). StalenessCost sets it
+	// from LastUpdate; hosts may set it themselves.
+	OverlapDiscount float64
 	// Load is the worker's current load.
 	Load Load
 	// LastUpdate is when the worker's index entries were last updated (its
 	// last KV event). Zero means unknown; StalenessCost then trusts the
 	// index.
 	LastUpdate time.Time
-	// OverlapDiscount is the fraction of Cached that cost functions ignore,
-	// 0 (trust the index) to 1 (ignore the cache). StalenessCost sets it
-	// from LastUpdate; hosts may set it themselves.
-	OverlapDiscount float64
 }
 
 // CachedBlocks returns the matched prefix depth over all tiers.

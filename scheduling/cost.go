@@ -101,18 +101,21 @@ func NewDynamoCost(cfg DynamoCostConfig) (*DynamoCost, error) {
 func (d *DynamoCost) Costs(req *Request, cands []Candidate, costs []float64) {
 	ow := or(req.Overrides.OverlapWeight, d.overlapWeight)
 	pls := or(req.Overrides.PrefillLoadScale, d.prefillLoadScale)
-	bs := float64(d.blockSize)
+	bs := d.blockSize
 	if req.BlockSize > 0 {
-		bs = float64(req.BlockSize)
+		bs = req.BlockSize
 	}
-	isl := float64(max(req.PromptTokens, 0))
+	inv := 1 / float64(bs)
+	isl := float64(max(req.PromptTokens, 0)) * inv
+	arw := d.activeRequestWeight
 	n := min(len(cands), len(costs))
 	for i := range n {
 		c := &cands[i]
-		credit := ow * c.CachedCredit(&d.tiers)
-		prefill := max((float64(c.Load.ActivePrefillTokens)+isl)/bs-credit, 0)
-		costs[i] = pls*prefill + float64(c.Load.PotentialDecodeBlocks) +
-			d.activeRequestWeight*float64(c.Load.ActiveRequests)
+		prefill := float64(c.Load.ActivePrefillTokens)*inv + isl - ow*c.CachedCredit(&d.tiers)
+		if prefill < 0 {
+			prefill = 0
+		}
+		costs[i] = pls*prefill + float64(c.Load.PotentialDecodeBlocks) + arw*float64(c.Load.ActiveRequests)
 	}
 }
 

@@ -76,7 +76,7 @@ type Tracker struct {
 	shards [trackerShards]requestShard
 
 	workers atomic.Pointer[workerTable] // copy-on-write
-	wmu     sync.Mutex                                         // serialises writers of workers
+	wmu     sync.Mutex                  // serialises writers of workers
 
 	pool sync.Pool // of *trackedRequest
 }
