@@ -230,23 +230,14 @@ func (t *Tracker) Add(id RequestID, w kvroute.WorkerKey, blocks []kvroute.SeqHas
 // prefill tokens no longer load the worker; its blocks stay. It returns
 // false when id is not tracked or its prefill was already done.
 func (t *Tracker) PrefillDone(id RequestID) bool {
-	sh := t.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	r := sh.m[id]
-	if r == nil {
-		return false
-	}
-	ws := r.ws
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if r.prefillDone || ws.removed {
-		return false
-	}
-	r.prefillDone = true
-	ws.prefill.Add(-int64(r.prefillTokens))
-	r.deadline = t.clock.Now().UnixNano() + t.ttl
-	return true
+	return t.update(id, func(r *trackedRequest, ws *workerState) bool {
+		if r.prefillDone {
+			return false
+		}
+		r.prefillDone = true
+		ws.prefill.Add(-int64(r.prefillTokens))
+		return true
+	})
 }
 
 // AddOutputTokens records n more generated tokens of request id. Output
@@ -257,6 +248,19 @@ func (t *Tracker) AddOutputTokens(id RequestID, n int) bool {
 	if n < 0 {
 		return false
 	}
+	return t.update(id, func(r *trackedRequest, ws *workerState) bool {
+		r.outputTokens += min(n, math.MaxInt-r.outputTokens-t.blockSize)
+		blocks := (r.outputTokens + t.blockSize - 1) / t.blockSize
+		ws.unique.Add(int64(blocks - r.outputBlocks))
+		r.outputBlocks = blocks
+		return true
+	})
+}
+
+// update runs f on request id under its shard and worker locks and, when f
+// reports a change, extends the request's deadline. It returns false when
+// id is not tracked, its worker was removed, or f returns false.
+func (t *Tracker) update(id RequestID, f func(r *trackedRequest, ws *workerState) bool) bool {
 	sh := t.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -267,16 +271,9 @@ func (t *Tracker) AddOutputTokens(id RequestID, n int) bool {
 	ws := r.ws
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.removed {
+	if ws.removed || !f(r, ws) {
 		return false
 	}
-	if n > math.MaxInt-r.outputTokens-t.blockSize {
-		n = math.MaxInt - r.outputTokens - t.blockSize
-	}
-	r.outputTokens += n
-	blocks := (r.outputTokens + t.blockSize - 1) / t.blockSize
-	ws.unique.Add(int64(blocks - r.outputBlocks))
-	r.outputBlocks = blocks
 	r.deadline = t.clock.Now().UnixNano() + t.ttl
 	return true
 }
