@@ -364,7 +364,7 @@ func (t *Tracker) PotentialDecodeBlocks(w kvroute.WorkerKey, blocks []kvroute.Se
 // way. It allocates nothing.
 func (t *Tracker) FillLoad(c *Candidate, blocks []kvroute.SeqHash) {
 	ws := t.worker(c.Worker)
-	if ws == nil {
+	if ws == nil || ws.requests.Load() == 0 {
 		c.Load.ActiveRequests, c.Load.ActivePrefillTokens, c.Load.ActiveDecodeBlocks = 0, 0, 0
 		c.Load.PotentialDecodeBlocks = len(blocks)
 		return
