@@ -347,8 +347,10 @@ func (q *Queue) Close() {
 // implements heap.Interface and keeps each waiter's index current.
 type waiterHeap []*waiter
 
+// Len implements heap.Interface.
 func (h waiterHeap) Len() int { return len(h) }
 
+// Less orders by class, then score (both descending), then arrival.
 func (h waiterHeap) Less(i, j int) bool {
 	a, b := h[i], h[j]
 	if a.priority != b.priority {
@@ -360,18 +362,21 @@ func (h waiterHeap) Less(i, j int) bool {
 	return a.seq < b.seq
 }
 
+// Swap implements heap.Interface and updates the indexes.
 func (h waiterHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i
 	h[j].index = j
 }
 
+// Push appends a *waiter.
 func (h *waiterHeap) Push(x any) {
 	w := x.(*waiter)
 	w.index = len(*h)
 	*h = append(*h, w)
 }
 
+// Pop removes the last waiter and marks it out of the heap.
 func (h *waiterHeap) Pop() any {
 	old := *h
 	n := len(old) - 1
