@@ -42,14 +42,14 @@ type dumpEntry struct {
 }
 
 func (ix *Index) dumpWorker(ws *workerState, fn func(*kvroute.Event) error) error {
-	entries := make([]dumpEntry, 0, len(ws.blocks))
-	held := make(map[kvroute.SeqHash]kvroute.ExternalHash, len(ws.blocks))
-	for ext, e := range ws.blocks {
+	entries := make([]dumpEntry, 0, ws.blocks.len())
+	held := make(map[kvroute.SeqHash]kvroute.ExternalHash, ws.blocks.len())
+	ws.blocks.all(func(ext kvroute.ExternalHash, e entry) {
 		entries = append(entries, dumpEntry{ext, e})
 		if prev, ok := held[e.n.seq]; !ok || ext < prev {
 			held[e.n.seq] = ext
 		}
-	}
+	})
 	slices.SortFunc(entries, func(a, b dumpEntry) int {
 		if c := cmp.Compare(a.e.n.depth, b.e.n.depth); c != 0 {
 			return c
@@ -74,7 +74,7 @@ func (ix *Index) dumpWorker(ws *workerState, fn func(*kvroute.Event) error) erro
 	freeHash := func() kvroute.ExternalHash {
 		for {
 			nextFree++
-			if _, used := ws.blocks[nextFree]; !used {
+			if _, used := ws.blocks.get(nextFree); !used {
 				return nextFree
 			}
 		}

@@ -87,7 +87,7 @@ type workerState struct {
 
 	// mu serialises the worker's writes and protects every field below.
 	mu        sync.Mutex
-	blocks    map[kvroute.ExternalHash]entry
+	blocks    extMap
 	dups      map[dupKey]int // extra engine hashes for one (block, tier); rare
 	lastID    uint64
 	sequenced bool
@@ -138,7 +138,9 @@ func New(cfg Config) (*Index, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	opts := []func(*xsync.MapConfig){}
+	// Grow-only: a shrinking table would resize back and forth under the
+	// steady churn of stores and evictions.
+	opts := []func(*xsync.MapConfig){xsync.WithGrowOnly()}
 	if cfg.SizeHint > 0 {
 		opts = append(opts, xsync.WithPresize(cfg.SizeHint))
 	}
@@ -172,7 +174,7 @@ func (ix *Index) worker(w kvroute.WorkerKey, create bool) *workerState {
 }
 
 func (ix *Index) newWorker(w kvroute.WorkerKey) *workerState {
-	ws := &workerState{key: w, slot: ix.takeSlot(w), blocks: make(map[kvroute.ExternalHash]entry)}
+	ws := &workerState{key: w, slot: ix.takeSlot(w), blocks: newExtMap()}
 	ws.op.ix = ix
 	ws.addFn = ws.op.add
 	ws.removeFn = ws.op.remove
@@ -273,7 +275,7 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 	var parent *node
 	if ev.HasParent {
-		e, ok := ws.blocks[ev.Parent]
+		e, ok := ws.blocks.get(ev.Parent)
 		if !ok {
 			ix.stats.unknownParents.Add(1)
 			err := &UnknownParentError{Worker: ws.key, Parent: ev.Parent, EventID: ev.ID}
@@ -304,7 +306,7 @@ func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvr
 	if parent != nil {
 		seq = kvroute.NextSeqHash(parent.seq, local)
 	}
-	old, had := ws.blocks[ext]
+	old, had := ws.blocks.get(ext)
 	if had && old.n.seq != seq {
 		// The engine reused its hash for other content: forget the old block.
 		for tt := kvroute.Tier(0); tt < kvroute.NumTiers; tt++ {
@@ -317,10 +319,14 @@ func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvr
 	if had && old.tiers&(1<<t) != 0 {
 		return old.n
 	}
-	op := &ws.op
-	op.seq, op.local, op.parent, op.tier, op.slot, op.changed = seq, local, parent, t, ws.slot, false
-	n, _ := ix.nodes.Compute(seq, ws.addFn)
-	if !op.changed {
+	n, changed := ix.holdFast(seq, ws.slot, t)
+	if n == nil {
+		op := &ws.op
+		op.seq, op.local, op.parent, op.tier, op.slot, op.changed = seq, local, parent, t, ws.slot, false
+		n, _ = ix.nodes.Compute(seq, ws.addFn)
+		changed = op.changed
+	}
+	if !changed {
 		// Another engine hash of this worker already holds the block in
 		// this tier; remember it so that removing one keeps the bit.
 		if ws.dups == nil {
@@ -331,8 +337,44 @@ func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvr
 	if !had {
 		ix.entryCount.Add(1)
 	}
-	ws.blocks[ext] = entry{n: n, tiers: old.tiers | 1<<t}
+	ws.blocks.put(ext, entry{n: n, tiers: old.tiers | 1<<t})
 	return n
+}
+
+// holdFast sets slot's bit for tier t on the node under seq without taking
+// the bucket lock, for the common case of a block that exists already with
+// a chunk for slot. It returns the node and whether the bit changed, or nil
+// when the caller must take the locked path (no node, no chunk, or a node
+// being deleted).
+//
+// It pairs with removeIfEmpty: the deleter marks a node dead before it
+// checks that the node is empty, and holdFast sets its bit before it checks
+// that the node is not dead, so at least one of them sees the other's write
+// (sequentially consistent atomics) and a bit never lands on a node that
+// leaves the map.
+func (ix *Index) holdFast(seq kvroute.SeqHash, slot int, t kvroute.Tier) (*node, bool) {
+	n, ok := ix.nodes.Load(seq)
+	if !ok {
+		return nil, false
+	}
+	c := n.chunkFor(slot)
+	if c == nil {
+		return nil, false
+	}
+	bit := uint64(1) << (slot % slotsPerChunk)
+	heldBefore := c.any()&bit != 0
+	prev := c.tiers[t].Or(bit)
+	if n.dead.Load() {
+		if prev&bit == 0 {
+			c.tiers[t].And(^bit)
+		}
+		return nil, false
+	}
+	changed := prev&bit == 0
+	if changed && !heldBefore {
+		ix.pairCount.Add(1)
+	}
+	return n, changed
 }
 
 // add is the compute callback that sets the op's slot and tier on the
@@ -362,42 +404,36 @@ func (op *nodeOp) add(n *node, loaded bool) (*node, bool) {
 	return n, false
 }
 
-// remove is the compute callback that clears the op's slot and tier on
-// op.target, deleting the node when nobody holds it any more. When the map
-// holds no node or another node under the key (the target left the map
-// earlier), only the target's bit is cleared and the map is left as is.
+// remove is the compute callback that deletes op.target from the map when
+// nobody holds it any more. It marks the node dead before checking, for
+// holdFast (see there).
 func (op *nodeOp) remove(n *node, loaded bool) (*node, bool) {
-	target := op.target
-	if c := target.chunkFor(op.slot); c != nil {
-		bit := uint64(1) << (op.slot % slotsPerChunk)
-		if c.tiers[op.tier].And(^bit)&bit != 0 && c.any()&bit == 0 {
-			op.ix.pairCount.Add(-1)
-		}
-	}
-	if !loaded || n != target {
+	if !loaded || n != op.target {
 		return n, !loaded
 	}
+	n.dead.Store(true)
 	if n.empty() {
 		op.ix.nodeCount.Add(-1)
 		op.ix.extraChunks.Add(-int64(n.extraChunks()))
 		return n, true
 	}
+	n.dead.Store(false)
 	return n, false
 }
 
 // removeBlock drops tier t of the block ws holds as ext. ws.mu is held.
 func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvroute.Tier) {
-	e, ok := ws.blocks[ext]
+	e, ok := ws.blocks.get(ext)
 	if !ok || e.tiers&(1<<t) == 0 {
 		ix.stats.unknownRemoved.Add(1)
 		return
 	}
 	e.tiers &^= 1 << t
 	if e.tiers == 0 {
-		delete(ws.blocks, ext)
+		ws.blocks.del(ext)
 		ix.entryCount.Add(-1)
 	} else {
-		ws.blocks[ext] = e
+		ws.blocks.put(ext, e)
 	}
 	dk := dupKey{e.n, t}
 	if c := ws.dups[dk]; c > 0 {
@@ -411,25 +447,36 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 	ix.unholdNode(ws, e.n, t)
 }
 
-// unholdNode clears ws's bit for tier t on n. ws.mu is held.
+// unholdNode clears ws's bit for tier t on n, and deletes n from the map
+// when that left it empty. ws.mu is held.
 func (ix *Index) unholdNode(ws *workerState, n *node, t kvroute.Tier) {
-	op := &ws.op
-	op.seq, op.target, op.tier, op.slot = n.seq, n, t, ws.slot
-	ix.nodes.Compute(n.seq, ws.removeFn)
-	op.target = nil
+	c := n.chunkFor(ws.slot)
+	if c == nil {
+		return
+	}
+	bit := uint64(1) << (ws.slot % slotsPerChunk)
+	if c.tiers[t].And(^bit)&bit != 0 && c.any()&bit == 0 {
+		ix.pairCount.Add(-1)
+	}
+	if n.empty() {
+		op := &ws.op
+		op.target = n
+		ix.nodes.Compute(n.seq, ws.removeFn)
+		op.target = nil
+	}
 }
 
 // clearWorker drops every block ws holds. ws.mu is held.
 func (ix *Index) clearWorker(ws *workerState) {
-	for _, e := range ws.blocks {
+	ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
 		for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
 			if e.tiers&(1<<t) != 0 {
 				ix.unholdNode(ws, e.n, t)
 			}
 		}
-	}
-	ix.entryCount.Add(-int64(len(ws.blocks)))
-	clear(ws.blocks)
+	})
+	ix.entryCount.Add(-int64(ws.blocks.len()))
+	ws.blocks.reset()
 	clear(ws.dups)
 }
 
@@ -500,14 +547,13 @@ func (ix *Index) AppendWorkerBlocks(w kvroute.WorkerKey, dst []kvroute.SeqHash) 
 		return dst
 	}
 	defer ws.mu.Unlock()
-	seen := make(map[*node]struct{}, len(ws.blocks))
-	for _, e := range ws.blocks {
-		if _, ok := seen[e.n]; ok {
-			continue
+	seen := make(map[*node]struct{}, ws.blocks.len())
+	ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
+		if _, ok := seen[e.n]; !ok {
+			seen[e.n] = struct{}{}
+			dst = append(dst, e.n.seq)
 		}
-		seen[e.n] = struct{}{}
-		dst = append(dst, e.n.seq)
-	}
+	})
 	return dst
 }
 

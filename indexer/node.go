@@ -36,6 +36,7 @@ type node struct {
 	local  kvroute.BlockHash
 	parent *node // nil at the root; may outlive its place in the map
 	depth  uint32
+	dead   atomic.Bool // set while the node is being deleted from the map
 	holder chunk
 }
 
