@@ -389,12 +389,9 @@ func readHashes(p []byte, b *Batch) ([]byte, error) {
 	if msgp.IsNil(p) {
 		return p[1:], nil
 	}
-	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	n, p, err := readArrayHeader(p, 1)
 	if err != nil {
 		return p, err
-	}
-	if int64(n) > int64(len(p)) {
-		return p, fmt.Errorf("%d hashes in %d bytes", n, len(p))
 	}
 	b.hashes = grow(b.hashes, int(n))
 	start := len(b.hashes)
@@ -446,12 +443,9 @@ func readTokens(p []byte, b *Batch) ([]byte, error) {
 	if msgp.IsNil(p) {
 		return p[1:], nil
 	}
-	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	n, p, err := readArrayHeader(p, 1)
 	if err != nil {
 		return p, err
-	}
-	if int64(n) > int64(len(p)) {
-		return p, fmt.Errorf("%d tokens in %d bytes", n, len(p))
 	}
 	b.tokens = grow(b.tokens, int(n))
 	start := len(b.tokens)
