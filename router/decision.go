@@ -1,0 +1,182 @@
+package router
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// Request is a request to route.
+type Request struct {
+	// Tokens are the prompt's token ids. The router does not retain them.
+	Tokens []uint32
+	// LoRA is the LoRA adapter the request uses, empty for the base model.
+	LoRA string
+	// Priority is the strict priority class in the admission queue.
+	Priority uint32
+	// PriorityJump moves the request ahead inside its class (see
+	// scheduling.Request).
+	PriorityJump float64
+	// ExpectedOutputTokens is the expected output length, zero if unknown.
+	ExpectedOutputTokens int
+	// Pin, when HasPin is set, sends the request to this cache domain and
+	// no other; Select fails with ErrPinnedUnavailable when it cannot.
+	Pin    kvroute.WorkerKey
+	HasPin bool
+	// SessionKey, when not empty, keeps a session on the worker that served
+	// its previous request while that worker is healthy and not busy, for
+	// SessionTTL (Config) or the request's own SessionTTL after the last
+	// request.
+	SessionKey string
+	SessionTTL time.Duration
+	// Overrides replace cost weights and the temperature for this request.
+	Overrides scheduling.Overrides
+	// Explain fills Decision.Candidates with every candidate's overlap and
+	// cost. It costs an allocation per decision; leave it off on hot paths.
+	Explain bool
+}
+
+// Transfer is the KV-block movement a disaggregated decision needs: the
+// prefill worker computes the prompt and the decode worker pulls the
+// blocks it does not hold yet.
+type Transfer struct {
+	From kvroute.WorkerKey // the prefill worker
+	To   kvroute.WorkerKey // the decode worker
+	// FirstBlock is the index of the first prompt block to move: the decode
+	// worker already holds the blocks before it.
+	FirstBlock int
+	// Blocks is the number of blocks to move.
+	Blocks int
+}
+
+// CandidateCost is one candidate of a decision, for debugging.
+type CandidateCost struct {
+	Worker kvroute.WorkerKey
+	Cached [kvroute.NumTiers]int
+	Load   scheduling.Load
+	Health Health
+	Cost   float64
+}
+
+// Outcome is how a routed request ended.
+type Outcome struct {
+	// Err is the request's error, nil when it succeeded. A non-nil error
+	// that is not a cancellation by the client counts against the worker's
+	// health; use ErrCanceled (or context.Canceled) for cancellations.
+	Err error
+	// CachedTokens is the number of prompt tokens the engine actually found
+	// in its cache (vLLM's num_cached_tokens), valid when CachedTokensKnown.
+	CachedTokens      int
+	CachedTokensKnown bool
+}
+
+// Decision is the router's answer for one request and the handle of its
+// lifecycle. Every Decision returned by Select must be balanced by exactly
+// one Done; PrefillDone and AddOutputTokens are optional but keep the
+// load tracker exact. All three are safe from any goroutine and harmless
+// when repeated or called after Done. A Decision whose Done is never called
+// stops counting as load after the tracker's TTL.
+//
+// A Decision filled by SelectInto may be reused for another SelectInto once
+// its Done has been called.
+type Decision struct {
+	// Worker is the chosen cache domain: the worker that serves the request
+	// (the decode worker when Disaggregated).
+	Worker kvroute.WorkerKey
+	// Disaggregated is set when the request is served by a prefill worker
+	// and a decode worker; Prefill and Transfer then say which and what
+	// moves.
+	Disaggregated bool
+	Prefill       kvroute.WorkerKey
+	Transfer      Transfer
+	// PromptTokens and Blocks are the prompt's length in tokens and full
+	// blocks.
+	PromptTokens int
+	Blocks       int
+	// CachedBlocks and CachedTokens are the prefix the index says the
+	// serving worker (the prefill worker when Disaggregated) holds.
+	CachedBlocks int
+	CachedTokens int
+	// Cost is the chosen candidate's cost.
+	Cost float64
+	// Candidates lists every candidate with its cost, when Request.Explain
+	// was set.
+	Candidates []CandidateCost
+	// Waited is the time the request spent in the admission queue.
+	Waited time.Duration
+
+	r         *Router
+	id        scheduling.RequestID // tracker id on Worker
+	prefillID scheduling.RequestID // tracker id on Prefill when Disaggregated
+	state     atomic.Uint32
+}
+
+const (
+	statePrefillDone = 1 << iota
+	stateDone
+)
+
+// PrefillDone records that the request's first token arrived: its prefill
+// no longer loads the worker (and, disaggregated, the prefill worker is
+// done with it). Waiting requests may be admitted.
+func (d *Decision) PrefillDone() {
+	if d == nil || d.r == nil {
+		return
+	}
+	for {
+		s := d.state.Load()
+		if s&(statePrefillDone|stateDone) != 0 {
+			return
+		}
+		if d.state.CompareAndSwap(s, s|statePrefillDone) {
+			break
+		}
+	}
+	d.r.tracker.PrefillDone(d.id)
+	if d.Disaggregated {
+		d.r.tracker.Free(d.prefillID)
+	}
+	d.r.release()
+}
+
+// AddOutputTokens records n more generated tokens, which grow the request's
+// decode blocks. It does nothing after Done.
+func (d *Decision) AddOutputTokens(n int) {
+	if d == nil || d.r == nil || d.state.Load()&stateDone != 0 {
+		return
+	}
+	d.r.tracker.AddOutputTokens(d.id, n)
+}
+
+// Done ends the request: its load is released, its outcome feeds routing
+// accuracy and worker health. Only the first call counts.
+func (d *Decision) Done(o Outcome) {
+	if d == nil || d.r == nil {
+		return
+	}
+	for {
+		s := d.state.Load()
+		if s&stateDone != 0 {
+			return
+		}
+		if d.state.CompareAndSwap(s, s|stateDone) {
+			break
+		}
+	}
+	r := d.r
+	r.tracker.Free(d.id)
+	if d.Disaggregated {
+		r.tracker.Free(d.prefillID)
+	}
+	r.observe(d, o)
+	r.release()
+}
+
+// release admits one waiting request, if the queue is on.
+func (r *Router) release() {
+	if r.queue != nil && r.queue.Len() > 0 {
+		r.queue.Release(1)
+	}
+}

@@ -1,0 +1,50 @@
+// Package router decides, in-process and in microseconds, which inference
+// worker serves each LLM request: the one that already holds the KV cache
+// of the longest prefix of its prompt, unless it is too busy.
+//
+// # Usage
+//
+// The host's duties, in order:
+//
+//  1. Create the Router with New, with the engines' block size in
+//     Config.Hasher and a cost function (Dynamo's default when nil).
+//  2. Register every engine with AddWorker (a Worker: its id,
+//     data-parallel ranks, block size and role); UpdateWorker and
+//     RemoveWorker as the pool changes.
+//  3. Feed the engines' KV events into Router.Index (package kvevents does
+//     this from ZMQ or NATS), or set Config.Approximate when they publish
+//     none.
+//  4. Per request, call Select; send the request to Decision.Worker; call
+//     Decision.PrefillDone on the first token and Decision.Done at the end
+//     (also on errors and cancellations), with the engine's actual cached
+//     tokens when known.
+//  5. Report engine metrics with Heartbeat and failures with ReportError,
+//     and call CheckHealth periodically (or start RunHealthChecks).
+//
+// A complete integration:
+//
+//	r, _ := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+//	_ = r.AddWorker(router.StaticWorker{WorkerID: 1, Block: 16})
+//	_ = r.AddWorker(router.StaticWorker{WorkerID: 2, Block: 16})
+//	go r.RunHealthChecks(ctx, time.Second)
+//	// go sub.Run(ctx) // a kvevents subscriber applying events to r.Index()
+//
+//	d, err := r.Select(ctx, &router.Request{Tokens: promptTokens})
+//	if err != nil {
+//		return err // scheduling.ErrAllBusy, router.ErrNoWorkers, ...
+//	}
+//	resp, err := send(d.Worker, prompt) // the host's own client
+//	d.PrefillDone()
+//	d.Done(router.Outcome{Err: err, CachedTokens: resp.CachedTokens, CachedTokensKnown: true})
+//
+// # Concurrency
+//
+// Select and the Decision methods are safe for concurrent use and take no
+// router-wide lock: the worker set is an immutable snapshot behind an
+// atomic pointer, replaced by AddWorker, UpdateWorker and RemoveWorker
+// (which serialise among themselves). Select blocks only in the admission
+// queue (Config.Queue), and then until its context ends.
+//
+// The router starts no goroutines and does no I/O; RunHealthChecks is the
+// only optional goroutine, started by the host.
+package router

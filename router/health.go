@@ -1,0 +1,141 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Health is a worker's health as the router sees it.
+type Health uint32
+
+// The health states.
+const (
+	// Healthy workers are chosen normally.
+	Healthy Health = iota
+	// Degraded workers (late heartbeats or a few errors in a row) are
+	// chosen only when no healthy worker can take the request.
+	Degraded
+	// Unhealthy workers (heartbeats missing for long, or many errors in a
+	// row) are never chosen.
+	Unhealthy
+)
+
+// String returns the state's name.
+func (h Health) String() string {
+	switch h {
+	case Healthy:
+		return "healthy"
+	case Degraded:
+		return "degraded"
+	case Unhealthy:
+		return "unhealthy"
+	}
+	return fmt.Sprintf("health(%d)", uint32(h))
+}
+
+// HealthConfig configures how the router derives worker health from
+// heartbeats (Router.Heartbeat) and errors (Router.ReportError and failed
+// Decision.Done outcomes). The zero value uses the defaults below.
+type HealthConfig struct {
+	// DegradedAfter is how long after its last heartbeat a worker becomes
+	// degraded. Zero means 5 s.
+	DegradedAfter time.Duration
+	// UnhealthyAfter is how long after its last heartbeat a worker becomes
+	// unhealthy. Zero means 15 s.
+	UnhealthyAfter time.Duration
+	// RequireHeartbeats applies the heartbeat timeouts to workers that never
+	// sent one, counting from when they were added. When false, a worker is
+	// judged by heartbeats only once it has sent its first.
+	RequireHeartbeats bool
+	// DegradedErrors is the number of consecutive errors that make a
+	// worker degraded. Zero means 3.
+	DegradedErrors int
+	// UnhealthyErrors is the number of consecutive errors that make a
+	// worker unhealthy. Zero means 5. A success or a heartbeat resets the
+	// count.
+	UnhealthyErrors int
+}
+
+func (c HealthConfig) withDefaults() (HealthConfig, error) {
+	if c.DegradedAfter == 0 {
+		c.DegradedAfter = 5 * time.Second
+	}
+	if c.UnhealthyAfter == 0 {
+		c.UnhealthyAfter = 15 * time.Second
+	}
+	if c.DegradedErrors == 0 {
+		c.DegradedErrors = 3
+	}
+	if c.UnhealthyErrors == 0 {
+		c.UnhealthyErrors = 5
+	}
+	if c.DegradedAfter < 0 || c.UnhealthyAfter < c.DegradedAfter || c.DegradedErrors < 0 || c.UnhealthyErrors < c.DegradedErrors {
+		return c, fmt.Errorf("%w: health timeouts %v/%v, error counts %d/%d", ErrInvalidConfig,
+			c.DegradedAfter, c.UnhealthyAfter, c.DegradedErrors, c.UnhealthyErrors)
+	}
+	return c, nil
+}
+
+// judge returns the health of a domain from its heartbeat age and errors.
+func (c *HealthConfig) judge(d *domain, now int64) Health {
+	h := Healthy
+	errs := int(d.errors.Load())
+	switch {
+	case errs >= c.UnhealthyErrors:
+		return Unhealthy
+	case errs >= c.DegradedErrors:
+		h = Degraded
+	}
+	last := d.lastHeartbeat.Load()
+	if last == 0 {
+		if !c.RequireHeartbeats {
+			return h
+		}
+		last = d.added
+	}
+	switch age := time.Duration(now - last); {
+	case age >= c.UnhealthyAfter:
+		return Unhealthy
+	case age >= c.DegradedAfter:
+		return Degraded
+	}
+	return h
+}
+
+// CheckHealth re-evaluates every worker's health at the current time of
+// the router's clock. The host calls it periodically (every second or so),
+// or starts RunHealthChecks to have it called on a timer.
+func (r *Router) CheckHealth() {
+	now := r.clock.Now().UnixNano()
+	s := r.snap.Load()
+	for _, d := range s.domains {
+		r.setHealth(d, r.health.judge(d, now))
+	}
+}
+
+func (r *Router) setHealth(d *domain, h Health) {
+	if old := Health(d.health.Swap(uint32(h))); old != h {
+		r.log.Info("worker health changed", "worker", d.key.String(), "from", old.String(), "to", h.String())
+	}
+}
+
+// RunHealthChecks calls CheckHealth every interval until ctx ends, then
+// returns ctx's error. It is the optional health goroutine: the host starts
+// it explicitly (go r.RunHealthChecks(ctx, time.Second)) or calls
+// CheckHealth from its own loop instead.
+func (r *Router) RunHealthChecks(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			r.CheckHealth()
+		}
+	}
+}

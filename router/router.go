@@ -1,0 +1,450 @@
+package router
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// Errors returned by the router. Errors from Select wrap one of these or a
+// scheduling error (scheduling.ErrAllBusy, scheduling.ErrQueueFull, a
+// context error).
+var (
+	// ErrInvalidConfig: a Config or Worker value is out of range.
+	ErrInvalidConfig = errors.New("router: invalid configuration")
+	// ErrNoWorkers: no healthy worker can serve the request (none added,
+	// all unhealthy, or none with the role the request needs). Retry after
+	// workers recover.
+	ErrNoWorkers = errors.New("router: no eligible worker")
+	// ErrUnknownWorker: the worker id is not registered.
+	ErrUnknownWorker = errors.New("router: unknown worker")
+	// ErrDuplicateWorker: AddWorker was given an id already registered.
+	ErrDuplicateWorker = errors.New("router: worker already registered")
+	// ErrPinnedUnavailable: the request is pinned to a worker that is not
+	// registered, not healthy or busy. The caller may retry unpinned.
+	ErrPinnedUnavailable = errors.New("router: pinned worker unavailable")
+)
+
+// Config configures a Router. The zero value routes aggregated workers
+// with block size 16 by Dynamo's default cost, exact index, no queue.
+type Config struct {
+	// Hasher hashes prompts; its block size must match the workers'. Zero
+	// means kvroute.DefaultBlockSize.
+	Hasher kvroute.Hasher
+	// Index is the exact prefix index that the host feeds with the
+	// engines' KV events. Nil means the router makes one (Router.Index
+	// returns it). Ignored when Approximate is set.
+	Index *indexer.Index
+	// Approximate makes the router record its own decisions in an
+	// approximate index instead, for engines that publish no KV events.
+	Approximate bool
+	// ApproxConfig configures the approximate index (TTL, size bound).
+	ApproxConfig indexer.ApproxConfig
+	// Cost scores candidates (lower is better). Nil means Dynamo's default
+	// cost (scheduling.NewDynamoCost with the zero config).
+	Cost scheduling.CostFunc
+	// DecodeCost scores decode workers in disaggregated serving. Nil means
+	// Dynamo's cost with overlap weight 0 (decode load only).
+	DecodeCost scheduling.CostFunc
+	// Selector configures the choice among costs (temperature, seed).
+	Selector scheduling.SelectorConfig
+	// Busy marks workers too loaded to be candidates.
+	Busy scheduling.BusyThresholds
+	// Queue, when set, enables the admission queue: requests wait while
+	// every eligible worker is saturated with prefill work.
+	Queue *scheduling.QueueConfig
+	// Tracker configures the active-request load tracker (request TTL).
+	Tracker scheduling.TrackerConfig
+	// Health configures heartbeat and error based health.
+	Health HealthConfig
+	// SessionTTL is how long a session affinity key keeps sending its
+	// requests to the same worker after its last request. Zero means
+	// 10 minutes.
+	SessionTTL time.Duration
+	// FeedbackWindow is the number of recent outcomes routing accuracy is
+	// computed over. Zero means 1,000.
+	FeedbackWindow int
+	// Clock supplies time to health, sessions, the tracker and the queue.
+	// Nil means the system clock.
+	Clock kvroute.Clock
+	// Logger receives health changes at info level and, at debug level,
+	// every decision's candidates with their overlap and cost. Nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// Router decides, for each request, which worker serves it.
+//
+// Concurrency: Select, the Decision methods, Heartbeat, ReportError,
+// CheckHealth and Stats are safe for concurrent use. Select reads an
+// immutable snapshot of the workers through one atomic pointer and takes
+// no lock of the router's own (the tracker and the index lock internally
+// per shard and per worker). AddWorker, UpdateWorker and RemoveWorker
+// serialise on a registry mutex and publish a new snapshot; Select calls
+// in flight finish on the snapshot they started with.
+type Router struct {
+	hasher     kvroute.Hasher
+	index      *indexer.Index
+	approx     *indexer.Approx
+	cost       scheduling.CostFunc
+	decodeCost scheduling.CostFunc
+	sel        *scheduling.Selector
+	busy       scheduling.BusyThresholds
+	queue      *scheduling.Queue
+	tracker    *scheduling.Tracker
+	health     HealthConfig
+	sessionTTL time.Duration
+	clock      kvroute.Clock
+	log        *slog.Logger
+	debug      bool
+
+	// mu serialises registry changes; it protects workers and the
+	// publication of snap.
+	mu      sync.Mutex
+	workers map[kvroute.WorkerID]*workerEntry
+	snap    atomic.Pointer[snapshot]
+
+	sessions *xsync.MapOf[string, session]
+	nextID   atomic.Uint64
+	scratch  sync.Pool
+	stats    routerStats
+	feedback feedback
+}
+
+// workerEntry is a registered worker and its cache domains.
+type workerEntry struct {
+	w       Worker
+	domains []*domain
+}
+
+// domain is one cache domain (a worker's data-parallel rank). It is shared
+// by successive snapshots; its mutable fields are atomic.
+type domain struct {
+	key    kvroute.WorkerKey
+	role   Role
+	static scheduling.Load // capacities from the Worker
+	added  int64           // when it was added, unix ns
+
+	reported      atomic.Pointer[scheduling.Load] // last heartbeat report
+	lastHeartbeat atomic.Int64                    // unix ns, 0 = never
+	health        atomic.Uint32
+	errors        atomic.Int32
+	decisions     atomic.Uint64
+}
+
+// snapshot is the immutable worker set Select reads.
+type snapshot struct {
+	domains []*domain                 // sorted by key
+	byKey   map[kvroute.WorkerKey]int // key → index in domains
+	roles   [3]int                    // domains per role
+}
+
+type session struct {
+	key     kvroute.WorkerKey
+	expires int64
+}
+
+// New returns a Router with no workers.
+func New(cfg Config) (*Router, error) {
+	r := &Router{
+		hasher:     cfg.Hasher,
+		clock:      kvroute.ClockOrSystem(cfg.Clock),
+		log:        cfg.Logger,
+		busy:       cfg.Busy,
+		sessionTTL: cfg.SessionTTL,
+		workers:    map[kvroute.WorkerID]*workerEntry{},
+		sessions:   xsync.NewMapOf[string, session](),
+	}
+	if !r.hasher.Valid() {
+		if r.hasher != (kvroute.Hasher{}) {
+			return nil, fmt.Errorf("%w: invalid hasher", ErrInvalidConfig)
+		}
+		r.hasher = kvroute.MustHasher(kvroute.HasherConfig{})
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	r.debug = r.log.Handler().Enabled(context.Background(), slog.LevelDebug)
+	if r.sessionTTL == 0 {
+		r.sessionTTL = 10 * time.Minute
+	}
+	var err error
+	if r.health, err = cfg.Health.withDefaults(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Busy.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case cfg.Approximate:
+		ac := cfg.ApproxConfig
+		ac.Index.Hasher = r.hasher
+		if ac.Clock == nil {
+			ac.Clock = r.clock
+		}
+		if r.approx, err = indexer.NewApprox(ac); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		r.index = r.approx.Index
+	case cfg.Index != nil:
+		r.index = cfg.Index
+	default:
+		if r.index, err = indexer.New(indexer.Config{Hasher: r.hasher}); err != nil {
+			return nil, err
+		}
+	}
+	r.cost = cfg.Cost
+	if r.cost == nil {
+		if r.cost, err = scheduling.NewDynamoCost(scheduling.DynamoCostConfig{BlockSize: r.hasher.BlockSize()}); err != nil {
+			return nil, err
+		}
+	}
+	r.decodeCost = cfg.DecodeCost
+	if r.decodeCost == nil {
+		if r.decodeCost, err = scheduling.NewDynamoCost(scheduling.DynamoCostConfig{
+			BlockSize: r.hasher.BlockSize(), OverlapWeight: scheduling.Float(0)}); err != nil {
+			return nil, err
+		}
+	}
+	if r.sel, err = scheduling.NewSelector(cfg.Selector); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	tc := cfg.Tracker
+	if tc.BlockSize == 0 {
+		tc.BlockSize = r.hasher.BlockSize()
+	}
+	if tc.Clock == nil {
+		tc.Clock = r.clock
+	}
+	if r.tracker, err = scheduling.NewTracker(tc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.Queue != nil {
+		qc := *cfg.Queue
+		if qc.Clock == nil {
+			qc.Clock = r.clock
+		}
+		if r.queue, err = scheduling.NewQueue(qc); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	window := cfg.FeedbackWindow
+	if window == 0 {
+		window = 1000
+	}
+	if window < 0 {
+		return nil, fmt.Errorf("%w: feedback window %d", ErrInvalidConfig, window)
+	}
+	r.feedback.ring = make([]bool, window)
+	r.snap.Store(&snapshot{byKey: map[kvroute.WorkerKey]int{}})
+	r.scratch.New = func() any { return new(scratch) }
+	return r, nil
+}
+
+// Index returns the prefix index the router matches against: the exact
+// index the host feeds with KV events, or in approximate mode the index
+// the router records its decisions in.
+func (r *Router) Index() *indexer.Index { return r.index }
+
+// Tracker returns the router's active-request load tracker.
+func (r *Router) Tracker() *scheduling.Tracker { return r.tracker }
+
+// Hasher returns the hasher the router hashes prompts with.
+func (r *Router) Hasher() kvroute.Hasher { return r.hasher }
+
+// AddWorker registers w. It returns ErrDuplicateWorker when its id is
+// registered already and ErrInvalidConfig when its block size differs
+// from the router's hasher.
+func (r *Router) AddWorker(w Worker) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.workers[w.ID()]; ok {
+		return fmt.Errorf("%w: %d", ErrDuplicateWorker, w.ID())
+	}
+	e, err := r.newEntry(w, nil)
+	if err != nil {
+		return err
+	}
+	r.workers[w.ID()] = e
+	r.publish()
+	return nil
+}
+
+// UpdateWorker replaces the description of a registered worker (role,
+// ranks, capacities), keeping the health, heartbeats and index entries of
+// the ranks it still has. Ranks it no longer has are removed as by
+// RemoveWorker.
+func (r *Router) UpdateWorker(w Worker) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old, ok := r.workers[w.ID()]
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrUnknownWorker, w.ID())
+	}
+	e, err := r.newEntry(w, old)
+	if err != nil {
+		return err
+	}
+	for _, d := range old.domains[min(len(old.domains), len(e.domains)):] {
+		r.dropDomain(d.key)
+	}
+	r.workers[w.ID()] = e
+	r.publish()
+	return nil
+}
+
+// RemoveWorker unregisters worker id: it is no longer chosen, its blocks
+// leave the index and its tracked requests are dropped. Decisions already
+// made for it stay valid; their Done is harmless. It reports whether the
+// worker was registered.
+func (r *Router) RemoveWorker(id kvroute.WorkerID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.workers[id]
+	if !ok {
+		return false
+	}
+	delete(r.workers, id)
+	r.publish()
+	for _, d := range e.domains {
+		r.dropDomain(d.key)
+	}
+	return true
+}
+
+func (r *Router) dropDomain(k kvroute.WorkerKey) {
+	if r.approx != nil {
+		r.approx.RemoveWorker(k)
+	} else {
+		r.index.RemoveWorker(k)
+	}
+	r.tracker.RemoveWorker(k)
+}
+
+// newEntry builds the entry for w, reusing the domains of old.
+func (r *Router) newEntry(w Worker, old *workerEntry) (*workerEntry, error) {
+	if bs := w.BlockSize(); bs != 0 && bs != r.hasher.BlockSize() {
+		return nil, fmt.Errorf("%w: worker %d has block size %d, router hashes blocks of %d", ErrInvalidConfig, w.ID(), bs, r.hasher.BlockSize())
+	}
+	if w.Role() > RoleDecode {
+		return nil, fmt.Errorf("%w: worker %d has unknown role %d", ErrInvalidConfig, w.ID(), w.Role())
+	}
+	ranks := max(w.DataParallelRanks(), 1)
+	var static scheduling.Load
+	if c, ok := w.(Capacity); ok {
+		static.MaxBatchedTokens = c.MaxBatchedTokens()
+		static.MaxRequests = c.MaxRequests()
+		static.KVCapacityBlocks = c.KVCapacityBlocks()
+	}
+	now := r.clock.Now().UnixNano()
+	e := &workerEntry{w: w}
+	for rank := range ranks {
+		d := &domain{key: kvroute.WorkerKey{ID: w.ID(), Rank: kvroute.DPRank(rank)}, role: w.Role(), static: static, added: now}
+		if old != nil && rank < len(old.domains) {
+			prev := old.domains[rank]
+			d.added = prev.added
+			d.reported.Store(prev.reported.Load())
+			d.lastHeartbeat.Store(prev.lastHeartbeat.Load())
+			d.health.Store(prev.health.Load())
+			d.errors.Store(prev.errors.Load())
+			d.decisions.Store(prev.decisions.Load())
+		}
+		e.domains = append(e.domains, d)
+	}
+	return e, nil
+}
+
+// publish builds and stores a new snapshot. r.mu is held.
+func (r *Router) publish() {
+	s := &snapshot{byKey: map[kvroute.WorkerKey]int{}}
+	for _, e := range r.workers {
+		s.domains = append(s.domains, e.domains...)
+	}
+	slices.SortFunc(s.domains, func(a, b *domain) int {
+		if c := cmp.Compare(a.key.ID, b.key.ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key.Rank, b.key.Rank)
+	})
+	for i, d := range s.domains {
+		s.byKey[d.key] = i
+		s.roles[d.role]++
+	}
+	r.snap.Store(s)
+}
+
+// Workers returns the registered workers' cache domains, sorted.
+func (r *Router) Workers() []kvroute.WorkerKey {
+	s := r.snap.Load()
+	out := make([]kvroute.WorkerKey, len(s.domains))
+	for i, d := range s.domains {
+		out[i] = d.key
+	}
+	return out
+}
+
+// Heartbeat records a load report of one cache domain: the engine's own
+// metrics (queue depth, KV-cache utilisation, running requests). Fields the
+// router tracks itself (active prefill tokens, decode blocks, request
+// count) are combined with its own: the larger of the two counts. A
+// heartbeat also marks the domain alive and resets its error count. It
+// returns ErrUnknownWorker for an unregistered domain.
+func (r *Router) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
+	d := r.domain(w)
+	if d == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownWorker, w)
+	}
+	l := load
+	d.reported.Store(&l)
+	d.lastHeartbeat.Store(r.clock.Now().UnixNano())
+	d.errors.Store(0)
+	r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano()))
+	return nil
+}
+
+// ReportError records a failure talking to a cache domain (a connection
+// error, an engine error response). Consecutive errors make it degraded
+// and then unhealthy (HealthConfig). It returns ErrUnknownWorker for an
+// unregistered domain.
+func (r *Router) ReportError(w kvroute.WorkerKey, err error) error {
+	d := r.domain(w)
+	if d == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownWorker, w)
+	}
+	d.errors.Add(1)
+	r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano()))
+	r.log.Debug("worker error", "worker", w.String(), "err", err)
+	return nil
+}
+
+// Health returns the health of a cache domain, and false when it is not
+// registered.
+func (r *Router) Health(w kvroute.WorkerKey) (Health, bool) {
+	d := r.domain(w)
+	if d == nil {
+		return Unhealthy, false
+	}
+	return Health(d.health.Load()), true
+}
+
+func (r *Router) domain(w kvroute.WorkerKey) *domain {
+	s := r.snap.Load()
+	i, ok := s.byKey[w]
+	if !ok {
+		return nil
+	}
+	return s.domains[i]
+}

@@ -1,0 +1,363 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// scratch is the per-call working memory of Select, pooled so that a
+// steady stream of decisions allocates nothing.
+type scratch struct {
+	blocks   []kvroute.BlockHash
+	seqs     []kvroute.SeqHash
+	match    indexer.MatchResult
+	cands    []scheduling.Candidate
+	degraded int // degraded domains left out of cands
+	costs    []float64
+	pos      []int // domain index → candidate index + 1 (0: not a candidate)
+}
+
+// phase selects the candidates of one choice.
+type phase uint8
+
+const (
+	phaseAggregated phase = iota // aggregated workers (decode workers too when no prefill worker is up)
+	phasePrefill                 // prefill workers
+	phaseDecode                  // decode workers
+)
+
+func (p phase) accepts(role Role, fallback bool) bool {
+	switch p {
+	case phasePrefill:
+		return role == RolePrefill
+	case phaseDecode:
+		return role == RoleDecode
+	}
+	return role == RoleAggregated || (fallback && role != RolePrefill)
+}
+
+// Select chooses the worker for req and starts tracking it; it is
+// SelectInto with a new Decision.
+func (r *Router) Select(ctx context.Context, req *Request) (*Decision, error) {
+	d := new(Decision)
+	if err := r.SelectInto(ctx, req, d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// SelectInto chooses the worker for req, starts tracking it, and fills d
+// (which must be new, or one whose Done was called). It hashes the prompt,
+// matches it in the index, builds the candidates with their load, removes
+// unhealthy and busy ones (degraded ones too when a healthy one is left),
+// waits in the admission queue when every candidate is saturated, and
+// chooses with the cost function and selector. When the pool has prefill
+// and decode workers, it chooses one of each.
+//
+// Select never blocks on I/O; it blocks only in the admission queue, and
+// then until ctx ends. It allocates nothing in steady state unless
+// req.Explain is set.
+//
+// Errors: ErrNoWorkers when no eligible worker is registered and healthy;
+// ErrPinnedUnavailable for a pinned request that cannot go to its pin;
+// errors matching scheduling.ErrAllBusy, scheduling.ErrQueueFull or
+// scheduling.ErrQueueClosed; ctx's error after a wait.
+func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) error {
+	start := time.Now()
+	sc := r.scratch.Get().(*scratch)
+	defer r.scratch.Put(sc)
+
+	h := r.hasher
+	if req.LoRA != "" {
+		h = h.WithLoRA(req.LoRA)
+	}
+	if r.approx != nil {
+		sc.blocks, sc.seqs = h.AppendHashes(sc.blocks[:0], sc.seqs[:0], req.Tokens)
+	} else {
+		sc.seqs = h.AppendSeqHashes(sc.seqs[:0], req.Tokens)
+	}
+	r.index.Match(sc.seqs, &sc.match)
+
+	*d = Decision{r: r, PromptTokens: len(req.Tokens), Blocks: len(sc.seqs)}
+	sreq := scheduling.Request{
+		PromptTokens:         len(req.Tokens),
+		Blocks:               len(sc.seqs),
+		BlockSize:            h.BlockSize(),
+		Priority:             req.Priority,
+		PriorityJump:         req.PriorityJump,
+		ExpectedOutputTokens: req.ExpectedOutputTokens,
+		Arrival:              r.clock.Now(),
+		Overrides:            req.Overrides,
+	}
+
+	s := r.snap.Load()
+	disagg := s.roles[RolePrefill] > 0 && s.roles[RoleDecode] > 0
+	var err error
+	if disagg {
+		err = r.selectDisaggregated(ctx, s, req, &sreq, sc, d)
+	} else {
+		var c *scheduling.Candidate
+		c, err = r.choose(ctx, s, phaseAggregated, true, req, &sreq, sc, r.cost, d)
+		if err == nil {
+			d.Worker = c.Worker
+			d.CachedBlocks = c.CachedBlocks()
+		}
+	}
+	if err != nil {
+		r.stats.rejected.Add(1)
+		return err
+	}
+	d.CachedTokens = d.CachedBlocks * h.BlockSize()
+
+	// Track the request's load on the chosen worker(s).
+	d.id = scheduling.RequestID(r.nextID.Add(1))
+	serving := d.Worker
+	if d.Disaggregated {
+		d.prefillID = scheduling.RequestID(r.nextID.Add(1))
+		serving = d.Prefill
+		_ = r.tracker.Add(d.prefillID, d.Prefill, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
+		_ = r.tracker.Add(d.id, d.Worker, sc.seqs, 0)
+	} else {
+		_ = r.tracker.Add(d.id, d.Worker, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
+	}
+	if r.approx != nil {
+		_ = r.approx.Insert(serving, sc.blocks, sc.seqs)
+		if d.Disaggregated {
+			_ = r.approx.Insert(d.Worker, sc.blocks, sc.seqs)
+		}
+	}
+	if req.SessionKey != "" {
+		ttl := req.SessionTTL
+		if ttl <= 0 {
+			ttl = r.sessionTTL
+		}
+		exp := r.clock.Now().Add(ttl).UnixNano()
+		if cur, ok := r.sessions.Load(req.SessionKey); !ok || cur.key != d.Worker || cur.expires < exp-int64(time.Second) {
+			r.sessions.Store(req.SessionKey, session{key: d.Worker, expires: exp})
+		}
+	}
+	r.stats.record(d, time.Since(start))
+	return nil
+}
+
+func (r *Router) selectDisaggregated(ctx context.Context, s *snapshot, req *Request, sreq *scheduling.Request, sc *scratch, d *Decision) error {
+	p, err := r.choose(ctx, s, phasePrefill, false, req, sreq, sc, r.cost, d)
+	if err != nil {
+		// No prefill worker can take it: decode workers prefill
+		// themselves, as an aggregated pool would.
+		c, err2 := r.choose(ctx, s, phaseAggregated, true, req, sreq, sc, r.cost, d)
+		if err2 != nil {
+			return err
+		}
+		d.Worker, d.CachedBlocks = c.Worker, c.CachedBlocks()
+		return nil
+	}
+	d.Prefill, d.CachedBlocks = p.Worker, p.CachedBlocks()
+	prefillCost := d.Cost
+	dc, err := r.choose(ctx, s, phaseDecode, false, req, sreq, sc, r.decodeCost, d)
+	if err != nil {
+		return err
+	}
+	d.Disaggregated = true
+	d.Worker = dc.Worker
+	d.Cost = prefillCost
+	cached := dc.CachedBlocks()
+	d.Transfer = Transfer{From: d.Prefill, To: d.Worker, FirstBlock: cached, Blocks: max(d.Blocks-cached, 0)}
+	return nil
+}
+
+// choose builds the candidates of one phase and picks one. The returned
+// candidate lives in sc until the next choose.
+func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, fallback bool, req *Request, sreq *scheduling.Request, sc *scratch, cost scheduling.CostFunc, d *Decision) (*scheduling.Candidate, error) {
+	var waitedFrom time.Time
+	for {
+		cands, err := r.eligible(s, ph, fallback, false, req, sc)
+		if err != nil && sc.degraded > 0 {
+			// No healthy worker can take it: fall back to degraded ones.
+			cands, err = r.eligible(s, ph, fallback, true, req, sc)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.queue != nil && ph != phaseDecode {
+			saturated := r.queue.Saturated(cands)
+			if saturated || r.queue.Len() > 0 {
+				if waitedFrom.IsZero() {
+					waitedFrom = time.Now()
+				}
+				item := scheduling.NewItem(sreq, cands)
+				if err := r.queue.Wait(ctx, item, saturated); err != nil {
+					return nil, err
+				}
+				if saturated {
+					// Released: the loads changed, look again.
+					d.Waited = time.Since(waitedFrom)
+					s = r.snap.Load()
+					continue
+				}
+			}
+		}
+		if len(sc.costs) < len(cands) {
+			sc.costs = make([]float64, len(cands))
+		}
+		i := -1
+		if req.SessionKey != "" && !req.HasPin {
+			i = r.sessionChoice(req.SessionKey, cands)
+		}
+		if i < 0 {
+			if i, err = scheduling.Choose(cost, r.sel, sreq, cands, sc.costs); err != nil {
+				return nil, err
+			}
+		} else {
+			cost.Costs(sreq, cands, sc.costs)
+		}
+		d.Cost = sc.costs[i]
+		if req.Explain {
+			r.explain(cands, sc, d)
+		}
+		if r.debug {
+			r.logDecision(ctx, ph, cands, sc.costs[:len(cands)], i)
+		}
+		return &cands[i], nil
+	}
+}
+
+// eligible returns the candidates of phase ph that are not busy, healthy
+// ones only unless withDegraded is set; sc.degraded counts the degraded
+// domains left out.
+func (r *Router) eligible(s *snapshot, ph phase, fallback, withDegraded bool, req *Request, sc *scratch) ([]scheduling.Candidate, error) {
+	if err := r.candidates(s, ph, fallback, withDegraded, req, sc); err != nil {
+		return nil, err
+	}
+	cands, err := r.busy.Filter(sc.cands)
+	if err != nil && req.HasPin {
+		return nil, fmt.Errorf("%w: %s is busy", ErrPinnedUnavailable, req.Pin)
+	}
+	return cands, err
+}
+
+// candidates fills sc.cands with the eligible domains of phase ph and their
+// overlap and load.
+func (r *Router) candidates(s *snapshot, ph phase, fallback, withDegraded bool, req *Request, sc *scratch) error {
+	sc.cands = sc.cands[:0]
+	sc.degraded = 0
+	if cap(sc.pos) < len(s.domains) {
+		sc.pos = make([]int, len(s.domains))
+	}
+	pos := sc.pos[:len(s.domains)]
+	clear(pos)
+	for i, dm := range s.domains {
+		if !ph.accepts(dm.role, fallback) {
+			continue
+		}
+		if req.HasPin && dm.key != req.Pin {
+			continue
+		}
+		switch Health(dm.health.Load()) {
+		case Unhealthy:
+			continue
+		case Degraded:
+			if !withDegraded {
+				sc.degraded++
+				continue
+			}
+		}
+		c := scheduling.Candidate{Worker: dm.key, Load: dm.static}
+		if rep := dm.reported.Load(); rep != nil {
+			mergeReported(&c.Load, rep)
+		}
+		sc.cands = append(sc.cands, c)
+		pos[i] = len(sc.cands)
+	}
+	if len(sc.cands) == 0 {
+		if sc.degraded > 0 {
+			return ErrNoWorkers
+		}
+		if req.HasPin {
+			return fmt.Errorf("%w: %s", ErrPinnedUnavailable, req.Pin)
+		}
+		return ErrNoWorkers
+	}
+	for _, m := range sc.match.Workers {
+		if i, ok := s.byKey[m.Worker]; ok && pos[i] > 0 {
+			sc.cands[pos[i]-1].Cached = m.ByTier
+		}
+	}
+	for i := range sc.cands {
+		c := &sc.cands[i]
+		reported := c.Load
+		r.tracker.FillLoad(c, sc.seqs)
+		// The engine's own counts include requests other routers sent.
+		c.Load.ActiveRequests = max(c.Load.ActiveRequests, reported.ActiveRequests)
+		c.Load.ActivePrefillTokens = max(c.Load.ActivePrefillTokens, reported.ActivePrefillTokens)
+		if extra := reported.ActiveDecodeBlocks - c.Load.ActiveDecodeBlocks; extra > 0 {
+			c.Load.ActiveDecodeBlocks += extra
+			c.Load.PotentialDecodeBlocks += extra
+		}
+	}
+	return nil
+}
+
+// mergeReported copies an engine's load report over the static capacities.
+func mergeReported(l *scheduling.Load, rep *scheduling.Load) {
+	static := *l
+	*l = *rep
+	if l.MaxBatchedTokens == 0 {
+		l.MaxBatchedTokens = static.MaxBatchedTokens
+	}
+	if l.MaxRequests == 0 {
+		l.MaxRequests = static.MaxRequests
+	}
+	if l.KVCapacityBlocks == 0 {
+		l.KVCapacityBlocks = static.KVCapacityBlocks
+	}
+}
+
+// sessionChoice returns the index of the session's worker among cands, or
+// -1 when the session is unknown, expired or its worker is not a candidate.
+func (r *Router) sessionChoice(key string, cands []scheduling.Candidate) int {
+	se, ok := r.sessions.Load(key)
+	if !ok {
+		return -1
+	}
+	if se.expires < r.clock.Now().UnixNano() {
+		r.sessions.Delete(key)
+		return -1
+	}
+	for i := range cands {
+		if cands[i].Worker == se.key {
+			return i
+		}
+	}
+	return -1
+}
+
+func (r *Router) explain(cands []scheduling.Candidate, sc *scratch, d *Decision) {
+	for i := range cands {
+		c := &cands[i]
+		hl := Healthy
+		if dm := r.domain(c.Worker); dm != nil {
+			hl = Health(dm.health.Load())
+		}
+		d.Candidates = append(d.Candidates, CandidateCost{Worker: c.Worker, Cached: c.Cached, Load: c.Load, Health: hl, Cost: sc.costs[i]})
+	}
+}
+
+func (r *Router) logDecision(ctx context.Context, ph phase, cands []scheduling.Candidate, costs []float64, chosen int) {
+	attrs := make([]any, 0, 2*len(cands)+4)
+	attrs = append(attrs, slog.String("chosen", cands[chosen].Worker.String()), slog.Int("phase", int(ph)))
+	for i := range cands {
+		attrs = append(attrs, slog.Group(cands[i].Worker.String(),
+			slog.Int("overlap_blocks", cands[i].CachedBlocks()),
+			slog.Int("active_prefill_tokens", cands[i].Load.ActivePrefillTokens),
+			slog.Int("potential_decode_blocks", cands[i].Load.PotentialDecodeBlocks),
+			slog.Float64("cost", costs[i])))
+	}
+	r.log.DebugContext(ctx, "routing decision", attrs...)
+}
