@@ -119,9 +119,11 @@ type Router struct {
 
 	sessions *xsync.MapOf[string, session]
 	nextID   atomic.Uint64
-	scratch  sync.Pool
-	stats    routerStats
-	feedback feedback
+	// approxDue is when the approximate index is next expired, unix ns.
+	approxDue atomic.Int64
+	scratch   sync.Pool
+	stats     routerStats
+	feedback  feedback
 }
 
 // workerEntry is a registered worker and its cache domains.
@@ -447,4 +449,16 @@ func (r *Router) domain(w kvroute.WorkerKey) *domain {
 		return nil
 	}
 	return s.domains[i]
+}
+
+// expireApprox drops expired approximate entries at most once a second, so
+// that a prediction past its TTL is not matched before the next insert
+// prunes it.
+func (r *Router) expireApprox() {
+	now := r.clock.Now().UnixNano()
+	due := r.approxDue.Load()
+	if now < due || !r.approxDue.CompareAndSwap(due, now+int64(time.Second)) {
+		return
+	}
+	r.approx.Expire()
 }

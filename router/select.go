@@ -14,6 +14,7 @@ import (
 // scratch is the per-call working memory of Select, pooled so that a
 // steady stream of decisions allocates nothing.
 type scratch struct {
+	req      scheduling.Request
 	blocks   []kvroute.BlockHash
 	seqs     []kvroute.SeqHash
 	match    indexer.MatchResult
@@ -82,10 +83,16 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	} else {
 		sc.seqs = h.AppendSeqHashes(sc.seqs[:0], req.Tokens)
 	}
+	if r.approx != nil {
+		r.expireApprox()
+	}
 	r.index.Match(sc.seqs, &sc.match)
 
 	*d = Decision{r: r, PromptTokens: len(req.Tokens), Blocks: len(sc.seqs)}
-	sreq := scheduling.Request{
+	// The scheduling request lives in the pooled scratch: passed to the
+	// cost function (an interface), it would escape from the stack.
+	sreq := &sc.req
+	*sreq = scheduling.Request{
 		PromptTokens:         len(req.Tokens),
 		Blocks:               len(sc.seqs),
 		BlockSize:            h.BlockSize(),
@@ -100,10 +107,10 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	disagg := s.roles[RolePrefill] > 0 && s.roles[RoleDecode] > 0
 	var err error
 	if disagg {
-		err = r.selectDisaggregated(ctx, s, req, &sreq, sc, d)
+		err = r.selectDisaggregated(ctx, s, req, sreq, sc, d)
 	} else {
 		var c *scheduling.Candidate
-		c, err = r.choose(ctx, s, phaseAggregated, true, req, &sreq, sc, r.cost, d)
+		c, err = r.choose(ctx, s, phaseAggregated, true, req, sreq, sc, r.cost, d)
 		if err == nil {
 			d.Worker = c.Worker
 			d.CachedBlocks = c.CachedBlocks()
