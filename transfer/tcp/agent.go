@@ -1,0 +1,492 @@
+package tcp
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute/transfer"
+)
+
+// PluginName is the name of this backend's only plugin.
+const PluginName = "TCP"
+
+// Config configures an Agent. Only Name is required.
+type Config struct {
+	// Name is the agent's name, unique among the agents that talk to each
+	// other.
+	Name string
+	// ListenAddr is the address to accept peers on. Zero means
+	// "127.0.0.1:0" (loopback, any free port); production hosts give the
+	// interface the decode workers can reach.
+	ListenAddr string
+	// AdvertiseAddr is the address written into the metadata for peers to
+	// dial. Zero means the listener's address.
+	AdvertiseAddr string
+	// DialTimeout bounds connecting to a peer. Zero means 5 s.
+	DialTimeout time.Duration
+	// IOTimeout bounds how long one frame may stall half-way before the
+	// connection is declared dead. Zero means 30 s.
+	IOTimeout time.Duration
+	// MaxQueuedNotifs bounds received notifications not yet taken with
+	// Notifs; past it the oldest are dropped (and logged). Zero means 65536.
+	MaxQueuedNotifs int
+	// Logger receives connection errors and dropped notifications. Nil
+	// means discard.
+	Logger *slog.Logger
+}
+
+// Agent is a transfer.Agent that moves registered host memory over TCP.
+//
+// Each agent listens on one address. An initiator opens one connection per
+// remote agent on first use and sends its requests over it in order; the
+// target validates every descriptor against its registered memory before a
+// byte moves, so a peer can never read or write outside what was
+// registered. Connections are not authenticated: run agents on a network
+// that only trusted peers reach, as with NIXL's UCX backend.
+//
+// All methods are safe for concurrent use.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	ln     net.Listener
+	md     string // the advertised address
+	regs   registry
+	nextID atomic.Uint64
+	wg     sync.WaitGroup // tracks every goroutine the agent started
+
+	mu sync.Mutex // protects the fields below
+	// closed is set by Close; every method checks it.
+	closed bool
+	// remotes maps a loaded agent name to its metadata and connection.
+	remotes map[string]*remote
+	// served holds accepted connections, to close them on Close.
+	served map[net.Conn]struct{}
+	// notifs holds received notifications until Notifs takes them.
+	notifs []transfer.Notif
+	// backends holds the backends created so far.
+	backends []transfer.Backend
+}
+
+// remote is a loaded remote agent.
+type remote struct {
+	md   *metadata
+	conn *peerConn // nil until first use or after a failure
+}
+
+// New starts an agent listening on cfg.ListenAddr, with the TCP backend
+// created. Errors: transfer.ErrInvalidParam for a missing name, or the
+// listener's error.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Name == "" || len(cfg.Name) > maxNameLen {
+		return nil, fmt.Errorf("%w: agent name %q", transfer.ErrInvalidParam, cfg.Name)
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = "127.0.0.1:0"
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if cfg.IOTimeout == 0 {
+		cfg.IOTimeout = 30 * time.Second
+	}
+	if cfg.MaxQueuedNotifs == 0 {
+		cfg.MaxQueuedNotifs = 1 << 16
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: agent %s: listen: %w", cfg.Name, err)
+	}
+	a := &Agent{
+		cfg:     cfg,
+		log:     log.With("agent", cfg.Name),
+		ln:      ln,
+		md:      cfg.AdvertiseAddr,
+		remotes: make(map[string]*remote),
+		served:  make(map[net.Conn]struct{}),
+	}
+	if a.md == "" {
+		a.md = ln.Addr().String()
+	}
+	a.backends = []transfer.Backend{backend{}}
+	a.wg.Add(1)
+	go a.accept()
+	return a, nil
+}
+
+var _ transfer.Agent = (*Agent)(nil)
+
+// Name returns the agent's name.
+func (a *Agent) Name() string { return a.cfg.Name }
+
+// Addr returns the address the agent listens on.
+func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
+
+func (a *Agent) errorf(op, remote string, err error, format string, args ...any) error {
+	return transfer.Errorf(a.cfg.Name, op, remote, err, format, args...)
+}
+
+// checkOpen returns ErrClosed after Close. The caller holds a.mu.
+func (a *Agent) checkOpen(op string) error {
+	if a.closed {
+		return a.errorf(op, "", transfer.ErrClosed, "")
+	}
+	return nil
+}
+
+// backend is the TCP backend.
+type backend struct{}
+
+func (backend) Plugin() string               { return PluginName }
+func (backend) MemKinds() []transfer.MemKind { return []transfer.MemKind{transfer.DRAM} }
+func (backend) Params() map[string]string    { return map[string]string{} }
+
+// Plugins returns ["TCP"].
+func (a *Agent) Plugins() ([]string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("plugins"); err != nil {
+		return nil, err
+	}
+	return []string{PluginName}, nil
+}
+
+// CreateBackend returns the TCP backend for plugin "TCP" and
+// ErrNotSupported for any other.
+func (a *Agent) CreateBackend(plugin string, _ map[string]string) (transfer.Backend, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("create backend"); err != nil {
+		return nil, err
+	}
+	if plugin != PluginName {
+		return nil, a.errorf("create backend", "", transfer.ErrNotSupported, "plugin %q (only %q)", plugin, PluginName)
+	}
+	return a.backends[0], nil
+}
+
+// Backends returns the TCP backend.
+func (a *Agent) Backends() []transfer.Backend {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]transfer.Backend(nil), a.backends...)
+}
+
+// checkRegList validates a registration list.
+func (a *Agent) checkRegList(op string, l transfer.RegList) error {
+	if l.Kind != transfer.DRAM {
+		return a.errorf(op, "", transfer.ErrNotSupported, "memory kind %s (TCP moves DRAM only)", l.Kind)
+	}
+	if len(l.Descs) == 0 {
+		return a.errorf(op, "", transfer.ErrInvalidParam, "empty list")
+	}
+	for _, d := range l.Descs {
+		if _, ok := d.End(); !ok || d.Len == 0 || d.Addr == 0 {
+			return a.errorf(op, "", transfer.ErrInvalidParam, "descriptor %#x+%d", d.Addr, d.Len)
+		}
+	}
+	return nil
+}
+
+// RegisterMem registers host memory (DRAM only).
+func (a *Agent) RegisterMem(l transfer.RegList) error {
+	if err := a.checkRegList("register", l); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("register"); err != nil {
+		return err
+	}
+	a.regs.add(l.Kind, l.Descs)
+	return nil
+}
+
+// DeregisterMem removes a registration. It waits for transfers touching the
+// memory to finish copying.
+func (a *Agent) DeregisterMem(l transfer.RegList) error {
+	if err := a.checkRegList("deregister", l); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("deregister"); err != nil {
+		return err
+	}
+	if !a.regs.remove(l.Kind, l.Descs) {
+		return a.errorf("deregister", "", transfer.ErrNotRegistered, "no registration matches")
+	}
+	return nil
+}
+
+// LocalMetadata returns the agent's name, address and registered regions.
+func (a *Agent) LocalMetadata() ([]byte, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("local metadata"); err != nil {
+		return nil, err
+	}
+	m := metadata{name: a.cfg.Name, addr: a.md, regions: a.regs.snapshot()}
+	return m.marshal(), nil
+}
+
+// LoadRemoteMetadata loads a remote agent's metadata. Reloading an agent
+// keeps its connection when the address is unchanged.
+func (a *Agent) LoadRemoteMetadata(md []byte) (string, error) {
+	m, err := unmarshalMetadata(md)
+	if err != nil {
+		return "", a.errorf("load metadata", "", err, "")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("load metadata"); err != nil {
+		return "", err
+	}
+	if old := a.remotes[m.name]; old != nil {
+		if old.md.addr == m.addr {
+			old.md = m
+			return m.name, nil
+		}
+		if old.conn != nil {
+			old.conn.fail(a.errorf("transfer", m.name, transfer.ErrRemoteDisconnect, "metadata reloaded with a new address"))
+		}
+	}
+	a.remotes[m.name] = &remote{md: m}
+	return m.name, nil
+}
+
+// InvalidateRemoteMetadata forgets a remote agent and closes its
+// connection; its running requests fail with ErrUnknownAgent.
+func (a *Agent) InvalidateRemoteMetadata(name string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("invalidate metadata"); err != nil {
+		return err
+	}
+	r := a.remotes[name]
+	if r == nil {
+		return a.errorf("invalidate metadata", name, transfer.ErrUnknownAgent, "")
+	}
+	delete(a.remotes, name)
+	if r.conn != nil {
+		r.conn.fail(a.errorf("transfer", name, transfer.ErrUnknownAgent, "metadata invalidated"))
+	}
+	return nil
+}
+
+// checkList validates a transfer list against local registrations (remote
+// "") or a remote agent's metadata. The caller holds a.mu.
+func (a *Agent) checkList(op, remoteName string, l transfer.DescList) error {
+	if l.Kind != transfer.DRAM {
+		return a.errorf(op, remoteName, transfer.ErrNotSupported, "memory kind %s (TCP moves DRAM only)", l.Kind)
+	}
+	for i, d := range l.Descs {
+		if _, ok := d.End(); !ok || d.Len == 0 {
+			return a.errorf(op, remoteName, transfer.ErrInvalidParam, "descriptor %d: %#x+%d", i, d.Addr, d.Len)
+		}
+	}
+	var regions []region
+	if remoteName == "" {
+		a.regs.mu.RLock()
+		defer a.regs.mu.RUnlock()
+		regions = a.regs.regions
+	} else {
+		r := a.remotes[remoteName]
+		if r == nil {
+			return a.errorf(op, remoteName, transfer.ErrUnknownAgent, "")
+		}
+		regions = r.md.regions
+	}
+	if i := coversAll(regions, l.Kind, l.Descs); i >= 0 {
+		side := "local"
+		if remoteName != "" {
+			side = "remote"
+		}
+		d := l.Descs[i]
+		return a.errorf(op, remoteName, transfer.ErrNotRegistered, "%s descriptor %d: %#x+%d dev %d", side, i, d.Addr, d.Len, d.DevID)
+	}
+	return nil
+}
+
+// prepped is a prepared descriptor list.
+type prepped struct {
+	agent    *Agent
+	remote   string
+	descs    []transfer.Desc
+	released atomic.Bool
+}
+
+func (p *prepped) Remote() string { return p.remote }
+func (p *prepped) Len() int       { return len(p.descs) }
+
+func (p *prepped) Release() error {
+	if p.released.Swap(true) {
+		return p.agent.errorf("release list", p.remote, transfer.ErrReleased, "")
+	}
+	p.agent.mu.Lock()
+	defer p.agent.mu.Unlock()
+	return p.agent.checkOpen("release list")
+}
+
+// PrepDescList validates and keeps a descriptor list for MakeRequest.
+func (a *Agent) PrepDescList(remoteName string, l transfer.DescList) (transfer.PreppedList, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("prepare list"); err != nil {
+		return nil, err
+	}
+	if err := a.checkList("prepare list", remoteName, l); err != nil {
+		return nil, err
+	}
+	return &prepped{agent: a, remote: remoteName, descs: append([]transfer.Desc(nil), l.Descs...)}, nil
+}
+
+// MakeRequest builds a request from indices into two prepared lists.
+func (a *Agent) MakeRequest(op transfer.Op, local transfer.PreppedList, localIdx []int, remoteList transfer.PreppedList, remoteIdx []int, opts *transfer.RequestOptions) (transfer.Request, error) {
+	const name = "make request"
+	lp, ok1 := local.(*prepped)
+	rp, ok2 := remoteList.(*prepped)
+	if !ok1 || !ok2 || lp.agent != a || rp.agent != a {
+		return nil, a.errorf(name, "", transfer.ErrInvalidParam, "lists were not prepared by this agent")
+	}
+	if lp.remote != "" || rp.remote == "" {
+		return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "want a local and a remote list")
+	}
+	if lp.released.Load() || rp.released.Load() {
+		return nil, a.errorf(name, rp.remote, transfer.ErrReleased, "prepared list")
+	}
+	if len(localIdx) != len(remoteIdx) || len(localIdx) == 0 {
+		return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "%d local and %d remote indices", len(localIdx), len(remoteIdx))
+	}
+	ld := make([]transfer.Desc, len(localIdx))
+	rd := make([]transfer.Desc, len(remoteIdx))
+	for i := range localIdx {
+		li, ri := localIdx[i], remoteIdx[i]
+		if li < 0 || li >= len(lp.descs) || ri < 0 || ri >= len(rp.descs) {
+			return nil, a.errorf(name, rp.remote, transfer.ErrOutOfRange, "pair %d: index %d of %d local, %d of %d remote", i, li, len(lp.descs), ri, len(rp.descs))
+		}
+		ld[i], rd[i] = lp.descs[li], rp.descs[ri]
+	}
+	return a.newRequest(name, op, ld, rd, rp.remote, opts)
+}
+
+// CreateRequest builds a request from two descriptor lists.
+func (a *Agent) CreateRequest(op transfer.Op, local, remoteList transfer.DescList, remoteName string, opts *transfer.RequestOptions) (transfer.Request, error) {
+	const name = "create request"
+	if remoteName == "" {
+		return nil, a.errorf(name, "", transfer.ErrInvalidParam, "no remote agent")
+	}
+	if len(local.Descs) != len(remoteList.Descs) || len(local.Descs) == 0 {
+		return nil, a.errorf(name, remoteName, transfer.ErrInvalidParam, "%d local and %d remote descriptors", len(local.Descs), len(remoteList.Descs))
+	}
+	a.mu.Lock()
+	err := a.checkOpen(name)
+	if err == nil {
+		err = a.checkList(name, "", local)
+	}
+	if err == nil {
+		err = a.checkList(name, remoteName, remoteList)
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return a.newRequest(name, op, append([]transfer.Desc(nil), local.Descs...), append([]transfer.Desc(nil), remoteList.Descs...), remoteName, opts)
+}
+
+// SendNotif queues a standalone notification for a remote agent.
+func (a *Agent) SendNotif(remoteName string, msg []byte) error {
+	if len(msg) > maxNotifLen {
+		return a.errorf("send notification", remoteName, transfer.ErrInvalidParam, "%d bytes (max %d)", len(msg), maxNotifLen)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("send notification"); err != nil {
+		return err
+	}
+	c, err := a.connLocked("send notification", remoteName)
+	if err != nil {
+		return err
+	}
+	return c.enqueue(&frame{kind: kindNotif, notif: append([]byte{}, msg...), hasNotif: true})
+}
+
+// Notifs returns and forgets the received notifications.
+func (a *Agent) Notifs() ([]transfer.Notif, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.checkOpen("notifications"); err != nil {
+		return nil, err
+	}
+	out := a.notifs
+	a.notifs = nil
+	return out, nil
+}
+
+// deliver queues a received notification. It is called only after the
+// transfer's data landed.
+func (a *Agent) deliver(from string, msg []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	if len(a.notifs) >= a.cfg.MaxQueuedNotifs {
+		a.log.Warn("notification queue full, dropping the oldest", "max", a.cfg.MaxQueuedNotifs)
+		a.notifs = append(a.notifs[:0], a.notifs[1:]...)
+	}
+	a.notifs = append(a.notifs, transfer.Notif{From: from, Msg: msg})
+}
+
+// connLocked returns the connection to a remote agent, starting it when
+// needed. The caller holds a.mu.
+func (a *Agent) connLocked(op, name string) (*peerConn, error) {
+	r := a.remotes[name]
+	if r == nil {
+		return nil, a.errorf(op, name, transfer.ErrUnknownAgent, "")
+	}
+	if r.conn == nil || r.conn.isDead() {
+		r.conn = a.startConn(name, r.md.addr)
+	}
+	return r.conn, nil
+}
+
+// Close stops the listener, closes every connection, fails running
+// requests with ErrClosed and waits for the agent's goroutines.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return a.errorf("close", "", transfer.ErrClosed, "")
+	}
+	a.closed = true
+	conns := make([]*peerConn, 0, len(a.remotes))
+	for _, r := range a.remotes {
+		if r.conn != nil {
+			conns = append(conns, r.conn)
+		}
+	}
+	a.remotes = nil
+	for c := range a.served {
+		_ = c.Close()
+	}
+	a.notifs = nil
+	a.mu.Unlock()
+	err := a.ln.Close()
+	for _, c := range conns {
+		c.fail(a.errorf("transfer", c.remote, transfer.ErrClosed, ""))
+	}
+	a.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("tcp: agent %s: close listener: %w", a.cfg.Name, err)
+	}
+	return nil
+}

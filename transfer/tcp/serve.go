@@ -1,0 +1,199 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/kvroute/kvroute/transfer"
+	"github.com/kvroute/kvroute/transfer/internal/rawmem"
+)
+
+// accept serves incoming connections until the listener closes.
+func (a *Agent) accept() {
+	defer a.wg.Done()
+	for {
+		conn, err := a.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				a.log.Warn("accept failed, no longer serving", "err", err)
+			}
+			return
+		}
+		a.mu.Lock()
+		if a.closed {
+			a.mu.Unlock()
+			_ = conn.Close()
+			return
+		}
+		a.served[conn] = struct{}{}
+		a.wg.Add(1)
+		a.mu.Unlock()
+		go a.serve(conn)
+	}
+}
+
+// serve answers one initiator's requests in order until it disconnects.
+func (a *Agent) serve(conn net.Conn) {
+	defer a.wg.Done()
+	defer func() {
+		a.mu.Lock()
+		delete(a.served, conn)
+		a.mu.Unlock()
+		_ = conn.Close()
+	}()
+	_ = conn.SetDeadline(time.Now().Add(a.cfg.IOTimeout))
+	h, err := readHello(conn)
+	if err != nil {
+		a.log.Debug("bad hello", "remote", conn.RemoteAddr(), "err", err)
+		return
+	}
+	if h.to != a.cfg.Name || h.from == "" {
+		b := appendString([]byte{statusUnknownAgent}, fmt.Sprintf("agent %q is not here (this is %q)", h.to, a.cfg.Name))
+		_, _ = conn.Write(b)
+		return
+	}
+	if _, err := conn.Write([]byte{statusOK}); err != nil {
+		return
+	}
+	s := server{agent: a, conn: conn, from: h.from}
+	if err := s.loop(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		a.log.Debug("connection closed", "from", h.from, "err", err)
+	}
+}
+
+// server is the target side of one connection.
+type server struct {
+	agent *Agent
+	conn  net.Conn
+	from  string
+	descs []transfer.Desc
+	buf   []byte
+}
+
+func (s *server) loop() error {
+	var head [reqHeaderLen]byte
+	for {
+		_ = s.conn.SetDeadline(time.Time{})
+		if _, err := io.ReadFull(s.conn, head[:]); err != nil {
+			return err
+		}
+		_ = s.conn.SetDeadline(time.Now().Add(s.agent.cfg.IOTimeout))
+		h, err := parseReqHeader(head[:])
+		if err != nil {
+			return err
+		}
+		if err := s.readDescs(h); err != nil {
+			return err
+		}
+		notif := make([]byte, h.notifLen)
+		if _, err := io.ReadFull(s.conn, notif); err != nil {
+			return err
+		}
+		switch h.kind {
+		case kindNotif:
+			s.agent.deliver(s.from, notif)
+		case kindWrite:
+			err = s.write(h, notif)
+		case kindRead:
+			err = s.read(h)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (s *server) readDescs(h reqHeader) error {
+	n := int(h.count) * descWireLen
+	if cap(s.buf) < n {
+		s.buf = make([]byte, n)
+	}
+	b := s.buf[:n]
+	if _, err := io.ReadFull(s.conn, b); err != nil {
+		return err
+	}
+	s.descs = s.descs[:0]
+	for i := 0; i < n; i += descWireLen {
+		s.descs = append(s.descs, decodeDesc(b[i:]))
+	}
+	return nil
+}
+
+// check reports which descriptor, if any, lies outside registered memory.
+// The caller holds the registry's read lock.
+func (s *server) check() (uint8, string) {
+	if i := coversAll(s.agent.regs.regions, transfer.DRAM, s.descs); i >= 0 {
+		d := s.descs[i]
+		return statusNotRegistered, fmt.Sprintf("descriptor %d: %#x+%d dev %d", i, d.Addr, d.Len, d.DevID)
+	}
+	return statusOK, ""
+}
+
+// write lands a WRITE's data in registered memory, then delivers its
+// notification, then acknowledges it.
+func (s *server) write(h reqHeader, notif []byte) error {
+	total, ok := totalLen(s.descs)
+	if !ok || total != h.dataLen {
+		return fmt.Errorf("write of %d bytes for descriptors of %d", h.dataLen, total)
+	}
+	regs := &s.agent.regs
+	regs.mu.RLock()
+	st, msg := s.check()
+	if st == statusOK {
+		for _, d := range s.descs {
+			if _, err := io.ReadFull(s.conn, rawmem.Bytes(d.Addr, d.Len)); err != nil {
+				regs.mu.RUnlock()
+				return err
+			}
+		}
+	}
+	regs.mu.RUnlock()
+	if st != statusOK {
+		if _, err := io.CopyN(io.Discard, s.conn, int64(h.dataLen)); err != nil {
+			return err
+		}
+	} else if h.hasNotif {
+		s.agent.deliver(s.from, notif)
+	}
+	return s.respond(h.id, st, msg, nil)
+}
+
+// read sends a READ's data from registered memory.
+func (s *server) read(h reqHeader) error {
+	if h.dataLen != 0 {
+		return fmt.Errorf("read request carrying %d bytes", h.dataLen)
+	}
+	if _, ok := totalLen(s.descs); !ok {
+		return s.respond(h.id, statusInvalid, "descriptor lengths overflow", nil)
+	}
+	regs := &s.agent.regs
+	regs.mu.RLock()
+	defer regs.mu.RUnlock()
+	st, msg := s.check()
+	if st != statusOK {
+		return s.respond(h.id, st, msg, nil)
+	}
+	data := make(net.Buffers, 0, len(s.descs))
+	for _, d := range s.descs {
+		data = append(data, rawmem.Bytes(d.Addr, d.Len))
+	}
+	return s.respond(h.id, statusOK, "", data)
+}
+
+func (s *server) respond(id uint64, st uint8, msg string, data net.Buffers) error {
+	if len(msg) > 1<<15 {
+		msg = msg[:1<<15]
+	}
+	var n uint64
+	for _, b := range data {
+		n += uint64(len(b))
+	}
+	h := respHeader{id: id, status: st, msgLen: uint16(len(msg)), dataLen: n}
+	head := append(h.append(make([]byte, 0, respHeadLen+len(msg))), msg...)
+	bufs := append(net.Buffers{head}, data...)
+	_, err := bufs.WriteTo(s.conn)
+	return err
+}
