@@ -49,7 +49,7 @@ type Index struct {
 	hasher kvroute.Hasher
 	log    *slog.Logger
 
-	nodes *xsync.MapOf[kvroute.SeqHash, *node]
+	nodes *nodeTable
 
 	// workers maps each known cache domain to its state.
 	workers *xsync.MapOf[kvroute.WorkerKey, *workerState]
@@ -93,12 +93,6 @@ type workerState struct {
 	sequenced bool
 	removed   bool // set by RemoveWorker; a later event makes a new state
 
-	// op carries the arguments of the node update in progress; it is used
-	// by the map's compute callbacks below, created once per worker so that
-	// updates do not allocate a closure per block.
-	op       nodeOp
-	addFn    func(*node, bool) (*node, bool)
-	removeFn func(*node, bool) (*node, bool)
 }
 
 // entry is a block a worker holds, under the engine's hash for it.
@@ -110,18 +104,6 @@ type entry struct {
 type dupKey struct {
 	n    *node
 	tier kvroute.Tier
-}
-
-// nodeOp is the node update a worker is making.
-type nodeOp struct {
-	ix      *Index
-	seq     kvroute.SeqHash
-	local   kvroute.BlockHash
-	parent  *node
-	tier    kvroute.Tier
-	slot    int
-	target  *node // for removal: the node expected under seq
-	changed bool  // whether the slot's tier bit changed
 }
 
 // New returns an empty index. It returns an error when cfg.Hasher is
@@ -138,30 +120,16 @@ func New(cfg Config) (*Index, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	// Grow-only: a shrinking table would resize back and forth under the
-	// steady churn of stores and evictions.
-	opts := []func(*xsync.MapConfig){xsync.WithGrowOnly()}
-	if cfg.SizeHint > 0 {
-		opts = append(opts, xsync.WithPresize(cfg.SizeHint))
-	}
 	ix := &Index{
 		hasher:  h,
 		log:     log,
-		nodes:   xsync.NewMapOfWithHasher[kvroute.SeqHash, *node](hashSeq, opts...),
+		nodes:   newNodeTable(cfg.SizeHint),
 		workers: xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
 	}
 	empty := []slotKey{}
 	ix.slotKeys.Store(&empty)
 	ix.createWorker = ix.newWorker
 	return ix, nil
-}
-
-// hashSeq spreads a sequence hash over the map's table. Sequence hashes are
-// XXH3 outputs already; one multiply-xorshift keeps a seeded map's buckets
-// independent of the raw values.
-func hashSeq(k kvroute.SeqHash, seed uint64) uint64 {
-	x := (uint64(k) ^ seed) * 0x9e3779b97f4a7c15
-	return x ^ x>>32
 }
 
 // worker returns the state of w, creating it when create is set.
@@ -175,9 +143,6 @@ func (ix *Index) worker(w kvroute.WorkerKey, create bool) *workerState {
 
 func (ix *Index) newWorker(w kvroute.WorkerKey) *workerState {
 	ws := &workerState{key: w, slot: ix.takeSlot(w), blocks: newExtMap()}
-	ws.op.ix = ix
-	ws.addFn = ws.op.add
-	ws.removeFn = ws.op.remove
 	return ws
 }
 
@@ -319,13 +284,7 @@ func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvr
 	if had && old.tiers&(1<<t) != 0 {
 		return old.n
 	}
-	n, changed := ix.holdFast(seq, ws.slot, t)
-	if n == nil {
-		op := &ws.op
-		op.seq, op.local, op.parent, op.tier, op.slot, op.changed = seq, local, parent, t, ws.slot, false
-		n, _ = ix.nodes.Compute(seq, ws.addFn)
-		changed = op.changed
-	}
+	n, changed := ix.hold(seq, local, parent, ws.slot, t)
 	if !changed {
 		// Another engine hash of this worker already holds the block in
 		// this tier; remember it so that removing one keeps the bit.
@@ -341,84 +300,104 @@ func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvr
 	return n
 }
 
-// holdFast sets slot's bit for tier t on the node under seq without taking
-// the bucket lock, for the common case of a block that exists already with
-// a chunk for slot. It returns the node and whether the bit changed, or nil
-// when the caller must take the locked path (no node, no chunk, or a node
-// being deleted).
-//
-// It pairs with removeIfEmpty: the deleter marks a node dead before it
-// checks that the node is empty, and holdFast sets its bit before it checks
-// that the node is not dead, so at least one of them sees the other's write
-// (sequentially consistent atomics) and a bit never lands on a node that
-// leaves the map.
-func (ix *Index) holdFast(seq kvroute.SeqHash, slot int, t kvroute.Tier) (*node, bool) {
-	n, ok := ix.nodes.Load(seq)
-	if !ok {
-		return nil, false
+// hold records that slot holds the block seq (content local, child of
+// parent) in tier t, creating its node when needed, and returns the node
+// and whether the slot's bit for t changed. An existing node is updated
+// under the table's read lock, in parallel with other workers; a new one
+// is inserted under its write lock.
+func (ix *Index) hold(seq kvroute.SeqHash, local kvroute.BlockHash, parent *node, slot int, t kvroute.Tier) (*node, bool) {
+	tab := ix.nodes
+	tab.mu.RLock()
+	if s := tab.find(seq); s != nil {
+		if n := s.node.Load(); n != nil {
+			changed := ix.setBit(s, n, slot, t)
+			tab.mu.RUnlock()
+			return n, changed
+		}
 	}
-	c := n.chunkFor(slot)
-	if c == nil {
-		return nil, false
+	tab.mu.RUnlock()
+
+	tab.mu.Lock()
+	defer tab.mu.Unlock()
+	n := &node{seq: seq, local: local, parent: parent}
+	if parent != nil {
+		n.depth = parent.depth + 1
+	}
+	s, inserted := tab.insert(n)
+	if inserted {
+		ix.nodeCount.Add(1)
+	} else {
+		n = s.node.Load()
+	}
+	return n, ix.setBit(s, n, slot, t)
+}
+
+// setBit sets slot's bit for tier t on n and its table slot s, and reports
+// whether it changed. Only the slot's own worker changes its bits, so the
+// node's words and the slot's mirrors agree once it returns.
+func (ix *Index) setBit(s *slot, n *node, slot int, t kvroute.Tier) bool {
+	c, added := n.growChunkFor(slot)
+	if added > 0 {
+		ix.extraChunks.Add(int64(added))
 	}
 	bit := uint64(1) << (slot % slotsPerChunk)
 	heldBefore := c.any()&bit != 0
-	prev := c.tiers[t].Or(bit)
-	if n.dead.Load() {
-		if prev&bit == 0 {
-			c.tiers[t].And(^bit)
-		}
-		return nil, false
+	if c.tiers[t].Or(bit)&bit != 0 {
+		return false
 	}
-	changed := prev&bit == 0
-	if changed && !heldBefore {
+	if slot < slotsPerChunk {
+		s.any0.Or(bit)
+		if t == kvroute.TierDevice {
+			s.dev0.Or(bit)
+		}
+	}
+	if !heldBefore {
 		ix.pairCount.Add(1)
 	}
-	return n, changed
+	return true
 }
 
-// add is the compute callback that sets the op's slot and tier on the
-// node under op.seq, creating the node when needed.
-func (op *nodeOp) add(n *node, loaded bool) (*node, bool) {
-	if !loaded {
-		n = &node{seq: op.seq, local: op.local, parent: op.parent}
-		if op.parent != nil {
-			n.depth = op.parent.depth + 1
+// unholdNode clears ws's bit for tier t on n, and deletes n from the table
+// when that left it empty. ws.mu is held.
+func (ix *Index) unholdNode(ws *workerState, n *node, t kvroute.Tier) {
+	c := n.chunkFor(ws.slot)
+	if c == nil {
+		return
+	}
+	bit := uint64(1) << (ws.slot % slotsPerChunk)
+	tab := ix.nodes
+	tab.mu.RLock()
+	s := tab.find(n.seq)
+	if s != nil && s.node.Load() != n {
+		s = nil // n left the table already (cannot while ws holds it)
+	}
+	if c.tiers[t].And(^bit)&bit != 0 {
+		stillHeld := c.any()&bit != 0
+		if !stillHeld {
+			ix.pairCount.Add(-1)
 		}
-		op.ix.nodeCount.Add(1)
-	}
-	heldBefore := n.heldBy(op.slot)
-	c, added := n.growChunkFor(op.slot)
-	if added > 0 {
-		op.ix.extraChunks.Add(int64(added))
-	}
-	bit := uint64(1) << (op.slot % slotsPerChunk)
-	w := &c.tiers[op.tier]
-	if w.Load()&bit == 0 {
-		w.Or(bit)
-		op.changed = true
-		if !heldBefore {
-			op.ix.pairCount.Add(1)
+		if s != nil && ws.slot < slotsPerChunk {
+			if t == kvroute.TierDevice {
+				s.dev0.And(^bit)
+			}
+			if !stillHeld {
+				s.any0.And(^bit)
+			}
 		}
 	}
-	return n, false
-}
-
-// remove is the compute callback that deletes op.target from the map when
-// nobody holds it any more. It marks the node dead before checking, for
-// holdFast (see there).
-func (op *nodeOp) remove(n *node, loaded bool) (*node, bool) {
-	if !loaded || n != op.target {
-		return n, !loaded
+	empty := s != nil && n.empty()
+	tab.mu.RUnlock()
+	if !empty {
+		return
 	}
-	n.dead.Store(true)
-	if n.empty() {
-		op.ix.nodeCount.Add(-1)
-		op.ix.extraChunks.Add(-int64(n.extraChunks()))
-		return n, true
+	tab.mu.Lock()
+	defer tab.mu.Unlock()
+	// Another worker may have taken the block meanwhile.
+	if s := tab.find(n.seq); s != nil && s.node.Load() == n && n.empty() {
+		tab.remove(s, n)
+		ix.nodeCount.Add(-1)
+		ix.extraChunks.Add(-int64(n.extraChunks()))
 	}
-	n.dead.Store(false)
-	return n, false
 }
 
 // removeBlock drops tier t of the block ws holds as ext. ws.mu is held.
@@ -445,25 +424,6 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 		return
 	}
 	ix.unholdNode(ws, e.n, t)
-}
-
-// unholdNode clears ws's bit for tier t on n, and deletes n from the map
-// when that left it empty. ws.mu is held.
-func (ix *Index) unholdNode(ws *workerState, n *node, t kvroute.Tier) {
-	c := n.chunkFor(ws.slot)
-	if c == nil {
-		return
-	}
-	bit := uint64(1) << (ws.slot % slotsPerChunk)
-	if c.tiers[t].And(^bit)&bit != 0 && c.any()&bit == 0 {
-		ix.pairCount.Add(-1)
-	}
-	if n.empty() {
-		op := &ws.op
-		op.target = n
-		ix.nodes.Compute(n.seq, ws.removeFn)
-		op.target = nil
-	}
 }
 
 // clearWorker drops every block ws holds. ws.mu is held.
@@ -608,7 +568,7 @@ func (ix *Index) Size() Size {
 		Pairs:   int(ix.pairCount.Load()),
 		Entries: int(ix.entryCount.Load()),
 	}
-	s.Bytes = int64(s.Blocks)*(nodeBytes+nodeMapBytes) + ix.extraChunks.Load()*chunkBytes +
+	s.Bytes = int64(s.Blocks)*nodeBytes + ix.nodes.bytes() + ix.extraChunks.Load()*chunkBytes +
 		int64(s.Entries)*entryBytes + int64(s.Workers)*workerBytes
 	return s
 }

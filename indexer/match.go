@@ -83,52 +83,42 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 	res.grow(words, len(slots))
 	active := res.active[:words]
 
-	first, ok := ix.nodes.Load(seqs[0])
-	if !ok {
-		return
-	}
-	live := 0
-	c := &first.holder
-	for w := range active {
-		if c != nil {
-			active[w] = c.any()
-			c = c.next.Load()
-		} else {
-			active[w] = 0
-		}
-		live += bits.OnesCount64(active[w])
-	}
-	res.countTiers(first, active)
-
-	// Look nodes up a batch ahead: the lookups of a batch are independent,
+	// Look blocks up a batch ahead: the lookups of a batch are independent,
 	// so the CPU overlaps their cache misses instead of paying them one by
 	// one, which is what dominates a walk over a large, cold index.
-	var batch [lookahead]*node
-	depth := 1
+	var batch [lookahead]found
+	live := 0
+	depth := 0
 walk:
-	for depth < len(seqs) && live > 0 {
+	for depth < len(seqs) {
 		k := min(lookahead, len(seqs)-depth)
 		for j := range k {
-			batch[j], _ = ix.nodes.Load(seqs[depth+j])
+			b := &batch[j]
+			b.any0, b.dev0, b.n, b.ok = ix.nodes.lookup(seqs[depth+j])
 		}
 		for j := range k {
 			if res.StopAtOne && live == 1 {
 				res.Truncated = true
 				break walk
 			}
-			n := batch[j]
-			if n == nil {
+			b := &batch[j]
+			if !b.ok {
 				break walk
 			}
 			live = 0
-			c := &n.holder
+			c := b.n.holder.next.Load()
 			for w := range active {
 				var held uint64
-				if c != nil {
+				switch {
+				case w == 0:
+					held = b.any0
+				case c != nil:
 					held = c.any()
 					c = c.next.Load()
 				}
-				if dropped := active[w] &^ held; dropped != 0 {
+				if depth == 0 {
+					active[w] = held
+				} else if dropped := active[w] &^ held; dropped != 0 {
 					res.finish(slots, w, dropped, depth)
 					active[w] &= held
 				}
@@ -137,7 +127,7 @@ walk:
 			if live == 0 {
 				break walk
 			}
-			res.countTiers(n, active)
+			res.countTiers(b, active)
 			depth++
 		}
 	}
@@ -158,6 +148,13 @@ walk:
 	}
 }
 
+// found is one block looked up by Match.
+type found struct {
+	any0, dev0 uint64
+	n          *node
+	ok         bool
+}
+
 // grow sizes the scratch space for words chunks and slots slots.
 func (r *MatchResult) grow(words, slots int) {
 	if len(r.active) < words {
@@ -172,10 +169,15 @@ func (r *MatchResult) grow(words, slots int) {
 // countTiers counts the current block of every still-active slot that holds
 // it only in tiers slower than device. Device blocks are derived at finish
 // from the total, which keeps the common all-device walk to a few word ops.
-func (r *MatchResult) countTiers(n *node, active []uint64) {
-	c := &n.holder
+func (r *MatchResult) countTiers(b *found, active []uint64) {
+	c := &b.n.holder
 	for w := 0; w < len(active) && c != nil; w++ {
-		slow := active[w] &^ c.tiers[kvroute.TierDevice].Load()
+		var slow uint64
+		if w == 0 {
+			slow = active[0] &^ b.dev0
+		} else {
+			slow = active[w] &^ c.tiers[kvroute.TierDevice].Load()
+		}
 		if slow != 0 {
 			r.touched[w] |= slow
 			for t := kvroute.TierHost; t < kvroute.NumTiers && slow != 0; t++ {

@@ -16,9 +16,8 @@ const slotsPerChunk = 64
 // block in tier t. Chunks form a list; a node embeds its first chunk, so
 // clusters of up to 64 cache domains cost 40 bytes per block for the sets.
 //
-// Readers load the words atomically with no lock; writers change them only
-// while holding the node's map bucket lock (see Index.setHolder), so the
-// list only grows and a reader never sees a torn chunk.
+// Readers load the words atomically with no lock. Each worker changes only
+// its own bits (atomic OR and AND), and the list only grows.
 type chunk struct {
 	tiers [kvroute.NumTiers]atomic.Uint64
 	next  atomic.Pointer[chunk]
@@ -36,7 +35,6 @@ type node struct {
 	local  kvroute.BlockHash
 	parent *node // nil at the root; may outlive its place in the map
 	depth  uint32
-	dead   atomic.Bool // set while the node is being deleted from the map
 	holder chunk
 }
 
@@ -50,15 +48,17 @@ func (n *node) chunkFor(slot int) *chunk {
 }
 
 // growChunkFor returns the chunk for slot, appending chunks as needed, and
-// the number it appended. It is called only under the node's bucket lock.
+// the number it appended. Workers may grow a node concurrently: a chunk is
+// appended with a compare-and-swap, and the loser uses the winner's.
 func (n *node) growChunkFor(slot int) (*chunk, int) {
 	c, added := &n.holder, 0
 	for i := slot / slotsPerChunk; i > 0; i-- {
 		next := c.next.Load()
 		if next == nil {
-			next = new(chunk)
-			c.next.Store(next)
-			added++
+			if fresh := new(chunk); c.next.CompareAndSwap(nil, fresh) {
+				added++
+			}
+			next = c.next.Load()
 		}
 		c = next
 	}
