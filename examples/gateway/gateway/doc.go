@@ -1,0 +1,56 @@
+// Package gateway is an HTTP reverse proxy for OpenAI-compatible inference
+// engines that routes every request with kvroute to the engine holding the
+// longest cached prefix of its prompt.
+//
+// # Usage
+//
+// The host's duties, in order:
+//
+//  1. Create a router.Router with the engines' block size.
+//  2. Describe each engine (Engine, or ParseEngine for a command-line
+//     spec): its HTTP URL and, when it publishes KV events (vLLM
+//     --kv-events-config), its ZMQ endpoints.
+//  3. Create the Gateway with New and a Tokenizer that agrees with the
+//     engines (RemoteTokenizer asks the engine itself).
+//  4. Start Gateway.Run on a goroutine: it subscribes to every engine's KV
+//     events (applied to the router's index) and probes their health
+//     (router heartbeats), until its context ends.
+//  5. Serve the Gateway with an http.Server; shut the server down before
+//     cancelling Run's context.
+//
+// In code:
+//
+//	r, _ := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+//	gw, err := gateway.New(gateway.Config{
+//		Router:    r,
+//		Engines:   []gateway.Engine{{ID: 1, URL: "http://10.0.0.7:8000", Events: "tcp://10.0.0.7:5557"}},
+//		Tokenizer: &gateway.RemoteTokenizer{URL: "http://10.0.0.7:8000"},
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	go gw.Run(ctx)
+//	return http.ListenAndServe(":8080", gw)
+//
+// # Request lifecycle
+//
+// For POST /v1/completions and POST /v1/chat/completions the gateway reads
+// the body, tokenizes the prompt, calls router.Router.Select and forwards
+// the request to the chosen engine through an httputil.ReverseProxy.
+// Streams (server-sent events) are relayed one event per flush; the first
+// chunk calls Decision.PrefillDone and the end of the response
+// Decision.Done, with the engine's usage.prompt_tokens_details.cached_tokens
+// when it reports them. To learn them from a stream, the gateway asks for
+// stream_options.include_usage when the client did not, and then keeps the
+// usage-only chunk from the client.
+//
+// Failures: while nothing has reached the client (the engine cannot be
+// reached, answers 429 or 5xx, or its stream breaks before the first
+// chunk) the request moves to another engine, up to Config.MaxAttempts;
+// each failed attempt's decision is balanced by Done with the error, which
+// counts against the engine's health. A stream that breaks later ends with
+// an OpenAI error event and [DONE]. Every request gets exactly one answer
+// and every decision exactly one Done.
+//
+// Responses carry HeaderWorker and HeaderPredictedCached.
+package gateway

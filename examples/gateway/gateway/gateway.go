@@ -1,0 +1,467 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/kvevents"
+	kvzmq "github.com/kvroute/kvroute/kvevents/zmq"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// Errors returned by New, Run, AddEngine and the request path.
+var (
+	// ErrConfig is wrapped by New for an invalid Config.
+	ErrConfig = errors.New("gateway: invalid configuration")
+	// ErrRunning is returned by Run when the Gateway is already running.
+	ErrRunning = errors.New("gateway: already running")
+	// ErrDuplicateEngine is returned by AddEngine for an id already added.
+	ErrDuplicateEngine = errors.New("gateway: engine already added")
+	// ErrEngineGone is the outcome of an attempt whose engine was removed
+	// between the routing decision and the request.
+	ErrEngineGone = errors.New("gateway: engine removed")
+)
+
+// Config configures a Gateway. Zero fields take the defaults given.
+type Config struct {
+	// Router routes the requests; the gateway registers its engines in
+	// it. Engines that publish KV events need a router in exact mode (the
+	// default): their events are applied to Router.Index. Required.
+	Router *router.Router
+	// Engines are the engines to start with; AddEngine adds more.
+	Engines []Engine
+	// Tokenizer turns prompts into the engines' token ids. Nil means
+	// WordTokenizer, which agrees with no real model.
+	Tokenizer Tokenizer
+	// Transport sends requests and health probes to the engines. Nil means
+	// a transport like http.DefaultTransport.
+	Transport http.RoundTripper
+	// MaxAttempts is the number of engines a request is tried on before the
+	// gateway gives up: it moves to another engine when one cannot be
+	// reached, fails before its first streamed chunk, or answers 429 or
+	// 5xx. Zero means 3.
+	MaxAttempts int
+	// MaxRequestBytes bounds a request body. Zero means 32 MiB.
+	MaxRequestBytes int64
+	// MaxResponseBytes bounds a non-streamed engine response, which the
+	// gateway reads whole before relaying it. Zero means 64 MiB.
+	MaxResponseBytes int64
+	// HealthInterval is how often Run probes every engine's HealthPath:
+	// a success is a router heartbeat, a failure a router error. It must
+	// be below the router's HealthConfig.DegradedAfter. Zero means 2 s;
+	// negative disables probing.
+	HealthInterval time.Duration
+	// HealthTimeout bounds one probe. Zero means HealthInterval.
+	HealthTimeout time.Duration
+	// HealthPath is the engines' health endpoint. Empty means "/health"
+	// (vLLM's and SGLang's).
+	HealthPath string
+	// RemoveAfter removes an engine (its subscribers stop and the router
+	// forgets it and its blocks) once it has been unhealthy this long.
+	// Zero means never: unhealthy engines stay registered and come back
+	// when their probes succeed again.
+	RemoveAfter time.Duration
+	// EventIdleTimeout is the subscribers' kvzmq.Config.IdleTimeout. Zero
+	// means kvzmq.DefaultIdleTimeout.
+	EventIdleTimeout time.Duration
+	// Clock supplies time to RemoveAfter. Nil means the system clock.
+	Clock kvroute.Clock
+	// Logger receives failed attempts and engine changes. Nil discards.
+	Logger *slog.Logger
+}
+
+// Gateway is an HTTP reverse proxy for OpenAI-compatible engines that
+// routes every request with a kvroute router. It serves
+// POST /v1/completions, POST /v1/chat/completions and GET /health.
+//
+// Concurrency: ServeHTTP, AddEngine, RemoveEngine and Stats are safe for
+// concurrent use, whether or not Run is running.
+type Gateway struct {
+	r                 *router.Router
+	tok               Tokenizer
+	proxy             *httputil.ReverseProxy
+	client            *http.Client
+	maxAttempts       int
+	maxReq, maxResp   int64
+	interval, timeout time.Duration
+	healthPath        string
+	removeAfter       time.Duration
+	idleTimeout       time.Duration
+	clock             kvroute.Clock
+	log               *slog.Logger
+
+	// mu protects engines and runCtx.
+	mu      sync.RWMutex
+	engines map[kvroute.WorkerID]*engine
+	runCtx  context.Context // Run's context, nil when Run is not running
+
+	requests, retries, failed atomic.Uint64
+}
+
+// engine is an added engine and its event subscribers.
+type engine struct {
+	cfg    Engine
+	target *url.URL
+	subs   []*kvzmq.Subscriber // one per rank, none without Events
+
+	// The fields below are protected by Gateway.mu.
+	stop           context.CancelFunc // ends the running subscribers, nil when none run
+	running        sync.WaitGroup     // the subscribers' goroutines
+	unhealthySince time.Time          // zero while healthy
+}
+
+// New returns a Gateway for cfg with its engines registered in the router.
+// It starts nothing: call Run for the event subscribers and health probes,
+// and serve the Gateway with an http.Server.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Router == nil {
+		return nil, fmt.Errorf("%w: no router", ErrConfig)
+	}
+	if cfg.MaxAttempts < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxResponseBytes < 0 || cfg.HealthTimeout < 0 ||
+		cfg.RemoveAfter < 0 || cfg.EventIdleTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative limit or duration", ErrConfig)
+	}
+	g := &Gateway{
+		r:           cfg.Router,
+		tok:         cfg.Tokenizer,
+		maxAttempts: cmp.Or(cfg.MaxAttempts, 3),
+		maxReq:      cmp.Or(cfg.MaxRequestBytes, 32<<20),
+		maxResp:     cmp.Or(cfg.MaxResponseBytes, 64<<20),
+		interval:    cmp.Or(cfg.HealthInterval, 2*time.Second),
+		healthPath:  cmp.Or(cfg.HealthPath, "/health"),
+		removeAfter: cfg.RemoveAfter,
+		idleTimeout: cfg.EventIdleTimeout,
+		clock:       kvroute.ClockOrSystem(cfg.Clock),
+		log:         cfg.Logger,
+		engines:     map[kvroute.WorkerID]*engine{},
+	}
+	g.timeout = cmp.Or(cfg.HealthTimeout, g.interval)
+	if g.tok == nil {
+		g.tok = WordTokenizer{}
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	transport := cfg.Transport
+	if transport == nil {
+		transport = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	g.client = &http.Client{Transport: transport}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      transport,
+		FlushInterval:  -1,
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler:   g.proxyError,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+	for _, e := range cfg.Engines {
+		if err := g.AddEngine(e); err != nil {
+			for id := range g.engines {
+				g.RemoveEngine(id)
+			}
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Router returns the gateway's router.
+func (g *Gateway) Router() *router.Router { return g.r }
+
+// AddEngine registers e in the router and, while Run runs, starts its
+// event subscribers. It returns an error wrapping ErrEngineConfig for an
+// invalid description, ErrDuplicateEngine for an id already added, and the
+// router's error when it rejects the worker.
+func (g *Gateway) AddEngine(e Engine) error {
+	if err := e.validate(); err != nil {
+		return err
+	}
+	target, _ := url.Parse(e.URL) // validated
+	eng := &engine{cfg: e, target: target}
+	if e.Events != "" {
+		for rank := range max(e.Ranks, 1) {
+			ep, _ := rankEndpoint(e.Events, rank) // validated
+			replay, _ := rankEndpoint(e.Replay, rank)
+			sub, err := kvzmq.New(kvzmq.Config{
+				Endpoint:       ep,
+				ReplayEndpoint: replay,
+				Topic:          e.Topic,
+				Converter:      kvevents.ConverterConfig{Worker: e.ID, BlockSize: g.r.Hasher().BlockSize(), Logger: g.log},
+				Sink:           g.r.Index(),
+				Logger:         g.log.With("engine", uint64(e.ID), "rank", rank),
+				IdleTimeout:    g.idleTimeout,
+			})
+			if err != nil {
+				return fmt.Errorf("%w: engine %d: %w", ErrEngineConfig, e.ID, err)
+			}
+			eng.subs = append(eng.subs, sub)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.engines[e.ID]; ok {
+		return fmt.Errorf("%w: %d", ErrDuplicateEngine, e.ID)
+	}
+	err := g.r.AddWorker(router.StaticWorker{
+		WorkerID: e.ID, Ranks: e.Ranks, Block: g.r.Hasher().BlockSize(),
+		BatchedTokens: e.MaxBatchedTokens, Requests: e.MaxRequests, CapacityBlocks: e.KVCapacityBlocks,
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: engine %d: %w", e.ID, err)
+	}
+	g.engines[e.ID] = eng
+	if g.runCtx != nil {
+		g.start(eng)
+	}
+	g.log.Info("engine added", "engine", uint64(e.ID), "url", e.URL, "events", e.Events)
+	return nil
+}
+
+// start runs eng's subscribers under Run's context. g.mu is held.
+func (g *Gateway) start(eng *engine) {
+	ctx, cancel := context.WithCancel(g.runCtx)
+	eng.stop = cancel
+	for _, s := range eng.subs {
+		eng.running.Go(func() { _ = s.Run(ctx) })
+	}
+}
+
+// RemoveEngine stops engine id's subscribers and removes it from the
+// router with its blocks. Requests in flight on it finish (or fail) on
+// their own. It reports whether the engine was added.
+func (g *Gateway) RemoveEngine(id kvroute.WorkerID) bool {
+	g.mu.Lock()
+	eng, ok := g.engines[id]
+	if !ok {
+		g.mu.Unlock()
+		return false
+	}
+	delete(g.engines, id)
+	stop := eng.stop
+	eng.stop = nil
+	g.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	// The subscribers must be done before the router drops the worker's
+	// blocks, or a late event would register it in the index again.
+	eng.running.Wait()
+	g.r.RemoveWorker(id)
+	g.log.Info("engine removed", "engine", uint64(id))
+	return true
+}
+
+// Run starts the engines' KV-event subscribers and the health probes and
+// blocks until ctx ends; then it stops them and returns nil. It returns
+// ErrRunning when Run is running already. Requests are served (by
+// ServeHTTP) whether Run runs or not, but without it the router hears
+// neither KV events nor heartbeats.
+func (g *Gateway) Run(ctx context.Context) error {
+	g.mu.Lock()
+	if g.runCtx != nil {
+		g.mu.Unlock()
+		return ErrRunning
+	}
+	g.runCtx = ctx
+	for _, eng := range g.engines {
+		g.start(eng)
+	}
+	g.mu.Unlock()
+
+	if g.interval > 0 {
+		t := time.NewTicker(g.interval)
+		for ctx.Err() == nil {
+			g.probe(ctx)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+		}
+		t.Stop()
+	}
+	<-ctx.Done()
+
+	g.mu.Lock()
+	g.runCtx = nil
+	var stopped []*engine
+	for _, eng := range g.engines {
+		if eng.stop != nil {
+			eng.stop()
+			eng.stop = nil
+			stopped = append(stopped, eng)
+		}
+	}
+	g.mu.Unlock()
+	for _, eng := range stopped {
+		eng.running.Wait()
+	}
+	return nil
+}
+
+// probe checks every engine's health endpoint once, reports the results
+// to the router and removes engines unhealthy for RemoveAfter.
+func (g *Gateway) probe(ctx context.Context) {
+	g.mu.RLock()
+	engines := make([]*engine, 0, len(g.engines))
+	for _, eng := range g.engines {
+		engines = append(engines, eng)
+	}
+	g.mu.RUnlock()
+
+	var wg sync.WaitGroup
+	for _, eng := range engines {
+		wg.Go(func() {
+			err := g.probeOne(ctx, eng)
+			for rank := range max(eng.cfg.Ranks, 1) {
+				key := kvroute.WorkerKey{ID: eng.cfg.ID, Rank: kvroute.DPRank(rank)}
+				if err == nil {
+					_ = g.r.Heartbeat(key, scheduling.Load{})
+				} else if ctx.Err() == nil {
+					_ = g.r.ReportError(key, err)
+				}
+			}
+			if err != nil && ctx.Err() == nil {
+				g.log.Debug("engine health probe failed", "engine", uint64(eng.cfg.ID), "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	g.r.CheckHealth()
+	if g.removeAfter <= 0 || ctx.Err() != nil {
+		return
+	}
+	now := g.clock.Now()
+	var remove []kvroute.WorkerID
+	g.mu.Lock()
+	for _, eng := range engines {
+		if g.engines[eng.cfg.ID] != eng {
+			continue // removed meanwhile
+		}
+		if !g.unhealthy(eng) {
+			eng.unhealthySince = time.Time{}
+			continue
+		}
+		if eng.unhealthySince.IsZero() {
+			eng.unhealthySince = now
+		}
+		if now.Sub(eng.unhealthySince) >= g.removeAfter {
+			remove = append(remove, eng.cfg.ID)
+		}
+	}
+	g.mu.Unlock()
+	for _, id := range remove {
+		g.log.Warn("removing engine unhealthy for too long", "engine", uint64(id), "after", g.removeAfter)
+		g.RemoveEngine(id)
+	}
+}
+
+// unhealthy reports whether every rank of eng is unhealthy.
+func (g *Gateway) unhealthy(eng *engine) bool {
+	for rank := range max(eng.cfg.Ranks, 1) {
+		if h, ok := g.r.Health(kvroute.WorkerKey{ID: eng.cfg.ID, Rank: kvroute.DPRank(rank)}); ok && h != router.Unhealthy {
+			return false
+		}
+	}
+	return true
+}
+
+// probeOne sends one health probe to eng.
+func (g *Gateway) probeOne(ctx context.Context, eng *engine) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, eng.target.JoinPath(g.healthPath).String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("health probe: %s", resp.Status)
+	}
+	return nil
+}
+
+// EngineStats is one engine's state in Stats.
+type EngineStats struct {
+	// Engine is the engine's description.
+	Engine Engine
+	// Health is the router's view of each rank.
+	Health []router.Health
+	// Events are its subscribers' counters, summed over ranks.
+	Events kvzmq.Stats
+}
+
+// Stats counts what the gateway did. It is plain data.
+type Stats struct {
+	// Requests is the number of routed requests received.
+	Requests uint64
+	// Retries is the number of attempts after a request's first.
+	Retries uint64
+	// Failed is the number of requests the gateway answered with an error
+	// of its own or an engine's error after every attempt failed.
+	Failed uint64
+	// Engines are the added engines, by id.
+	Engines []EngineStats
+}
+
+// Stats returns a snapshot of the gateway's counters.
+func (g *Gateway) Stats() Stats {
+	st := Stats{Requests: g.requests.Load(), Retries: g.retries.Load(), Failed: g.failed.Load()}
+	g.mu.RLock()
+	for _, eng := range g.engines {
+		es := EngineStats{Engine: eng.cfg}
+		for rank := range max(eng.cfg.Ranks, 1) {
+			h, _ := g.r.Health(kvroute.WorkerKey{ID: eng.cfg.ID, Rank: kvroute.DPRank(rank)})
+			es.Health = append(es.Health, h)
+		}
+		for _, s := range eng.subs {
+			es.Events = addStats(es.Events, s.Stats())
+		}
+		st.Engines = append(st.Engines, es)
+	}
+	g.mu.RUnlock()
+	slices.SortFunc(st.Engines, func(a, b EngineStats) int { return cmp.Compare(a.Engine.ID, b.Engine.ID) })
+	return st
+}
+
+func addStats(a, b kvzmq.Stats) kvzmq.Stats {
+	a.Received += b.Received
+	a.Replayed += b.Replayed
+	a.Applied += b.Applied
+	a.Gaps += b.Gaps
+	a.Dropped += b.Dropped
+	a.Duplicates += b.Duplicates
+	a.Malformed += b.Malformed
+	a.ApplyErrs += b.ApplyErrs
+	a.Restarts += b.Restarts
+	a.Reconnects += b.Reconnects
+	return a
+}

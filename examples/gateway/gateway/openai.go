@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrBadRequest is wrapped by errors about a client request the gateway
+// cannot route (malformed JSON, no prompt, a batch of prompts). The gateway
+// answers them with 400 Bad Request.
+var ErrBadRequest = errors.New("gateway: bad request")
+
+// apiRequest is what the gateway reads of an OpenAI-compatible request.
+type apiRequest struct {
+	fields map[string]json.RawMessage
+	prompt Prompt
+	stream bool
+	// injectedUsage is set when the gateway added stream_options
+	// .include_usage to learn the cached tokens, so the usage chunk must
+	// not reach the client.
+	injectedUsage bool
+	maxTokens     int
+}
+
+// parseRequest reads a /v1/completions (chat false) or
+// /v1/chat/completions (chat true) body. Errors wrap ErrBadRequest.
+func parseRequest(body []byte, chat bool) (*apiRequest, error) {
+	r := &apiRequest{}
+	if err := json.Unmarshal(body, &r.fields); err != nil {
+		return nil, fmt.Errorf("%w: body is not a JSON object: %w", ErrBadRequest, err)
+	}
+	if err := field(r.fields, "model", &r.prompt.Model); err != nil {
+		return nil, err
+	}
+	if err := field(r.fields, "stream", &r.stream); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
+		var n *int
+		if err := field(r.fields, name, &n); err != nil {
+			return nil, err
+		}
+		if n != nil {
+			r.maxTokens = max(*n, 0)
+		}
+	}
+	var err error
+	if chat {
+		r.prompt.Messages, err = parseMessages(r.fields["messages"])
+	} else {
+		err = parsePrompt(r.fields["prompt"], &r.prompt)
+	}
+	return r, err
+}
+
+// field decodes the named field into v when it is present and not null.
+func field(fields map[string]json.RawMessage, name string, v any) error {
+	raw, ok := fields[name]
+	if !ok || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%w: field %q: %w", ErrBadRequest, name, err)
+	}
+	return nil
+}
+
+// parsePrompt reads a completion prompt: a string, or token ids, or a
+// batch of one of either.
+func parsePrompt(raw json.RawMessage, p *Prompt) error {
+	if len(raw) == 0 {
+		return fmt.Errorf("%w: no prompt", ErrBadRequest)
+	}
+	if json.Unmarshal(raw, &p.Text) == nil {
+		return nil
+	}
+	var batch []json.RawMessage
+	if err := json.Unmarshal(raw, &batch); err != nil {
+		return fmt.Errorf("%w: prompt is neither text nor a list: %w", ErrBadRequest, err)
+	}
+	if len(batch) == 1 {
+		if json.Unmarshal(batch[0], &p.Text) == nil {
+			return nil
+		}
+		if json.Unmarshal(batch[0], &p.Tokens) == nil && p.Tokens != nil {
+			return nil
+		}
+	}
+	if err := json.Unmarshal(raw, &p.Tokens); err != nil {
+		return fmt.Errorf("%w: prompt must be one text or one list of token ids (batches are not routed): %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// parseMessages reads chat messages, keeping the text parts of each
+// message's content.
+func parseMessages(raw json.RawMessage) ([]Message, error) {
+	var msgs []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) == 0 {
+		if err == nil {
+			err = errors.New("empty")
+		}
+		return nil, fmt.Errorf("%w: messages: %w", ErrBadRequest, err)
+	}
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		out[i].Role = m.Role
+		if len(m.Content) == 0 || bytes.Equal(m.Content, []byte("null")) {
+			continue
+		}
+		if json.Unmarshal(m.Content, &out[i].Content) == nil {
+			continue
+		}
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(m.Content, &parts); err != nil {
+			return nil, fmt.Errorf("%w: content of message %d: %w", ErrBadRequest, i, err)
+		}
+		var texts []string
+		for _, part := range parts {
+			if part.Type == "text" {
+				texts = append(texts, part.Text)
+			}
+		}
+		out[i].Content = strings.Join(texts, "\n")
+	}
+	return out, nil
+}
+
+// forwardBody returns the body to send to the engines: for a streaming
+// request that did not ask for usage, the body with
+// stream_options.include_usage set (so the last chunk reports the cached
+// tokens), otherwise body itself.
+func (r *apiRequest) forwardBody(body []byte) ([]byte, error) {
+	if !r.stream {
+		return body, nil
+	}
+	opts := map[string]json.RawMessage{}
+	if err := field(r.fields, "stream_options", &opts); err != nil {
+		return nil, err
+	}
+	var include bool
+	if raw, ok := opts["include_usage"]; ok && json.Unmarshal(raw, &include) == nil && include {
+		return body, nil
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	raw, err := json.Marshal(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream_options: %w", ErrBadRequest, err)
+	}
+	r.fields["stream_options"] = raw
+	r.injectedUsage = true
+	out, err := json.Marshal(r.fields)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return out, nil
+}
+
+// apiUsage is the part of an OpenAI usage object the gateway reads.
+type apiUsage struct {
+	PromptTokens  int `json:"prompt_tokens"`
+	PromptDetails *struct {
+		CachedTokens *int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// cached returns the engine's cached prompt tokens, and whether it said.
+func (u *apiUsage) cached() (int, bool) {
+	if u == nil || u.PromptDetails == nil || u.PromptDetails.CachedTokens == nil {
+		return 0, false
+	}
+	return max(*u.PromptDetails.CachedTokens, 0), true
+}
+
+// apiError is the OpenAI error object.
+type apiError struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    int    `json:"code"`
+}
+
+// errorBody returns {"error": {...}} as JSON.
+func errorBody(status int, typ, msg string) []byte {
+	b, _ := json.Marshal(struct {
+		Error apiError `json:"error"`
+	}{apiError{Message: msg, Type: typ, Code: status}})
+	return b
+}

@@ -1,0 +1,424 @@
+package gateway
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// Response headers the gateway adds to every answer an engine gave.
+const (
+	// HeaderWorker names the cache domain that served the request
+	// ("id/rank").
+	HeaderWorker = "X-Kvroute-Worker"
+	// HeaderPredictedCached is the number of prompt tokens the router
+	// expected the engine to find in its cache.
+	HeaderPredictedCached = "X-Kvroute-Predicted-Cached-Tokens"
+)
+
+// errSuperseded releases a decision the gateway replaced by another on a
+// retry; it is a cancellation, so it does not count against the worker.
+var errSuperseded = fmt.Errorf("gateway: decision superseded by a retry: %w", context.Canceled)
+
+// ServeHTTP implements http.Handler: POST /v1/completions and
+// POST /v1/chat/completions are routed to an engine, GET /health answers
+// 200 while the router has a healthy worker, and anything else is 404.
+//
+// Every request gets exactly one answer: the engine's (relayed as it
+// streams), or, when no engine could serve it within MaxAttempts, an
+// OpenAI-style error object: 400 for a request it cannot route, 413 for a
+// body over MaxRequestBytes, 429 when every engine is busy, 502 when the
+// tokenizer or the engines failed (or the last engine's own 429/5xx
+// answer), 503 when no engine is available. A stream that breaks after its
+// first chunk ends with an error event and [DONE].
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/completions", "/v1/chat/completions":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", r.Method+" is not allowed here")
+			return
+		}
+		g.route(w, r, r.URL.Path == "/v1/chat/completions")
+	case "/health":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", r.Method+" is not allowed here")
+			return
+		}
+		g.serveHealth(w)
+	default:
+		writeError(w, http.StatusNotFound, "not_found_error", "the gateway serves /v1/completions and /v1/chat/completions")
+	}
+}
+
+func (g *Gateway) serveHealth(w http.ResponseWriter) {
+	healthy := 0
+	for _, ws := range g.r.Stats().Workers {
+		if ws.Health == router.Healthy {
+			healthy++
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if healthy == 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_, _ = fmt.Fprintf(w, `{"healthy_workers":%d}`+"\n", healthy)
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(errorBody(status, typ, msg))
+}
+
+// route serves one completion request: tokenize, choose an engine, relay,
+// and move to another engine while nothing has reached the client.
+func (g *Gateway) route(w http.ResponseWriter, r *http.Request, chat bool) {
+	g.requests.Add(1)
+	ctx := r.Context()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxReq))
+	if err != nil {
+		g.failed.Add(1)
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", err.Error())
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "reading the request: "+err.Error())
+		return
+	}
+	req, err := parseRequest(body, chat)
+	if err == nil {
+		body, err = req.forwardBody(body)
+	}
+	if err != nil {
+		g.failed.Add(1)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	tokens, err := g.tok.Tokenize(ctx, &req.prompt, nil)
+	if err != nil {
+		g.failed.Add(1)
+		writeError(w, http.StatusBadGateway, "tokenizer_error", err.Error())
+		return
+	}
+	rreq := router.Request{Tokens: tokens, ExpectedOutputTokens: req.maxTokens}
+
+	var (
+		tried []kvroute.WorkerKey
+		last  *failure
+	)
+	for i := range g.maxAttempts {
+		if i > 0 {
+			g.retries.Add(1)
+		}
+		d, err := g.choose(ctx, &rreq, tried)
+		if err != nil {
+			if ctx.Err() != nil {
+				return // the client is gone
+			}
+			g.failed.Add(1)
+			if last != nil {
+				last.write(w)
+			} else {
+				writeSelectError(w, err)
+			}
+			return
+		}
+		tried = append(tried, d.Worker)
+		f := g.forward(w, r, body, req, d)
+		if f == nil || ctx.Err() != nil {
+			return
+		}
+		g.log.Warn("engine attempt failed", "worker", d.Worker.String(), "attempt", i+1, "err", f.err)
+		last = f
+	}
+	g.failed.Add(1)
+	last.write(w)
+}
+
+// writeSelectError answers a request the router could not place.
+func writeSelectError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, scheduling.ErrAllBusy), errors.Is(err, scheduling.ErrQueueFull):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "rate_limit_error", err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
+	}
+}
+
+// choose asks the router for a worker not in tried. The router has no
+// notion of excluded workers, so on a retry that lands on a worker that
+// already failed, the decision is released and the best untried candidate
+// of its explanation is pinned instead.
+func (g *Gateway) choose(ctx context.Context, req *router.Request, tried []kvroute.WorkerKey) (*router.Decision, error) {
+	if len(tried) == 0 {
+		return g.r.Select(ctx, req)
+	}
+	explained := *req
+	explained.Explain = true
+	d, err := g.r.Select(ctx, &explained)
+	if err != nil || !slices.Contains(tried, d.Worker) {
+		return d, err
+	}
+	cands := d.Candidates
+	d.Done(router.Outcome{Err: errSuperseded})
+	slices.SortStableFunc(cands, func(a, b router.CandidateCost) int { return cmp.Compare(a.Cost, b.Cost) })
+	pinned := *req
+	pinned.HasPin = true
+	for _, c := range cands {
+		if slices.Contains(tried, c.Worker) {
+			continue
+		}
+		pinned.Pin = c.Worker
+		if d, err := g.r.Select(ctx, &pinned); err == nil {
+			return d, nil
+		} else if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: every eligible engine failed this request", router.ErrNoWorkers)
+}
+
+// failure is a failed attempt: what to tell the client if it was the last.
+type failure struct {
+	worker kvroute.WorkerKey
+	err    error
+	// status, header and body are the engine's own answer (429 or 5xx),
+	// relayed as is; status 0 means the engine gave none.
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (f *failure) write(w http.ResponseWriter) {
+	if f.status == 0 {
+		writeError(w, http.StatusBadGateway, "engine_error", fmt.Sprintf("engine %s failed: %v", f.worker, f.err))
+		return
+	}
+	if ct := f.header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.Header().Set(HeaderWorker, f.worker.String())
+	w.WriteHeader(f.status)
+	_, _ = w.Write(f.body)
+}
+
+// statusError is an engine answer the gateway retries elsewhere.
+type statusError struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("engine answered %d %s: %.200s", e.status, http.StatusText(e.status), e.body)
+}
+
+// retryable reports whether an engine's status sends the request to
+// another engine.
+func retryable(status int) bool {
+	return status == http.StatusTooManyRequests || status >= 500
+}
+
+// attempt is one try of a request on one engine. It is used by the
+// request's goroutine only (ReverseProxy calls its hooks synchronously).
+type attempt struct {
+	g         *Gateway
+	ctx       context.Context
+	d         *router.Decision
+	target    *url.URL
+	ranks     int
+	stream    bool
+	dropUsage bool
+
+	committed   bool  // the engine's answer is being relayed to the client
+	err         error // why the attempt failed, if it did
+	engineErr   bool  // the engine reported an error inside its stream
+	cached      int
+	cachedKnown bool
+	finished    bool
+}
+
+type attemptKey struct{}
+
+func attemptOf(ctx context.Context) *attempt {
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	return a
+}
+
+// forward sends the request to d's engine through the reverse proxy and
+// balances d with Done. It returns nil when an answer reached the client,
+// and the failure otherwise.
+func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, req *apiRequest, d *router.Decision) *failure {
+	a := &attempt{g: g, d: d, stream: req.stream, dropUsage: req.injectedUsage}
+	g.mu.RLock()
+	eng := g.engines[d.Worker.ID]
+	g.mu.RUnlock()
+	if eng == nil {
+		a.err = fmt.Errorf("%w: %d", ErrEngineGone, d.Worker.ID)
+		a.finish(false)
+		return &failure{worker: d.Worker, err: a.err}
+	}
+	a.target, a.ranks = eng.target, max(eng.cfg.Ranks, 1)
+	a.ctx = context.WithValue(in.Context(), attemptKey{}, a)
+	out := in.Clone(a.ctx)
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out.ContentLength = int64(len(body))
+	out.Header.Del("Content-Length")
+
+	returned := false
+	// Deferred so that Done also runs when the proxy aborts the response
+	// (the client went away mid-stream) by panicking with
+	// http.ErrAbortHandler.
+	defer func() { a.finish(!returned) }()
+	g.proxy.ServeHTTP(w, out)
+	returned = true
+	if a.committed {
+		return nil
+	}
+	if a.err == nil {
+		a.err = errors.New("engine gave no answer")
+	}
+	f := &failure{worker: d.Worker, err: a.err}
+	if se, ok := errors.AsType[*statusError](a.err); ok {
+		f.status, f.header, f.body = se.status, se.header, se.body
+	}
+	return f
+}
+
+// finish balances the attempt's decision with Done, once.
+func (a *attempt) finish(aborted bool) {
+	if a.finished {
+		return
+	}
+	a.finished = true
+	var o router.Outcome
+	switch se, isStatus := errors.AsType[*statusError](a.err); {
+	case aborted || (a.ctx != nil && a.ctx.Err() != nil):
+		o.Err = context.Canceled
+	case isStatus && se.status == http.StatusTooManyRequests:
+		// Overloaded, not broken: no verdict on its health.
+	case a.err != nil:
+		o.Err = a.err
+	case a.engineErr:
+		o.Err = errors.New("gateway: the engine reported an error in its stream")
+	default:
+		o.CachedTokens, o.CachedTokensKnown = a.cached, a.cachedKnown
+	}
+	a.d.Done(o)
+}
+
+// rewrite points the outbound request at the attempt's engine.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	a := attemptOf(pr.In.Context())
+	pr.SetURL(a.target)
+	pr.SetXForwarded()
+	// Let the transport negotiate compression and decompress, so that the
+	// gateway can read the engine's answer.
+	pr.Out.Header.Del("Accept-Encoding")
+	if a.ranks > 1 {
+		pr.Out.Header.Set("X-Data-Parallel-Rank", strconv.Itoa(int(a.d.Worker.Rank)))
+	}
+}
+
+// proxyError records why an attempt failed; the route loop decides
+// whether to retry or answer. Nothing has been written to the client.
+func (g *Gateway) proxyError(_ http.ResponseWriter, r *http.Request, err error) {
+	if a := attemptOf(r.Context()); a != nil && a.err == nil {
+		a.err = err
+	}
+}
+
+// modifyResponse inspects an engine's answer before it is relayed: it
+// turns 429 and 5xx answers and streams that fail before their first
+// chunk into errors (so the request moves to another engine), records the
+// cached tokens of the usage, and wraps streams to follow them.
+func (g *Gateway) modifyResponse(resp *http.Response) error {
+	a := attemptOf(resp.Request.Context())
+	if retryable(resp.StatusCode) {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return &statusError{status: resp.StatusCode, header: resp.Header.Clone(), body: body}
+	}
+	resp.Header.Set(HeaderWorker, a.d.Worker.String())
+	resp.Header.Set(HeaderPredictedCached, strconv.Itoa(a.d.CachedTokens))
+	if resp.StatusCode != http.StatusOK {
+		// The engine's verdict on the request (4xx): relay it.
+		a.committed = true
+		return nil
+	}
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
+		sb := newSSEBody(resp.Body, a, a.dropUsage)
+		if err := sb.fill(); err != nil {
+			return err
+		}
+		a.committed = true
+		a.d.PrefillDone()
+		resp.Body = sb
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, g.maxResp+1))
+	if err != nil {
+		return fmt.Errorf("reading the engine's answer: %w", err)
+	}
+	if int64(len(body)) > g.maxResp {
+		return fmt.Errorf("the engine's answer exceeds %d bytes", g.maxResp)
+	}
+	var parsed struct {
+		Usage *apiUsage `json:"usage"`
+	}
+	if json.Unmarshal(body, &parsed) == nil {
+		a.cached, a.cachedKnown = parsed.Usage.cached()
+	}
+	a.committed = true
+	a.d.PrefillDone()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
+
+// chunk implements streamHooks.
+func (a *attempt) chunk(hasChoices bool, u *apiUsage, apiErr bool) {
+	if hasChoices {
+		a.d.AddOutputTokens(1)
+	}
+	if n, ok := u.cached(); ok {
+		a.cached, a.cachedKnown = n, true
+	}
+	if apiErr {
+		a.engineErr = true
+	}
+}
+
+// failed implements streamHooks: before the first chunk the error fails
+// the attempt (and the request moves on); after it, the client gets an
+// error event in place of the rest of the stream.
+func (a *attempt) failed(err error) []byte {
+	if a.err == nil {
+		a.err = err
+	}
+	if !a.committed || a.ctx.Err() != nil {
+		return nil
+	}
+	return errorEvent(http.StatusBadGateway, "engine_error",
+		fmt.Sprintf("engine %s failed mid-stream: %v", a.d.Worker, err))
+}
