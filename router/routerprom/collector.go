@@ -1,0 +1,114 @@
+// Package routerprom exports a router's statistics as Prometheus metrics.
+//
+// It lives in its own package so that the router itself does not depend on
+// the Prometheus client.
+//
+// # Usage
+//
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(routerprom.New(r, "kvroute"))
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+package routerprom
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/router"
+)
+
+// Collector is a prometheus.Collector that reads a Router's Stats on every
+// scrape. It keeps no state of its own and is safe for concurrent use.
+type Collector struct {
+	r *router.Router
+
+	decisions, rejected, disaggregated, outcomes, failures *prometheus.Desc
+	promptTokens, predictedCached, actualCached            *prometheus.Desc
+	predictedHitRate, actualHitRate, accuracy, syncSeconds *prometheus.Desc
+	queueDepth, tracked                                    *prometheus.Desc
+	workerRequests, workerPrefill, workerBlocks            *prometheus.Desc
+	workerHealth, workerDecisions                          *prometheus.Desc
+	latency                                                *prometheus.Desc
+}
+
+// New returns a Collector for r whose metric names start with namespace
+// (for example "kvroute").
+func New(r *router.Router, namespace string) *Collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "router", name), help, labels, nil)
+	}
+	return &Collector{
+		r:                r,
+		decisions:        d("decisions_total", "Successful routing decisions."),
+		rejected:         d("rejected_total", "Select calls that failed (no worker, all busy, queue full, cancelled)."),
+		disaggregated:    d("disaggregated_total", "Decisions that chose a prefill and a decode worker."),
+		outcomes:         d("outcomes_total", "Requests ended with Done."),
+		failures:         d("failures_total", "Requests that ended with an error other than a cancellation."),
+		promptTokens:     d("prompt_tokens_total", "Prompt tokens of all decisions."),
+		predictedCached:  d("predicted_cached_tokens_total", "Cached prompt tokens the index predicted."),
+		actualCached:     d("actual_cached_tokens_total", "Cached prompt tokens the engines reported."),
+		predictedHitRate: d("predicted_hit_rate", "Predicted cached tokens over prompt tokens."),
+		actualHitRate:    d("actual_hit_rate", "Reported cached tokens over the prompt tokens of requests that reported them."),
+		accuracy:         d("routing_accuracy", "Share of recent decisions whose engine found at least 80% of the predicted overlap."),
+		syncSeconds:      d("recommended_sync_interval_seconds", "Index sync interval recommended from the routing accuracy."),
+		queueDepth:       d("queue_depth", "Requests waiting in the admission queue."),
+		tracked:          d("tracked_requests", "Requests the load tracker holds."),
+		workerRequests:   d("worker_active_requests", "Active requests the router tracks per cache domain.", "worker", "rank", "role"),
+		workerPrefill:    d("worker_active_prefill_tokens", "Prefill tokens still to compute per cache domain.", "worker", "rank", "role"),
+		workerBlocks:     d("worker_active_blocks", "Active KV blocks per cache domain.", "worker", "rank", "role"),
+		workerHealth:     d("worker_health", "Health per cache domain: 0 healthy, 1 degraded, 2 unhealthy.", "worker", "rank", "role"),
+		workerDecisions:  d("worker_decisions_total", "Decisions per cache domain.", "worker", "rank", "role"),
+		latency:          d("select_duration_seconds", "Duration of Select calls."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.decisions, c.rejected, c.disaggregated, c.outcomes, c.failures,
+		c.promptTokens, c.predictedCached, c.actualCached, c.predictedHitRate, c.actualHitRate, c.accuracy,
+		c.syncSeconds, c.queueDepth, c.tracked, c.workerRequests, c.workerPrefill, c.workerBlocks,
+		c.workerHealth, c.workerDecisions, c.latency} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.r.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter(c.decisions, st.Decisions)
+	counter(c.rejected, st.Rejected)
+	counter(c.disaggregated, st.Disaggregated)
+	counter(c.outcomes, st.Outcomes)
+	counter(c.failures, st.Failures)
+	counter(c.promptTokens, st.PromptTokens)
+	counter(c.predictedCached, st.PredictedCachedTokens)
+	counter(c.actualCached, st.ActualCachedTokens)
+	gauge(c.predictedHitRate, st.PredictedHitRate)
+	gauge(c.actualHitRate, st.ActualHitRate)
+	gauge(c.accuracy, st.Accuracy)
+	gauge(c.syncSeconds, st.RecommendedSyncInterval.Seconds())
+	gauge(c.queueDepth, float64(st.QueueDepth))
+	gauge(c.tracked, float64(st.TrackedRequests))
+	for _, w := range st.Workers {
+		labels := []string{strconv.FormatUint(uint64(w.Worker.ID), 10), strconv.FormatUint(uint64(w.Worker.Rank), 10), w.Role.String()}
+		gauge(c.workerRequests, float64(w.Tracked.ActiveRequests), labels...)
+		gauge(c.workerPrefill, float64(w.Tracked.ActivePrefillTokens), labels...)
+		gauge(c.workerBlocks, float64(w.Tracked.ActiveBlocks), labels...)
+		gauge(c.workerHealth, float64(w.Health), labels...)
+		counter(c.workerDecisions, w.Decisions, labels...)
+	}
+	buckets := make(map[float64]uint64, len(st.SelectLatency.Bounds))
+	var cum uint64
+	for i, b := range st.SelectLatency.Bounds {
+		cum += st.SelectLatency.Counts[i]
+		buckets[b.Seconds()] = cum
+	}
+	ch <- prometheus.MustNewConstHistogram(c.latency, st.SelectLatency.Count, st.SelectLatency.Sum.Seconds(), buckets)
+}
