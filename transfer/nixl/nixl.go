@@ -1,0 +1,861 @@
+//go:build cgo
+
+package nixl
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "capi.h"
+#include "calls.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/kvroute/kvroute/transfer"
+	"github.com/kvroute/kvroute/transfer/internal/poll"
+)
+
+// Agent is a transfer.Agent backed by NIXL's nixlAgent, created through
+// NIXL's C API. The agent is created with NIXL's strict thread
+// synchronisation and (unless disabled) its progress thread, so all methods
+// are safe for concurrent use.
+//
+// NIXL keeps pointers to registered memory: register Buffers or memory
+// allocated outside Go (device memory included), never Go heap memory.
+type Agent struct {
+	lib  *C.kv_nixl
+	h    C.kv_agent
+	name string
+	log  *slog.Logger
+
+	// mu is held for reading around every call into NIXL and for writing by
+	// Close, so the native agent is never used after it was destroyed.
+	mu     sync.RWMutex
+	closed bool // set by Close under mu
+
+	state sync.Mutex // protects the fields below
+	// regions are the registered ranges, to check local descriptors.
+	regions []region
+	// remotes are the agents whose metadata is loaded.
+	remotes map[string]bool
+	// backends are the backends created, in order.
+	backends []*backend
+	// reqs and lists are the live handles, released by Close.
+	reqs  map[*request]struct{}
+	lists map[*prepped]struct{}
+
+	notifMu sync.Mutex // serialises the notification map
+	nmap    C.kv_notif_map
+}
+
+type region struct {
+	kind transfer.MemKind
+	desc transfer.Desc
+}
+
+var _ transfer.Agent = (*Agent)(nil)
+
+// load opens the first library candidate that loads and reports every
+// failure otherwise.
+func load(libPath string) (*C.kv_nixl, error) {
+	var tried []string
+	errBuf := (*C.char)(C.malloc(1024))
+	defer C.free(unsafe.Pointer(errBuf))
+	for _, p := range defaultCandidates(libPath) {
+		cp := C.CString(p)
+		lib := C.kv_open(cp, errBuf, 1024)
+		C.free(unsafe.Pointer(cp))
+		if lib != nil {
+			return lib, nil
+		}
+		tried = append(tried, fmt.Sprintf("%s (%s)", p, C.GoString(errBuf)))
+	}
+	return nil, fmt.Errorf("%w: nixl: cannot load %s; tried: %s", transfer.ErrUnavailable, LibName, strings.Join(tried, "; "))
+}
+
+// New loads NIXL, creates an agent and its configured backends. Errors:
+// transfer.ErrUnavailable when the library cannot be loaded (the message
+// names every path tried), transfer.ErrNotSupported for a plugin NIXL does
+// not have, transfer.ErrBackend when NIXL refuses.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Name == "" || strings.IndexByte(cfg.Name, 0) >= 0 {
+		return nil, fmt.Errorf("%w: nixl: agent name %q", transfer.ErrInvalidParam, cfg.Name)
+	}
+	lib, err := load(cfg.LibPath)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a := &Agent{lib: lib, name: cfg.Name, log: log.With("agent", cfg.Name),
+		remotes: map[string]bool{}, reqs: map[*request]struct{}{}, lists: map[*prepped]struct{}{}}
+	cname := C.CString(cfg.Name)
+	defer C.free(unsafe.Pointer(cname))
+	if st := C.kv_create_agent(lib, cname, C.bool(!cfg.NoProgressThread), C.KV_SYNC_STRICT, 0, &a.h); st != C.KV_CAPI_SUCCESS {
+		C.free(unsafe.Pointer(lib))
+		return nil, a.fail("create agent", "", st, transfer.ErrBackend)
+	}
+	if st := C.cgoCreateNotifMap(lib, &a.nmap); st != C.KV_CAPI_SUCCESS {
+		C.cgoDestroyAgent(lib, a.h)
+		C.free(unsafe.Pointer(lib))
+		return nil, a.fail("create notification map", "", st, transfer.ErrBackend)
+	}
+	plugins := cfg.Backends
+	if len(plugins) == 0 {
+		plugins = []string{"UCX"}
+	}
+	for _, p := range plugins {
+		if _, err := a.CreateBackend(p, cfg.BackendParams[p]); err != nil {
+			_ = a.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// fail builds the error of a failed NIXL call. dflt classifies
+// NIXL_CAPI_ERROR_BACKEND, which the C API uses for most failures.
+func (a *Agent) fail(op, remote string, st C.kv_status, dflt error) error {
+	var cls error
+	switch st {
+	case C.KV_CAPI_ERROR_INVALID_PARAM:
+		cls = transfer.ErrInvalidParam
+	case C.KV_CAPI_ERROR_NOT_FOUND:
+		cls = transfer.ErrNotRegistered
+		if dflt == transfer.ErrUnknownAgent {
+			cls = dflt
+		}
+	case C.KV_CAPI_ERROR_NO_TELEMETRY:
+		cls = transfer.ErrNotSupported
+	case C.KV_CAPI_ERROR_BACKEND:
+		cls = dflt
+	default:
+		cls = transfer.ErrBackend
+	}
+	return &transfer.Error{Op: op, Agent: a.name, Remote: remote, Code: int(st), Err: cls}
+}
+
+func (a *Agent) errorf(op, remote string, err error, format string, args ...any) error {
+	return transfer.Errorf(a.name, op, remote, err, format, args...)
+}
+
+// enter takes the read lock for a call into NIXL, failing after Close.
+func (a *Agent) enter(op string) error {
+	a.mu.RLock()
+	if a.closed {
+		a.mu.RUnlock()
+		return a.errorf(op, "", transfer.ErrClosed, "")
+	}
+	return nil
+}
+
+func (a *Agent) leave() { a.mu.RUnlock() }
+
+// Name returns the agent's name.
+func (a *Agent) Name() string { return a.name }
+
+// takeBuf copies and frees a kv_buf.
+func takeBuf(b *C.kv_buf) []byte {
+	defer C.free(unsafe.Pointer(b.data))
+	if b.len == 0 {
+		return nil
+	}
+	return C.GoBytes(unsafe.Pointer(b.data), C.int(b.len))
+}
+
+// splitRecords splits a buffer of u32-length-prefixed records.
+func splitRecords(b []byte) ([][]byte, bool) {
+	var out [][]byte
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return nil, false
+		}
+		n := binary.LittleEndian.Uint32(b)
+		if uint64(len(b)-4) < uint64(n) {
+			return nil, false
+		}
+		out = append(out, b[4:4+n])
+		b = b[4+n:]
+	}
+	return out, true
+}
+
+// Plugins lists the plugins NIXL found.
+func (a *Agent) Plugins() ([]string, error) {
+	if err := a.enter("plugins"); err != nil {
+		return nil, err
+	}
+	defer a.leave()
+	var buf C.kv_buf
+	st := C.kv_plugins(a.lib, a.h, &buf)
+	recs, ok := splitRecords(takeBuf(&buf))
+	if st != C.KV_CAPI_SUCCESS || !ok {
+		return nil, a.fail("plugins", "", st, transfer.ErrBackend)
+	}
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = string(r)
+	}
+	return out, nil
+}
+
+// backend is a NIXL backend handle.
+type backend struct {
+	plugin string
+	h      C.kv_backend
+	mems   []transfer.MemKind
+	params map[string]string
+}
+
+func (b *backend) Plugin() string               { return b.plugin }
+func (b *backend) MemKinds() []transfer.MemKind { return slices.Clone(b.mems) }
+func (b *backend) Params() map[string]string    { return copyMap(b.params) }
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// CreateBackend instantiates a NIXL plugin. Nil or empty params mean the
+// plugin's defaults.
+func (a *Agent) CreateBackend(plugin string, params map[string]string) (transfer.Backend, error) {
+	plugins, err := a.Plugins()
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(plugins, plugin) {
+		return nil, a.errorf("create backend", "", transfer.ErrNotSupported, "plugin %q (available: %s)", plugin, strings.Join(plugins, ", "))
+	}
+	if err := a.enter("create backend"); err != nil {
+		return nil, err
+	}
+	defer a.leave()
+	var kvs []byte
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(params[k], 0) >= 0 {
+			return nil, a.errorf("create backend", "", transfer.ErrInvalidParam, "parameter %q contains a NUL byte", k)
+		}
+		kvs = append(append(append(append(kvs, k...), 0), params[k]...), 0)
+	}
+	kvs = append(kvs, 0)
+	cplugin := C.CString(plugin)
+	defer C.free(unsafe.Pointer(cplugin))
+	ckvs := C.CBytes(kvs)
+	defer C.free(ckvs)
+	b := &backend{plugin: plugin}
+	if st := C.kv_create_backend(a.lib, a.h, cplugin, (*C.char)(ckvs), C.size_t(len(keys)), &b.h); st != C.KV_CAPI_SUCCESS {
+		return nil, a.fail("create backend "+plugin, "", st, transfer.ErrBackend)
+	}
+	var buf C.kv_buf
+	var mask C.uint32_t
+	st := C.kv_backend_params(a.lib, a.h, b.h, &buf, &mask)
+	recs, ok := splitRecords(takeBuf(&buf))
+	if st == C.KV_CAPI_SUCCESS && ok {
+		b.params = make(map[string]string, len(recs)/2)
+		for i := 0; i+1 < len(recs); i += 2 {
+			b.params[string(recs[i])] = string(recs[i+1])
+		}
+		for k := transfer.DRAM; k.Valid(); k++ {
+			if mask&(1<<k) != 0 {
+				b.mems = append(b.mems, k)
+			}
+		}
+	} else {
+		a.log.Warn("backend parameters unavailable", "plugin", plugin, "status", int(st))
+	}
+	a.state.Lock()
+	a.backends = append(a.backends, b)
+	a.state.Unlock()
+	return b, nil
+}
+
+// Backends returns the backends created so far.
+func (a *Agent) Backends() []transfer.Backend {
+	a.state.Lock()
+	defer a.state.Unlock()
+	out := make([]transfer.Backend, len(a.backends))
+	for i, b := range a.backends {
+		out[i] = b
+	}
+	return out
+}
+
+// flatten returns descriptors as (addr, len, dev) triples for C.
+func flatten(ds []transfer.Desc) []C.uint64_t {
+	out := make([]C.uint64_t, 0, 3*len(ds))
+	for _, d := range ds {
+		out = append(out, C.uint64_t(d.Addr), C.uint64_t(d.Len), C.uint64_t(d.DevID))
+	}
+	return out
+}
+
+func firstOrNil(s []C.uint64_t) *C.uint64_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return &s[0]
+}
+
+func checkDescs(ds []transfer.Desc) int {
+	for i, d := range ds {
+		if _, ok := d.End(); !ok || d.Len == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// RegisterMem registers memory with every backend that supports its kind.
+func (a *Agent) RegisterMem(l transfer.RegList) error {
+	return a.register("register", true, l)
+}
+
+// DeregisterMem deregisters memory registered with exactly these
+// descriptors.
+func (a *Agent) DeregisterMem(l transfer.RegList) error {
+	return a.register("deregister", false, l)
+}
+
+func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
+	descs := make([]transfer.Desc, len(l.Descs))
+	var meta []byte
+	lens := make([]C.uint64_t, len(l.Descs))
+	for i, d := range l.Descs {
+		descs[i] = d.Desc
+		meta = append(meta, d.Meta...)
+		lens[i] = C.uint64_t(len(d.Meta))
+	}
+	if !l.Kind.Valid() || len(descs) == 0 || checkDescs(descs) >= 0 {
+		return a.errorf(op, "", transfer.ErrInvalidParam, "%s list of %d descriptors", l.Kind, len(descs))
+	}
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.leave()
+	a.state.Lock()
+	defer a.state.Unlock()
+	if !reg {
+		for _, d := range descs {
+			if !slices.Contains(a.regions, region{l.Kind, d}) {
+				return a.errorf(op, "", transfer.ErrNotRegistered, "%#x+%d was not registered", d.Addr, d.Len)
+			}
+		}
+	}
+	flat := flatten(descs)
+	var cmeta unsafe.Pointer
+	if len(meta) > 0 {
+		cmeta = C.CBytes(meta)
+		defer C.free(cmeta)
+	}
+	if st := C.kv_register(a.lib, a.h, C.bool(reg), C.kv_mem(l.Kind), &flat[0], C.size_t(len(descs)), (*C.char)(cmeta), &lens[0]); st != C.KV_CAPI_SUCCESS {
+		return a.fail(op, "", st, transfer.ErrBackend)
+	}
+	for _, d := range descs {
+		if reg {
+			a.regions = append(a.regions, region{l.Kind, d})
+		} else if i := slices.Index(a.regions, region{l.Kind, d}); i >= 0 {
+			a.regions = slices.Delete(a.regions, i, i+1)
+		}
+	}
+	return nil
+}
+
+// LocalMetadata returns NIXL's metadata blob of this agent.
+func (a *Agent) LocalMetadata() ([]byte, error) {
+	if err := a.enter("local metadata"); err != nil {
+		return nil, err
+	}
+	defer a.leave()
+	var data unsafe.Pointer
+	var n C.size_t
+	if st := C.cgoGetLocalMD(a.lib, a.h, &data, &n); st != C.KV_CAPI_SUCCESS {
+		return nil, a.fail("local metadata", "", st, transfer.ErrBackend)
+	}
+	defer C.free(data)
+	return C.GoBytes(data, C.int(n)), nil
+}
+
+// LoadRemoteMetadata loads a remote agent's NIXL metadata.
+func (a *Agent) LoadRemoteMetadata(md []byte) (string, error) {
+	if len(md) == 0 {
+		return "", a.errorf("load metadata", "", transfer.ErrBadMetadata, "empty")
+	}
+	if err := a.enter("load metadata"); err != nil {
+		return "", err
+	}
+	defer a.leave()
+	cmd := C.CBytes(md)
+	defer C.free(cmd)
+	var name *C.char
+	if st := C.cgoLoadRemoteMD(a.lib, a.h, cmd, C.size_t(len(md)), &name); st != C.KV_CAPI_SUCCESS {
+		return "", a.fail("load metadata", "", st, transfer.ErrBadMetadata)
+	}
+	defer C.free(unsafe.Pointer(name))
+	s := C.GoString(name)
+	a.state.Lock()
+	a.remotes[s] = true
+	a.state.Unlock()
+	return s, nil
+}
+
+// InvalidateRemoteMetadata forgets a remote agent.
+func (a *Agent) InvalidateRemoteMetadata(remote string) error {
+	if err := a.enter("invalidate metadata"); err != nil {
+		return err
+	}
+	defer a.leave()
+	a.state.Lock()
+	defer a.state.Unlock()
+	if !a.remotes[remote] {
+		return a.errorf("invalidate metadata", remote, transfer.ErrUnknownAgent, "")
+	}
+	cr := C.CString(remote)
+	defer C.free(unsafe.Pointer(cr))
+	if st := C.cgoInvalidateRemoteMD(a.lib, a.h, cr); st != C.KV_CAPI_SUCCESS {
+		return a.fail("invalidate metadata", remote, st, transfer.ErrUnknownAgent)
+	}
+	delete(a.remotes, remote)
+	return nil
+}
+
+// checkList validates a list locally: well-formed descriptors, registered
+// local memory, a known remote agent. NIXL checks remote memory itself.
+func (a *Agent) checkList(op, remote string, l transfer.DescList) error {
+	if !l.Kind.Valid() || len(l.Descs) == 0 {
+		return a.errorf(op, remote, transfer.ErrInvalidParam, "%s list of %d descriptors", l.Kind, len(l.Descs))
+	}
+	if i := checkDescs(l.Descs); i >= 0 {
+		return a.errorf(op, remote, transfer.ErrInvalidParam, "descriptor %d: %#x+%d", i, l.Descs[i].Addr, l.Descs[i].Len)
+	}
+	a.state.Lock()
+	defer a.state.Unlock()
+	if remote != "" {
+		if !a.remotes[remote] {
+			return a.errorf(op, remote, transfer.ErrUnknownAgent, "")
+		}
+		return nil
+	}
+	for i, d := range l.Descs {
+		found := false
+		for _, r := range a.regions {
+			if r.kind == l.Kind && r.desc.Covers(d) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return a.errorf(op, "", transfer.ErrNotRegistered, "local descriptor %d: %#x+%d dev %d", i, d.Addr, d.Len, d.DevID)
+		}
+	}
+	return nil
+}
+
+// prepped is a prepared descriptor list (nixlDlistH).
+type prepped struct {
+	a        *Agent
+	remote   string
+	lens     []uint64
+	mu       sync.Mutex // protects h and released
+	h        C.kv_dlist_handle
+	released bool
+}
+
+func (p *prepped) Remote() string { return p.remote }
+func (p *prepped) Len() int       { return len(p.lens) }
+
+// Release releases the prepared list.
+func (p *prepped) Release() error {
+	if err := p.a.enter("release list"); err != nil {
+		return err
+	}
+	defer p.a.leave()
+	if err := p.release(); err != nil {
+		return err
+	}
+	p.a.state.Lock()
+	delete(p.a.lists, p)
+	p.a.state.Unlock()
+	return nil
+}
+
+// release frees the handle. The caller holds a.mu.
+func (p *prepped) release() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released {
+		return p.a.errorf("release list", p.remote, transfer.ErrReleased, "")
+	}
+	if st := C.cgoReleaseDlist(p.a.lib, p.a.h, p.h); st != C.KV_CAPI_SUCCESS {
+		return p.a.fail("release list", p.remote, st, transfer.ErrBackend)
+	}
+	p.released = true
+	return nil
+}
+
+// PrepDescList prepares a local (remote "") or remote descriptor list, in
+// one call into NIXL however long the list.
+func (a *Agent) PrepDescList(remote string, l transfer.DescList) (transfer.PreppedList, error) {
+	const op = "prepare list"
+	if err := a.checkList(op, remote, l); err != nil {
+		return nil, err
+	}
+	if err := a.enter(op); err != nil {
+		return nil, err
+	}
+	defer a.leave()
+	flat := flatten(l.Descs)
+	cr := C.CString(remote)
+	defer C.free(unsafe.Pointer(cr))
+	p := &prepped{a: a, remote: remote, lens: make([]uint64, len(l.Descs))}
+	for i, d := range l.Descs {
+		p.lens[i] = d.Len
+	}
+	if st := C.kv_prep(a.lib, a.h, cr, C.kv_mem(l.Kind), &flat[0], C.size_t(len(l.Descs)), &p.h); st != C.KV_CAPI_SUCCESS {
+		// Local memory and the agent were checked: NIXL refuses the
+		// remote descriptors.
+		return nil, a.fail(op, remote, st, transfer.ErrNotRegistered)
+	}
+	a.state.Lock()
+	a.lists[p] = struct{}{}
+	a.state.Unlock()
+	return p, nil
+}
+
+// opts builds NIXL optional arguments for a request.
+func (a *Agent) opts(o *transfer.RequestOptions) (C.kv_opt_args, error) {
+	var notif []byte
+	has, skip := false, false
+	var bs []C.kv_backend
+	if o != nil {
+		notif, has, skip = o.Notif, o.Notif != nil, o.SkipDescMerge
+		for _, b := range o.Backends {
+			nb, ok := b.(*backend)
+			if !ok {
+				return nil, a.errorf("request options", "", transfer.ErrInvalidParam, "backend %s is not a NIXL backend", b.Plugin())
+			}
+			bs = append(bs, nb.h)
+		}
+	}
+	var cnotif unsafe.Pointer
+	if len(notif) > 0 {
+		cnotif = C.CBytes(notif)
+		defer C.free(cnotif)
+	}
+	var cbs *C.kv_backend
+	if len(bs) > 0 {
+		cbs = (*C.kv_backend)(C.malloc(C.size_t(len(bs)) * C.size_t(unsafe.Sizeof(bs[0]))))
+		defer C.free(unsafe.Pointer(cbs))
+		copy(unsafe.Slice(cbs, len(bs)), bs)
+	}
+	var out C.kv_opt_args
+	if st := C.kv_opts(a.lib, cnotif, C.size_t(len(notif)), C.bool(has), C.bool(skip), cbs, C.size_t(len(bs)), &out); st != C.KV_CAPI_SUCCESS {
+		return nil, a.fail("request options", "", st, transfer.ErrBackend)
+	}
+	return out, nil
+}
+
+// MakeRequest builds a request from indices into two prepared lists.
+func (a *Agent) MakeRequest(op transfer.Op, local transfer.PreppedList, localIdx []int, remote transfer.PreppedList, remoteIdx []int, o *transfer.RequestOptions) (transfer.Request, error) {
+	const name = "make request"
+	lp, ok1 := local.(*prepped)
+	rp, ok2 := remote.(*prepped)
+	if !ok1 || !ok2 || lp.a != a || rp.a != a || lp.remote != "" || rp.remote == "" {
+		return nil, a.errorf(name, "", transfer.ErrInvalidParam, "want a local and a remote list prepared by this agent")
+	}
+	if !op.Valid() || len(localIdx) != len(remoteIdx) || len(localIdx) == 0 {
+		return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "%s with %d local and %d remote indices", op, len(localIdx), len(remoteIdx))
+	}
+	li := make([]C.int, len(localIdx))
+	ri := make([]C.int, len(remoteIdx))
+	for i := range localIdx {
+		l, r := localIdx[i], remoteIdx[i]
+		if l < 0 || l >= len(lp.lens) || r < 0 || r >= len(rp.lens) {
+			return nil, a.errorf(name, rp.remote, transfer.ErrOutOfRange, "pair %d: index %d of %d local, %d of %d remote", i, l, len(lp.lens), r, len(rp.lens))
+		}
+		if lp.lens[l] != rp.lens[r] {
+			return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "pair %d: %d local bytes, %d remote bytes", i, lp.lens[l], rp.lens[r])
+		}
+		li[i], ri[i] = C.int(l), C.int(r)
+	}
+	if err := a.enter(name); err != nil {
+		return nil, err
+	}
+	defer a.leave()
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if lp.released || rp.released {
+		return nil, a.errorf(name, rp.remote, transfer.ErrReleased, "prepared list")
+	}
+	opt, err := a.opts(o)
+	if err != nil {
+		return nil, err
+	}
+	r := &request{a: a, remote: rp.remote, opt: opt}
+	if st := C.cgoMakeReq(a.lib, a.h, C.kv_op(op), lp.h, &li[0], C.size_t(len(li)), rp.h, &ri[0], C.size_t(len(ri)), &r.h, opt); st != C.KV_CAPI_SUCCESS {
+		C.cgoDestroyOpt(a.lib, opt)
+		return nil, a.fail(name, rp.remote, st, transfer.ErrBackend)
+	}
+	return a.track(r), nil
+}
+
+// CreateRequest builds a request from two descriptor lists.
+func (a *Agent) CreateRequest(op transfer.Op, local, remote transfer.DescList, remoteAgent string, o *transfer.RequestOptions) (transfer.Request, error) {
+	const name = "create request"
+	if remoteAgent == "" || !op.Valid() || len(local.Descs) != len(remote.Descs) {
+		return nil, a.errorf(name, remoteAgent, transfer.ErrInvalidParam, "%s of %d local and %d remote descriptors to %q", op, len(local.Descs), len(remote.Descs), remoteAgent)
+	}
+	if err := a.checkList(name, "", local); err != nil {
+		return nil, err
+	}
+	if err := a.checkList(name, remoteAgent, remote); err != nil {
+		return nil, err
+	}
+	for i := range local.Descs {
+		if local.Descs[i].Len != remote.Descs[i].Len {
+			return nil, a.errorf(name, remoteAgent, transfer.ErrInvalidParam, "pair %d: %d local bytes, %d remote bytes", i, local.Descs[i].Len, remote.Descs[i].Len)
+		}
+	}
+	if err := a.enter(name); err != nil {
+		return nil, err
+	}
+	defer a.leave()
+	opt, err := a.opts(o)
+	if err != nil {
+		return nil, err
+	}
+	lf, rf := flatten(local.Descs), flatten(remote.Descs)
+	cr := C.CString(remoteAgent)
+	defer C.free(unsafe.Pointer(cr))
+	r := &request{a: a, remote: remoteAgent, opt: opt}
+	if st := C.kv_create_req(a.lib, a.h, C.kv_op(op), C.kv_mem(local.Kind), &lf[0], C.kv_mem(remote.Kind), &rf[0], C.size_t(len(local.Descs)), cr, opt, &r.h); st != C.KV_CAPI_SUCCESS {
+		C.cgoDestroyOpt(a.lib, opt)
+		// Local memory and the agent were checked; the C API reports the
+		// remaining refusal, remote memory outside the metadata, as a
+		// backend error.
+		return nil, a.fail(name, remoteAgent, st, transfer.ErrNotRegistered)
+	}
+	return a.track(r), nil
+}
+
+func (a *Agent) track(r *request) *request {
+	a.state.Lock()
+	a.reqs[r] = struct{}{}
+	a.state.Unlock()
+	return r
+}
+
+// SendNotif sends a standalone notification.
+func (a *Agent) SendNotif(remote string, msg []byte) error {
+	const op = "send notification"
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.leave()
+	a.state.Lock()
+	known := a.remotes[remote]
+	a.state.Unlock()
+	if !known {
+		return a.errorf(op, remote, transfer.ErrUnknownAgent, "")
+	}
+	cr := C.CString(remote)
+	defer C.free(unsafe.Pointer(cr))
+	var cmsg unsafe.Pointer
+	if len(msg) > 0 {
+		cmsg = C.CBytes(msg)
+		defer C.free(cmsg)
+	}
+	if st := C.cgoGenNotif(a.lib, a.h, cr, cmsg, C.size_t(len(msg))); st != C.KV_CAPI_SUCCESS {
+		return a.fail(op, remote, st, transfer.ErrRemoteDisconnect)
+	}
+	return nil
+}
+
+// Notifs returns and forgets the notifications NIXL received.
+func (a *Agent) Notifs() ([]transfer.Notif, error) {
+	if err := a.enter("notifications"); err != nil {
+		return nil, err
+	}
+	defer a.leave()
+	a.notifMu.Lock()
+	defer a.notifMu.Unlock()
+	var buf C.kv_buf
+	st := C.kv_take_notifs(a.lib, a.h, a.nmap, &buf)
+	recs, ok := splitRecords(takeBuf(&buf))
+	if st != C.KV_CAPI_SUCCESS || !ok || len(recs)%2 != 0 {
+		return nil, a.fail("notifications", "", st, transfer.ErrBackend)
+	}
+	out := make([]transfer.Notif, 0, len(recs)/2)
+	for i := 0; i < len(recs); i += 2 {
+		out = append(out, transfer.Notif{From: string(recs[i]), Msg: slices.Clone(recs[i+1])})
+	}
+	return out, nil
+}
+
+// Close releases every live handle and destroys the NIXL agent. A second
+// Close returns transfer.ErrClosed.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return a.errorf("close", "", transfer.ErrClosed, "")
+	}
+	a.closed = true
+	a.state.Lock()
+	defer a.state.Unlock()
+	for r := range a.reqs {
+		if err := r.release(); err != nil {
+			a.log.Warn("release request on close", "err", err)
+		}
+	}
+	for p := range a.lists {
+		if err := p.release(); err != nil {
+			a.log.Warn("release list on close", "err", err)
+		}
+	}
+	a.reqs, a.lists = nil, nil
+	C.cgoDestroyNotifMap(a.lib, a.nmap)
+	st := C.cgoDestroyAgent(a.lib, a.h)
+	C.free(unsafe.Pointer(a.lib))
+	if st != C.KV_CAPI_SUCCESS {
+		return a.fail("close", "", st, transfer.ErrBackend)
+	}
+	return nil
+}
+
+// request is a NIXL transfer request (nixlXferReqH).
+type request struct {
+	a      *Agent
+	remote string
+	h      C.kv_xfer_req
+	opt    C.kv_opt_args
+
+	mu       sync.Mutex // protects the fields below
+	state    transfer.Status
+	err      error
+	released bool
+}
+
+// Post posts the request.
+func (r *request) Post() (transfer.Status, error) {
+	if err := r.a.enter("post"); err != nil {
+		return transfer.StatusIdle, err
+	}
+	defer r.a.leave()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return r.state, r.a.errorf("post", r.remote, transfer.ErrReleased, "")
+	}
+	if r.state == transfer.StatusInProgress {
+		if r.poll(); r.state == transfer.StatusInProgress {
+			return r.state, r.a.errorf("post", r.remote, transfer.ErrInProgress, "")
+		}
+	}
+	st := C.cgoPost(r.a.lib, r.a.h, r.h, r.opt)
+	r.set(st, "post")
+	return r.state, r.err
+}
+
+// set records a NIXL status. The caller holds mu.
+func (r *request) set(st C.kv_status, op string) {
+	switch st {
+	case C.KV_CAPI_SUCCESS:
+		r.state, r.err = transfer.StatusDone, nil
+	case C.KV_CAPI_IN_PROG:
+		r.state, r.err = transfer.StatusInProgress, nil
+	default:
+		r.state, r.err = transfer.StatusFailed, r.a.fail(op, r.remote, st, transfer.ErrRemoteDisconnect)
+	}
+}
+
+// poll refreshes a running request's state. The caller holds mu and a.mu.
+func (r *request) poll() {
+	if r.state == transfer.StatusInProgress {
+		r.set(C.cgoStatus(r.a.lib, r.a.h, r.h), "status")
+	}
+}
+
+// Status polls the request.
+func (r *request) Status() (transfer.Status, error) {
+	if err := r.a.enter("status"); err != nil {
+		return transfer.StatusIdle, err
+	}
+	defer r.a.leave()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return r.state, r.a.errorf("status", r.remote, transfer.ErrReleased, "")
+	}
+	r.poll()
+	return r.state, r.err
+}
+
+// Wait polls with backoff until the transfer finishes or ctx ends.
+func (r *request) Wait(ctx context.Context) error {
+	r.mu.Lock()
+	idle := r.state == transfer.StatusIdle && !r.released
+	r.mu.Unlock()
+	if idle {
+		return r.a.errorf("wait", r.remote, transfer.ErrInvalidParam, "request not posted")
+	}
+	err := poll.Until(ctx, func() (bool, error) {
+		st, err := r.Status()
+		return st == transfer.StatusDone, err
+	})
+	if err != nil && ctx.Err() != nil && err == ctx.Err() {
+		return r.a.errorf("wait", r.remote, err, "")
+	}
+	return err
+}
+
+// Release releases the request; NIXL aborts it if it is still running.
+func (r *request) Release() error {
+	if err := r.a.enter("release"); err != nil {
+		return err
+	}
+	defer r.a.leave()
+	if err := r.release(); err != nil {
+		return err
+	}
+	r.a.state.Lock()
+	delete(r.a.reqs, r)
+	r.a.state.Unlock()
+	return nil
+}
+
+// release frees the handle. The caller holds a.mu.
+func (r *request) release() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return r.a.errorf("release", r.remote, transfer.ErrReleased, "")
+	}
+	if st := C.kv_release_req(r.a.lib, r.a.h, r.h); st != C.KV_CAPI_SUCCESS {
+		return r.a.fail("release", r.remote, st, transfer.ErrBackend)
+	}
+	C.cgoDestroyOpt(r.a.lib, r.opt)
+	r.released = true
+	return nil
+}
