@@ -33,7 +33,7 @@ func requireNIXL(t testing.TB) {
 
 func newAgent(t testing.TB, name string) transfer.Agent {
 	t.Helper()
-	a, err := nixl.New(nixl.Config{Name: name, Backends: []string{"UCX"}})
+	a, err := nixl.New(nixl.Config{Name: name, Backends: []string{"UCX", "POSIX"}})
 	if err != nil {
 		t.Fatal(err)
 	}
