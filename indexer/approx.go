@@ -118,6 +118,7 @@ func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ws := a.lockLive(w, true)
+	a.beginWrite()
 	var parent *node
 	for i, s := range seqs {
 		parent = a.storeBlock(ws, kvroute.ExternalHash(s), blocks[i], parent, kvroute.TierDevice)
@@ -125,6 +126,7 @@ func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []
 		a.stamps[k] = now
 		heap.Push(&a.queue, approxItem{at: now, depth: parent.depth, key: k})
 	}
+	a.endWrite()
 	ws.mu.Unlock()
 	a.expireLocked(now)
 	if len(a.stamps) > a.max {
@@ -190,7 +192,9 @@ func (a *Approx) dropLocked(it approxItem) bool {
 	}
 	delete(a.stamps, it.key)
 	if ws := a.lockLive(it.key.w, false); ws != nil {
+		a.beginWrite()
 		a.removeBlock(ws, kvroute.ExternalHash(it.key.seq), kvroute.TierDevice)
+		a.endWrite()
 		ws.mu.Unlock()
 	}
 	return true

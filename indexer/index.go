@@ -61,7 +61,8 @@ type Index struct {
 	// a slot is taken or freed; Match reads it without a lock.
 	slotKeys atomic.Pointer[[]slotKey]
 
-	nodeCount    atomic.Int64
+	nodeCount    atomic.Int64 // nodes in the table, held or empty
+	emptyNodes   atomic.Int64 // nodes in the table that nobody holds
 	pairCount    atomic.Int64
 	extraChunks  atomic.Int64
 	entryCount   atomic.Int64
@@ -224,6 +225,8 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 		ws.lastID, ws.sequenced = ev.ID, true
 	}
 	ix.stats.applied.Add(1)
+	ix.beginWrite()
+	defer ix.endWrite()
 	switch ev.Kind {
 	case kvroute.EventStored:
 		return ix.applyStored(ws, ev)
@@ -235,6 +238,19 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 		ix.clearWorker(ws)
 	}
 	return nil
+}
+
+// beginWrite takes the node table's read lock for a batch of holder
+// changes (see nodeTable); endWrite releases it and sweeps empty nodes out
+// when they have piled up. Every caller of storeBlock, removeBlock and
+// clearWorker brackets them so.
+func (ix *Index) beginWrite() { ix.nodes.mu.RLock() }
+
+func (ix *Index) endWrite() {
+	ix.nodes.mu.RUnlock()
+	if e := ix.emptyNodes.Load(); e > minSweep && e > (ix.nodeCount.Load()-e)/4 {
+		ix.sweepEmpty()
+	}
 }
 
 func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
@@ -302,21 +318,19 @@ func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvr
 
 // hold records that slot holds the block seq (content local, child of
 // parent) in tier t, creating its node when needed, and returns the node
-// and whether the slot's bit for t changed. An existing node is updated
-// under the table's read lock, in parallel with other workers; a new one
-// is inserted under its write lock.
+// and whether the slot's bit for t changed. The caller holds the table's
+// read lock (beginWrite): an existing node is updated under it, in
+// parallel with other workers; a new one is inserted under the write lock.
 func (ix *Index) hold(seq kvroute.SeqHash, local kvroute.BlockHash, parent *node, slot int, t kvroute.Tier) (*node, bool) {
 	tab := ix.nodes
-	tab.mu.RLock()
 	if s := tab.find(seq); s != nil {
 		if n := s.node.Load(); n != nil {
-			changed := ix.setBit(s, n, slot, t)
-			tab.mu.RUnlock()
-			return n, changed
+			return n, ix.setBit(s, n, slot, t)
 		}
 	}
+	// Insert under the write lock, then resume the caller's read lock.
 	tab.mu.RUnlock()
-
+	defer tab.mu.RLock()
 	tab.mu.Lock()
 	defer tab.mu.Unlock()
 	n := &node{seq: seq, local: local, parent: parent}
@@ -325,7 +339,9 @@ func (ix *Index) hold(seq kvroute.SeqHash, local kvroute.BlockHash, parent *node
 	}
 	s, inserted := tab.insert(n)
 	if inserted {
+		// A new node is empty until setBit below gives it its holder.
 		ix.nodeCount.Add(1)
+		ix.emptyNodes.Add(1)
 	} else {
 		n = s.node.Load()
 	}
@@ -353,29 +369,33 @@ func (ix *Index) setBit(s *slot, n *node, slot int, t kvroute.Tier) bool {
 	}
 	if !heldBefore {
 		ix.pairCount.Add(1)
+		if n.holders.Add(1) == 1 {
+			ix.emptyNodes.Add(-1)
+		}
 	}
 	return true
 }
 
-// unholdNode clears ws's bit for tier t on n, and deletes n from the table
-// when that left it empty. ws.mu is held.
+// unholdNode clears ws's bit for tier t on n. ws.mu and the table's read
+// lock are held.
+//
+// A node nobody holds stays in the table, empty, so that the common engine
+// pattern of evicting a block and storing it again soon costs two atomic
+// operations instead of a delete and an insert; Match treats an empty node
+// like a missing one. Empty nodes are swept out in bulk once they exceed a
+// quarter of the held ones (sweepEmpty).
 func (ix *Index) unholdNode(ws *workerState, n *node, t kvroute.Tier) {
 	c := n.chunkFor(ws.slot)
 	if c == nil {
 		return
 	}
 	bit := uint64(1) << (ws.slot % slotsPerChunk)
-	tab := ix.nodes
-	tab.mu.RLock()
-	s := tab.find(n.seq)
+	s := ix.nodes.find(n.seq)
 	if s != nil && s.node.Load() != n {
 		s = nil // n left the table already (cannot while ws holds it)
 	}
 	if c.tiers[t].And(^bit)&bit != 0 {
 		stillHeld := c.any()&bit != 0
-		if !stillHeld {
-			ix.pairCount.Add(-1)
-		}
 		if s != nil && ws.slot < slotsPerChunk {
 			if t == kvroute.TierDevice {
 				s.dev0.And(^bit)
@@ -384,20 +404,33 @@ func (ix *Index) unholdNode(ws *workerState, n *node, t kvroute.Tier) {
 				s.any0.And(^bit)
 			}
 		}
+		if !stillHeld {
+			ix.pairCount.Add(-1)
+			if n.holders.Add(-1) == 0 {
+				ix.emptyNodes.Add(1)
+			}
+		}
 	}
-	empty := s != nil && n.empty()
-	tab.mu.RUnlock()
-	if !empty {
-		return
-	}
+}
+
+// minSweep is the number of empty nodes below which they are never swept.
+const minSweep = 1024
+
+// sweepEmpty deletes every node nobody holds from the table.
+func (ix *Index) sweepEmpty() {
+	tab := ix.nodes
 	tab.mu.Lock()
 	defer tab.mu.Unlock()
-	// Another worker may have taken the block meanwhile.
-	if s := tab.find(n.seq); s != nil && s.node.Load() == n && n.empty() {
-		tab.remove(s, n)
-		ix.nodeCount.Add(-1)
+	e := ix.emptyNodes.Load()
+	if e <= minSweep || e <= (ix.nodeCount.Load()-e)/4 {
+		return // another writer swept meanwhile
+	}
+	swept := tab.sweep(func(n *node) bool { return n.holders.Load() == 0 })
+	for _, n := range swept {
 		ix.extraChunks.Add(-int64(n.extraChunks()))
 	}
+	ix.nodeCount.Add(-int64(len(swept)))
+	ix.emptyNodes.Add(-int64(len(swept)))
 }
 
 // removeBlock drops tier t of the block ws holds as ext. ws.mu is held.
@@ -450,7 +483,9 @@ func (ix *Index) ResetWorker(w kvroute.WorkerKey) {
 		return
 	}
 	defer ws.mu.Unlock()
+	ix.beginWrite()
 	ix.clearWorker(ws)
+	ix.endWrite()
 	ws.lastID, ws.sequenced = 0, false
 }
 
@@ -461,7 +496,9 @@ func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
 	if ws == nil {
 		return false
 	}
+	ix.beginWrite()
 	ix.clearWorker(ws)
+	ix.endWrite()
 	ws.removed = true
 	ix.workers.Delete(w)
 	ws.mu.Unlock()
@@ -564,11 +601,11 @@ const (
 func (ix *Index) Size() Size {
 	s := Size{
 		Workers: ix.workers.Size(),
-		Blocks:  int(ix.nodeCount.Load()),
+		Blocks:  int(ix.nodeCount.Load() - ix.emptyNodes.Load()),
 		Pairs:   int(ix.pairCount.Load()),
 		Entries: int(ix.entryCount.Load()),
 	}
-	s.Bytes = int64(s.Blocks)*nodeBytes + ix.nodes.bytes() + ix.extraChunks.Load()*chunkBytes +
+	s.Bytes = ix.nodeCount.Load()*nodeBytes + ix.nodes.bytes() + ix.extraChunks.Load()*chunkBytes +
 		int64(s.Entries)*entryBytes + int64(s.Workers)*workerBytes
 	return s
 }

@@ -374,3 +374,36 @@ func TestDumpStopsAtError(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.Equal(t, 1, calls)
 }
+
+func TestEmptyNodesAreReusedAndSwept(t *testing.T) {
+	ix := newIndex(t)
+	w := wk(1)
+	const n = 5000
+	ext := make([]H, n)
+	var bases []uint32
+	for i := range ext {
+		ext[i] = H(i + 1)
+		bases = append(bases, uint32(i))
+	}
+	toks := prompt(bases...)
+	require.NoError(t, ix.Apply(stored(w, 0, 0, 0, ext, toks)))
+	full := ix.Size()
+	require.Equal(t, n, full.Blocks)
+
+	// Evict and store the tail again: the emptied nodes are reused.
+	require.NoError(t, ix.Apply(removed(w, 0, 0, ext[n-10:]...)))
+	require.Equal(t, n-10, ix.Size().Blocks)
+	require.NoError(t, ix.Apply(stored(w, 0, 0, ext[n-11], ext[n-10:], toks[(n-10)*4:])))
+	require.Equal(t, full, ix.Size())
+
+	// Evicting everything sweeps the empty nodes out of the table.
+	require.NoError(t, ix.Apply(removed(w, 0, 0, ext...)))
+	s := ix.Size()
+	require.Zero(t, s.Blocks)
+	require.Less(t, s.Bytes, full.Bytes/4)
+	var res indexer.MatchResult
+	ix.Match(seqsOf(toks), &res)
+	require.Empty(t, res.Workers)
+	require.NoError(t, ix.Apply(stored(w, 0, 0, 0, ext[:3], toks[:12])))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{w: dev(3)}, matchMap(ix, toks))
+}

@@ -102,7 +102,7 @@ walk:
 				break walk
 			}
 			b := &batch[j]
-			if !b.ok {
+			if !b.ok || b.n.holders.Load() == 0 {
 				break walk
 			}
 			live = 0

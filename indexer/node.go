@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"math/bits"
 	"sync/atomic"
 
 	"github.com/kvroute/kvroute"
@@ -35,7 +34,10 @@ type node struct {
 	local  kvroute.BlockHash
 	parent *node // nil at the root; may outlive its place in the map
 	depth  uint32
-	holder chunk
+	// holders counts the worker slots holding the block in any tier; the
+	// node is empty (kept for reuse until swept) at zero.
+	holders atomic.Int32
+	holder  chunk
 }
 
 // chunkFor returns the chunk for slot, or nil when the node has none yet.
@@ -85,15 +87,6 @@ func (n *node) empty() bool {
 		}
 	}
 	return true
-}
-
-// holders returns the number of slots that hold the block in any tier.
-func (n *node) holders() int {
-	total := 0
-	for c := &n.holder; c != nil; c = c.next.Load() {
-		total += bits.OnesCount64(c.any())
-	}
-	return total
 }
 
 // chunks returns the number of chunks after the embedded one.

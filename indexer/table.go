@@ -155,19 +155,32 @@ func (t *nodeTable) insert(n *node) (*slot, bool) {
 	return free, true
 }
 
-// remove deletes the slot s of node n. mu is write-locked.
-func (t *nodeTable) remove(s *slot, n *node) {
-	if n.seq <= keyDead {
-		s.node.Store(nil)
-		return
+// sweep deletes every node for which drop returns true, rebuilds the
+// array without tombstones, and returns the deleted nodes. mu is
+// write-locked.
+func (t *nodeTable) sweep(drop func(*node) bool) []*node {
+	var out []*node
+	for k := range t.low {
+		if n := t.low[k].node.Load(); n != nil && drop(n) {
+			t.low[k].node.Store(nil)
+			out = append(out, n)
+		}
 	}
 	a := t.cur.Load()
-	s.key.Store(keyDead)
-	s.node.Store(nil)
-	a.live--
-	if a.used-a.live > len(a.slots)/4 {
-		t.rebuild(a.live)
+	for i := range a.slots {
+		s := &a.slots[i]
+		if s.key.Load() <= keyDead {
+			continue
+		}
+		if n := s.node.Load(); drop(n) {
+			s.key.Store(keyDead)
+			s.node.Store(nil)
+			a.live--
+			out = append(out, n)
+		}
 	}
+	t.rebuild(a.live)
+	return out
 }
 
 // rebuild copies the live slots into a fresh array sized for live keys at
