@@ -20,9 +20,9 @@ const (
 type style int
 
 const (
-	contiguousHND style = iota // one region, blocks adjacent, K and V inside a block
-	perLayerKVOuter            // a region per layer, all K planes then all V planes (FlashAttention)
-	paddedLayers               // one region, layers and blocks with padding between them
+	contiguousHND   style = iota // one region, blocks adjacent, K and V inside a block
+	perLayerKVOuter              // a region per layer, all K planes then all V planes (FlashAttention)
+	paddedLayers                 // one region, layers and blocks with padding between them
 )
 
 // rank is one tensor-parallel rank's KV cache in a Buffer.

@@ -1,0 +1,274 @@
+package tcp_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute/transfer"
+	"github.com/kvroute/kvroute/transfer/tcp"
+)
+
+func newTCP(t *testing.T, name string) *tcp.Agent {
+	t.Helper()
+	a, err := tcp.New(tcp.Config{Name: name, IOTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
+func buffer(t *testing.T, n int) *transfer.Buffer {
+	t.Helper()
+	b, err := transfer.AllocBuffer(n)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Free() })
+	return b
+}
+
+func link(t *testing.T, a, b transfer.Agent) {
+	t.Helper()
+	for _, x := range [][2]transfer.Agent{{a, b}, {b, a}} {
+		md, err := x[1].LocalMetadata()
+		require.NoError(t, err)
+		_, err = x[0].LoadRemoteMetadata(md)
+		require.NoError(t, err)
+	}
+}
+
+// TestPeerDiesMidTransfer closes the target while a large READ and a large
+// WRITE are in flight: both must fail with ErrRemoteDisconnect (or, if the
+// data was already sent, succeed), never hang, and no notification of a
+// partial WRITE may be delivered.
+func TestPeerDiesMidTransfer(t *testing.T) {
+	const size = 64 << 20
+	for _, op := range []transfer.Op{transfer.Read, transfer.Write} {
+		t.Run(op.String(), func(t *testing.T) {
+			a, b := newTCP(t, "a"), newTCP(t, "b")
+			ba, bb := buffer(t, size), buffer(t, size)
+			require.NoError(t, a.RegisterMem(ba.RegList()))
+			require.NoError(t, b.RegisterMem(bb.RegList()))
+			link(t, a, b)
+			descs := transfer.DescList{Kind: transfer.DRAM}
+			for off := 0; off < size; off += 1 << 20 {
+				descs.Descs = append(descs.Descs, ba.Desc(off, 1<<20))
+			}
+			rd := transfer.DescList{Kind: transfer.DRAM}
+			for _, d := range descs.Descs {
+				rd.Descs = append(rd.Descs, bb.Desc(int(d.Addr-ba.Addr()), int(d.Len)))
+			}
+			req, err := a.CreateRequest(op, descs, rd, "b", &transfer.RequestOptions{Notif: []byte("n")})
+			require.NoError(t, err)
+			defer func() { _ = req.Release() }()
+			_, err = req.Post()
+			require.NoError(t, err)
+			require.NoError(t, b.Close())
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = req.Wait(ctx)
+			require.False(t, errors.Is(err, context.DeadlineExceeded), "transfer hung after the peer closed")
+			st, serr := req.Status()
+			if err != nil {
+				require.ErrorIs(t, err, transfer.ErrRemoteDisconnect)
+				require.Equal(t, transfer.StatusFailed, st)
+				require.Equal(t, err, serr)
+			} else {
+				require.Equal(t, transfer.StatusDone, st)
+			}
+		})
+	}
+}
+
+// TestReleaseCancels releases a READ while it runs: no byte may land in
+// local memory afterwards, so the memory can be reused at once.
+func TestReleaseCancels(t *testing.T) {
+	const size = 32 << 20
+	a, b := newTCP(t, "a"), newTCP(t, "b")
+	ba, bb := buffer(t, size), buffer(t, size)
+	require.NoError(t, a.RegisterMem(ba.RegList()))
+	require.NoError(t, b.RegisterMem(bb.RegList()))
+	link(t, a, b)
+	src := bb.Bytes()
+	for i := range src {
+		src[i] = 0xff
+	}
+	req, err := a.CreateRequest(transfer.Read,
+		transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{ba.Desc(0, size)}},
+		transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{bb.Desc(0, size)}}, "b", nil)
+	require.NoError(t, err)
+	_, err = req.Post()
+	require.NoError(t, err)
+	require.NoError(t, req.Release())
+	clear(ba.Bytes())
+	// A later transfer on the same connection still works, and the
+	// canceled one's data does not reappear.
+	small, err := a.CreateRequest(transfer.Write,
+		transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{ba.Desc(0, 16)}},
+		transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{bb.Desc(0, 16)}}, "b", nil)
+	require.NoError(t, err)
+	_, err = small.Post()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, small.Wait(ctx))
+	require.NoError(t, small.Release())
+	for i, v := range ba.Bytes() {
+		if v != 0 {
+			t.Fatalf("byte %d of released READ landed after Release", i)
+		}
+	}
+}
+
+// TestHostilePeer speaks the wire protocol by hand: frames that reach
+// outside registered memory are refused, malformed frames close the
+// connection, and the agent keeps serving others.
+func TestHostilePeer(t *testing.T) {
+	b := newTCP(t, "b")
+	bb := buffer(t, 4096)
+	require.NoError(t, b.RegisterMem(bb.RegList()))
+	dial := func(to string) net.Conn {
+		c, err := net.Dial("tcp", b.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		hello := append([]byte("KVRX\x01"), le16(len("evil"))...)
+		hello = append(append(hello, "evil"...), le16(len(to))...)
+		_, err = c.Write(append(hello, to...))
+		require.NoError(t, err)
+		return c
+	}
+	frame := func(kind byte, addr uintptr, n uint64, data []byte) []byte {
+		f := []byte{kind}
+		f = binary.LittleEndian.AppendUint64(f, 7)
+		f = binary.LittleEndian.AppendUint32(f, 1)
+		f = append(f, 0)
+		f = binary.LittleEndian.AppendUint32(f, 0)
+		f = binary.LittleEndian.AppendUint64(f, uint64(len(data)))
+		f = binary.LittleEndian.AppendUint64(f, uint64(addr))
+		f = binary.LittleEndian.AppendUint64(f, n)
+		f = binary.LittleEndian.AppendUint64(f, 0)
+		return append(f, data...)
+	}
+	status := func(c net.Conn) byte {
+		var h [19]byte
+		_, err := io.ReadFull(c, h[:])
+		require.NoError(t, err)
+		msg := make([]byte, binary.LittleEndian.Uint16(h[9:]))
+		_, err = io.ReadFull(c, msg)
+		require.NoError(t, err)
+		return h[8]
+	}
+
+	// Wrong agent name: refused with a message.
+	c := dial("someone")
+	var st [1]byte
+	_, err := io.ReadFull(c, st[:])
+	require.NoError(t, err)
+	require.NotEqual(t, byte(0), st[0])
+
+	c = dial("b")
+	_, err = io.ReadFull(c, st[:])
+	require.NoError(t, err)
+	require.Equal(t, byte(0), st[0])
+	// READ beyond the registered buffer, and of address 0.
+	_, err = c.Write(frame(2, bb.Addr()+4000, 200, nil))
+	require.NoError(t, err)
+	require.NotEqual(t, byte(0), status(c))
+	_, err = c.Write(frame(2, 0, 8, nil))
+	require.NoError(t, err)
+	require.NotEqual(t, byte(0), status(c))
+	// WRITE wrapping the address space.
+	_, err = c.Write(frame(1, ^uintptr(0)-4, 16, make([]byte, 16)))
+	require.NoError(t, err)
+	require.NotEqual(t, byte(0), status(c))
+	// A good WRITE lands.
+	_, err = c.Write(frame(1, bb.Addr()+8, 4, []byte{1, 2, 3, 4}))
+	require.NoError(t, err)
+	require.Equal(t, byte(0), status(c))
+	require.Equal(t, []byte{1, 2, 3, 4}, bb.Bytes()[8:12])
+	// A WRITE whose data length disagrees with its descriptors, then an
+	// unknown frame kind: the connection is dropped.
+	_, err = c.Write(frame(1, bb.Addr(), 100, make([]byte, 4)))
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, st[:])
+	require.Error(t, err)
+
+	c = dial("b")
+	_, err = io.ReadFull(c, st[:])
+	require.NoError(t, err)
+	_, err = c.Write(append([]byte{99}, make([]byte, 25)...))
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, st[:])
+	require.Error(t, err)
+
+	// Garbage instead of a hello.
+	g, err := net.Dial("tcp", b.Addr().String())
+	require.NoError(t, err)
+	defer g.Close()
+	_, _ = g.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+	require.NoError(t, g.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.ReadFull(g, st[:])
+	require.Error(t, err)
+}
+
+func le16(n int) []byte { return binary.LittleEndian.AppendUint16(nil, uint16(n)) }
+
+func TestConfig(t *testing.T) {
+	_, err := tcp.New(tcp.Config{})
+	require.ErrorIs(t, err, transfer.ErrInvalidParam)
+	_, err = tcp.New(tcp.Config{Name: "x", ListenAddr: "256.0.0.1:1"})
+	require.Error(t, err)
+	a := newTCP(t, "a")
+	plugins, err := a.Plugins()
+	require.NoError(t, err)
+	require.Equal(t, []string{"TCP"}, plugins)
+	_, err = a.CreateBackend("UCX", nil)
+	require.ErrorIs(t, err, transfer.ErrNotSupported)
+	be, err := a.CreateBackend("TCP", nil)
+	require.NoError(t, err)
+	require.Equal(t, []transfer.MemKind{transfer.DRAM}, be.MemKinds())
+	require.Len(t, a.Backends(), 1)
+	err = a.RegisterMem(transfer.RegList{Kind: transfer.VRAM, Descs: []transfer.RegDesc{{Desc: transfer.Desc{Addr: 4096, Len: 4096}}}})
+	require.ErrorIs(t, err, transfer.ErrNotSupported)
+}
+
+func FuzzLoadRemoteMetadata(f *testing.F) {
+	a, err := tcp.New(tcp.Config{Name: "fuzz"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer a.Close()
+	buf, err := transfer.AllocBuffer(4096)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer buf.Free()
+	if err := a.RegisterMem(buf.RegList()); err != nil {
+		f.Fatal(err)
+	}
+	md, err := a.LocalMetadata()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(md)
+	f.Add([]byte("KVRT\x01"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		b, err := tcp.New(tcp.Config{Name: "loader"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		name, err := b.LoadRemoteMetadata(in)
+		if err != nil {
+			require.ErrorIs(t, err, transfer.ErrBadMetadata)
+			return
+		}
+		require.NotEmpty(t, name)
+	})
+}
