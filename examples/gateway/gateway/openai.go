@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // ErrBadRequest is wrapped by errors about a client request the gateway
@@ -95,44 +94,16 @@ func parsePrompt(raw json.RawMessage, p *Prompt) error {
 	return nil
 }
 
-// parseMessages reads chat messages, keeping the text parts of each
-// message's content.
+// parseMessages reads chat messages.
 func parseMessages(raw json.RawMessage) ([]Message, error) {
-	var msgs []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) == 0 {
-		if err == nil {
-			err = errors.New("empty")
-		}
+	var msgs []Message
+	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return nil, fmt.Errorf("%w: messages: %w", ErrBadRequest, err)
 	}
-	out := make([]Message, len(msgs))
-	for i, m := range msgs {
-		out[i].Role = m.Role
-		if len(m.Content) == 0 || bytes.Equal(m.Content, []byte("null")) {
-			continue
-		}
-		if json.Unmarshal(m.Content, &out[i].Content) == nil {
-			continue
-		}
-		var parts []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
-		if err := json.Unmarshal(m.Content, &parts); err != nil {
-			return nil, fmt.Errorf("%w: content of message %d: %w", ErrBadRequest, i, err)
-		}
-		var texts []string
-		for _, part := range parts {
-			if part.Type == "text" {
-				texts = append(texts, part.Text)
-			}
-		}
-		out[i].Content = strings.Join(texts, "\n")
+	if len(msgs) == 0 {
+		return nil, fmt.Errorf("%w: no messages", ErrBadRequest)
 	}
-	return out, nil
+	return msgs, nil
 }
 
 // forwardBody returns the body to send to the engines: for a streaming

@@ -41,6 +41,38 @@ type Message struct {
 	Content string `json:"content"`
 }
 
+// UnmarshalJSON reads an OpenAI chat message whose content is a string,
+// null, or a list of parts ({"type": "text", "text": ...} and others,
+// which are skipped).
+func (m *Message) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*m = Message{Role: raw.Role}
+	if len(raw.Content) == 0 || bytes.Equal(raw.Content, []byte("null")) || json.Unmarshal(raw.Content, &m.Content) == nil {
+		return nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw.Content, &parts); err != nil {
+		return fmt.Errorf("content is neither text nor a list of parts: %w", err)
+	}
+	var texts []string
+	for _, p := range parts {
+		if p.Type == "text" {
+			texts = append(texts, p.Text)
+		}
+	}
+	m.Content = strings.Join(texts, "\n")
+	return nil
+}
+
 // Tokenizer turns a prompt into the token ids the engines will see. Routing
 // is only as good as this agreement: the engines' KV events name blocks by
 // their token ids, so a gateway tokenizer that disagrees with the engines'
