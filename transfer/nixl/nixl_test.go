@@ -1,0 +1,54 @@
+package nixl_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute/transfer"
+	"github.com/kvroute/kvroute/transfer/nixl"
+)
+
+func TestBackends(t *testing.T) {
+	requireNIXL(t)
+	a, err := nixl.New(nixl.Config{Name: "backends", Backends: []string{"UCX", "POSIX"}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	plugins, err := a.Plugins()
+	require.NoError(t, err)
+	require.Contains(t, plugins, "UCX")
+	require.Contains(t, plugins, "POSIX")
+	bs := a.Backends()
+	require.Len(t, bs, 2)
+	require.Equal(t, "UCX", bs[0].Plugin())
+	require.True(t, slices.Contains(bs[0].MemKinds(), transfer.DRAM), "UCX moves DRAM: %v", bs[0].MemKinds())
+	require.Equal(t, "POSIX", bs[1].Plugin())
+	require.True(t, slices.Contains(bs[1].MemKinds(), transfer.File), "POSIX moves files: %v", bs[1].MemKinds())
+	_, err = a.CreateBackend("NO_SUCH_PLUGIN", nil)
+	require.ErrorIs(t, err, transfer.ErrNotSupported)
+	// A request restricted to the UCX backend runs.
+	buf, err := transfer.AllocBuffer(8192)
+	require.NoError(t, err)
+	defer buf.Free()
+	b, err := nixl.New(nixl.Config{Name: "backends-peer"})
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, a.RegisterMem(transfer.RegList{Kind: transfer.DRAM, Descs: []transfer.RegDesc{{Desc: buf.Desc(0, 4096)}}}))
+	require.NoError(t, b.RegisterMem(transfer.RegList{Kind: transfer.DRAM, Descs: []transfer.RegDesc{{Desc: buf.Desc(4096, 4096)}}}))
+	md, err := b.LocalMetadata()
+	require.NoError(t, err)
+	_, err = a.LoadRemoteMetadata(md)
+	require.NoError(t, err)
+	copy(buf.Bytes(), "hello, nixl")
+	req, err := a.CreateRequest(transfer.Write,
+		transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{buf.Desc(0, 11)}},
+		transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{buf.Desc(4096, 11)}},
+		"backends-peer", &transfer.RequestOptions{Backends: bs[:1], SkipDescMerge: true})
+	require.NoError(t, err)
+	_, err = req.Post()
+	require.NoError(t, err)
+	require.NoError(t, req.Wait(t.Context()))
+	require.NoError(t, req.Release())
+	require.Equal(t, "hello, nixl", string(buf.Bytes()[4096:4107]))
+}
