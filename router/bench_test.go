@@ -88,9 +88,11 @@ func p99(samples []time.Duration) time.Duration {
 	return samples[len(samples)*99/100]
 }
 
-// BenchmarkSelect routes requests whose prompts are random chains of the
-// 1M-block index (so the index walk is mostly cold), completing each
-// decision (PrefillDone, Done) before the next, as a steady stream would.
+// BenchmarkSelect routes requests against the 1M-block index, completing
+// each decision (PrefillDone, Done) before the next, as a steady stream
+// would. dist=uniform draws every prompt from all 1,024 chains, so the
+// index walk is mostly cold; dist=zipf draws them with Zipf's law (s=1.1),
+// as popular system prompts and sessions make real traffic.
 func BenchmarkSelect(b *testing.B) {
 	ctx := context.Background()
 	for _, workers := range []int{8, 64, 512} {
@@ -98,15 +100,39 @@ func BenchmarkSelect(b *testing.B) {
 			name   string
 			tokens int
 		}{{"1k", 1024}, {"16k", 16384}} {
-			b.Run(fmt.Sprintf("workers=%d/prompt=%s", workers, p.name), func(b *testing.B) {
+			for _, dist := range []string{"uniform", "zipf"} {
+				benchSelect(b, ctx, workers, p.name, p.tokens, dist)
+			}
+		}
+	}
+}
+
+// chooser returns a generator of chain numbers for dist.
+func chooser(dist string, seed uint64) func() int {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	if dist == "zipf" {
+		z := rand.NewZipf(rng, 1.1, 1, benchChains-1)
+		return func() int { return int(z.Uint64()) }
+	}
+	return func() int { return rng.IntN(benchChains) }
+}
+
+func benchSelect(b *testing.B, ctx context.Context, workers int, name string, tokens int, dist string) {
+	p := struct {
+		name   string
+		tokens int
+	}{name, tokens}
+	{
+		{
+			b.Run(fmt.Sprintf("workers=%d/prompt=%s/dist=%s", workers, p.name, dist), func(b *testing.B) {
 				c := cluster(b, workers)
-				rng := rand.New(rand.NewPCG(1, 2))
+				next := chooser(dist, 1)
 				var d router.Decision
 				samples := make([]time.Duration, 0, 1<<16)
 				b.ReportAllocs()
 				b.ResetTimer()
 				for b.Loop() {
-					req := router.Request{Tokens: c.prompt[rng.IntN(benchChains)][:p.tokens]}
+					req := router.Request{Tokens: c.prompt[next()][:p.tokens]}
 					t0 := time.Now()
 					if err := c.r.SelectInto(ctx, &req, &d); err != nil {
 						b.Fatal(err)
@@ -120,7 +146,7 @@ func BenchmarkSelect(b *testing.B) {
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 				b.ReportMetric(float64(p99(samples).Nanoseconds()), "p99-ns")
 			})
-			b.Run(fmt.Sprintf("workers=%d/prompt=%s/parallel", workers, p.name), func(b *testing.B) {
+			b.Run(fmt.Sprintf("workers=%d/prompt=%s/dist=%s/parallel", workers, p.name, dist), func(b *testing.B) {
 				c := cluster(b, workers)
 				var mu sync.Mutex
 				var all []time.Duration
@@ -130,12 +156,12 @@ func BenchmarkSelect(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					mu.Lock()
 					seed++
-					rng := rand.New(rand.NewPCG(seed, 5))
+					next := chooser(dist, seed)
 					mu.Unlock()
 					var d router.Decision
 					samples := make([]time.Duration, 0, 1<<15)
 					for pb.Next() {
-						req := router.Request{Tokens: c.prompt[rng.IntN(benchChains)][:p.tokens]}
+						req := router.Request{Tokens: c.prompt[next()][:p.tokens]}
 						t0 := time.Now()
 						if err := c.r.SelectInto(ctx, &req, &d); err != nil {
 							b.Error(err)

@@ -114,10 +114,19 @@ func (r *Router) CheckHealth() {
 	}
 }
 
-func (r *Router) setHealth(d *domain, h Health) {
-	if old := Health(d.health.Swap(uint32(h))); old != h {
-		r.log.Info("worker health changed", "worker", d.key.String(), "from", old.String(), "to", h.String())
+// setHealth sets d's health and, when it changed, republishes the snapshot
+// (Select reads health from there) and reports whether it did.
+func (r *Router) setHealth(d *domain, h Health) bool {
+	if Health(d.health.Load()) == h {
+		return false
 	}
+	old := Health(d.health.Swap(uint32(h)))
+	if old == h {
+		return false
+	}
+	r.log.Info("worker health changed", "worker", d.key.String(), "from", old.String(), "to", h.String())
+	r.republish()
+	return true
 }
 
 // RunHealthChecks calls CheckHealth every interval until ctx ends, then

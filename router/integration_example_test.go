@@ -27,7 +27,9 @@ func Example_hostIntegration() {
 	ctx := context.Background()
 	engines := map[kvroute.WorkerID]engineAddr{1: {1, "http://10.0.0.1:8000", "tcp://10.0.0.1:5557", "tcp://10.0.0.1:5558"}}
 	tokenize := func(*http.Request) []uint32 { return nil }
-	proxy := func(w io.Writer, r *http.Request, url string, firstToken func()) (cachedTokens int, err error) { return 0, nil }
+	proxy := func(w io.Writer, r *http.Request, url string, firstToken func()) (cachedTokens int, err error) {
+		return 0, nil
+	}
 
 	r, _ := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16}),
 		Busy: scheduling.BusyThresholds{PrefillTokens: 2}})

@@ -147,11 +147,27 @@ type domain struct {
 	decisions     atomic.Uint64
 }
 
-// snapshot is the immutable worker set Select reads.
+// snapshot is the immutable worker set Select reads. It is rebuilt when
+// workers are added, updated or removed, when a domain's health changes and
+// when a domain sends its first load report, all rare events.
 type snapshot struct {
 	domains []*domain                 // sorted by key
 	byKey   map[kvroute.WorkerKey]int // key → index in domains
 	roles   [3]int                    // domains per role
+	// phases holds, per selection phase, the candidates ready to copy.
+	phases [3]phaseSet
+	// reported is set when some domain has a load report to merge.
+	reported bool
+}
+
+// phaseSet is the candidate template of one selection phase: the eligible
+// domains with their identity and static capacities filled in, healthy
+// ones first, then degraded ones (unhealthy ones are left out).
+type phaseSet struct {
+	cands   []scheduling.Candidate
+	doms    []*domain
+	healthy int                       // cands[:healthy] are healthy
+	pos     map[kvroute.WorkerKey]int // key → index in cands
 }
 
 type session struct {
@@ -384,8 +400,36 @@ func (r *Router) publish() {
 	for i, d := range s.domains {
 		s.byKey[d.key] = i
 		s.roles[d.role]++
+		if d.reported.Load() != nil {
+			s.reported = true
+		}
+	}
+	for ph := range s.phases {
+		ps := &s.phases[ph]
+		ps.pos = map[kvroute.WorkerKey]int{}
+		for _, want := range []Health{Healthy, Degraded} {
+			for _, d := range s.domains {
+				if !phase(ph).accepts(d.role) || Health(d.health.Load()) != want {
+					continue
+				}
+				ps.pos[d.key] = len(ps.cands)
+				ps.cands = append(ps.cands, scheduling.Candidate{Worker: d.key, Load: d.static})
+				ps.doms = append(ps.doms, d)
+			}
+			if want == Healthy {
+				ps.healthy = len(ps.cands)
+			}
+		}
 	}
 	r.snap.Store(s)
+}
+
+// republish rebuilds the snapshot after a domain's health or reporting
+// changed.
+func (r *Router) republish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.publish()
 }
 
 // Workers returns the registered workers' cache domains, sorted.
@@ -410,10 +454,12 @@ func (r *Router) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
 		return fmt.Errorf("%w: %s", ErrUnknownWorker, w)
 	}
 	l := load
-	d.reported.Store(&l)
+	first := d.reported.Swap(&l) == nil
 	d.lastHeartbeat.Store(r.clock.Now().UnixNano())
 	d.errors.Store(0)
-	r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano()))
+	if !r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano())) && first {
+		r.republish()
+	}
 	return nil
 }
 

@@ -28,19 +28,20 @@ type scratch struct {
 type phase uint8
 
 const (
-	phaseAggregated phase = iota // aggregated workers (decode workers too when no prefill worker is up)
+	phaseAggregated phase = iota // aggregated and decode workers (decode ones prefill themselves when no prefill worker is up)
 	phasePrefill                 // prefill workers
 	phaseDecode                  // decode workers
 )
 
-func (p phase) accepts(role Role, fallback bool) bool {
+// accepts reports whether a domain of the role takes part in the phase.
+func (p phase) accepts(role Role) bool {
 	switch p {
 	case phasePrefill:
 		return role == RolePrefill
 	case phaseDecode:
 		return role == RoleDecode
 	}
-	return role == RoleAggregated || (fallback && role != RolePrefill)
+	return role != RolePrefill
 }
 
 // Select chooses the worker for req and starts tracking it; it is
@@ -110,7 +111,7 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 		err = r.selectDisaggregated(ctx, s, req, sreq, sc, d)
 	} else {
 		var c *scheduling.Candidate
-		c, err = r.choose(ctx, s, phaseAggregated, true, req, sreq, sc, r.cost, d)
+		c, err = r.choose(ctx, s, phaseAggregated, req, sreq, sc, r.cost, d)
 		if err == nil {
 			d.Worker = c.Worker
 			d.CachedBlocks = c.CachedBlocks()
@@ -154,11 +155,11 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 }
 
 func (r *Router) selectDisaggregated(ctx context.Context, s *snapshot, req *Request, sreq *scheduling.Request, sc *scratch, d *Decision) error {
-	p, err := r.choose(ctx, s, phasePrefill, false, req, sreq, sc, r.cost, d)
+	p, err := r.choose(ctx, s, phasePrefill, req, sreq, sc, r.cost, d)
 	if err != nil {
 		// No prefill worker can take it: decode workers prefill
 		// themselves, as an aggregated pool would.
-		c, err2 := r.choose(ctx, s, phaseAggregated, true, req, sreq, sc, r.cost, d)
+		c, err2 := r.choose(ctx, s, phaseAggregated, req, sreq, sc, r.cost, d)
 		if err2 != nil {
 			return err
 		}
@@ -167,7 +168,7 @@ func (r *Router) selectDisaggregated(ctx context.Context, s *snapshot, req *Requ
 	}
 	d.Prefill, d.CachedBlocks = p.Worker, p.CachedBlocks()
 	prefillCost := d.Cost
-	dc, err := r.choose(ctx, s, phaseDecode, false, req, sreq, sc, r.decodeCost, d)
+	dc, err := r.choose(ctx, s, phaseDecode, req, sreq, sc, r.decodeCost, d)
 	if err != nil {
 		return err
 	}
@@ -181,13 +182,13 @@ func (r *Router) selectDisaggregated(ctx context.Context, s *snapshot, req *Requ
 
 // choose builds the candidates of one phase and picks one. The returned
 // candidate lives in sc until the next choose.
-func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, fallback bool, req *Request, sreq *scheduling.Request, sc *scratch, cost scheduling.CostFunc, d *Decision) (*scheduling.Candidate, error) {
+func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, req *Request, sreq *scheduling.Request, sc *scratch, cost scheduling.CostFunc, d *Decision) (*scheduling.Candidate, error) {
 	var waitedFrom time.Time
 	for {
-		cands, err := r.eligible(s, ph, fallback, false, req, sc)
+		cands, err := r.eligible(s, ph, false, req, sc)
 		if err != nil && sc.degraded > 0 {
 			// No healthy worker can take it: fall back to degraded ones.
-			cands, err = r.eligible(s, ph, fallback, true, req, sc)
+			cands, err = r.eligible(s, ph, true, req, sc)
 		}
 		if err != nil {
 			return nil, err
@@ -238,8 +239,8 @@ func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, fallback boo
 // eligible returns the candidates of phase ph that are not busy, healthy
 // ones only unless withDegraded is set; sc.degraded counts the degraded
 // domains left out.
-func (r *Router) eligible(s *snapshot, ph phase, fallback, withDegraded bool, req *Request, sc *scratch) ([]scheduling.Candidate, error) {
-	if err := r.candidates(s, ph, fallback, withDegraded, req, sc); err != nil {
+func (r *Router) eligible(s *snapshot, ph phase, withDegraded bool, req *Request, sc *scratch) ([]scheduling.Candidate, error) {
+	if err := r.candidates(s, ph, withDegraded, req, sc); err != nil {
 		return nil, err
 	}
 	cands, err := r.busy.Filter(sc.cands)
@@ -249,51 +250,47 @@ func (r *Router) eligible(s *snapshot, ph phase, fallback, withDegraded bool, re
 	return cands, err
 }
 
-// candidates fills sc.cands with the eligible domains of phase ph and their
-// overlap and load.
-func (r *Router) candidates(s *snapshot, ph phase, fallback, withDegraded bool, req *Request, sc *scratch) error {
-	sc.cands = sc.cands[:0]
-	sc.degraded = 0
-	if cap(sc.pos) < len(s.domains) {
-		sc.pos = make([]int, len(s.domains))
+// candidates fills sc.cands with the eligible domains of phase ph (healthy
+// ones, and degraded ones too when withDegraded is set) and their overlap
+// and load; sc.degraded counts the degraded domains left out.
+func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Request, sc *scratch) error {
+	ps := &s.phases[ph]
+	n := ps.healthy
+	if withDegraded {
+		n = len(ps.cands)
 	}
-	pos := sc.pos[:len(s.domains)]
-	clear(pos)
-	for i, dm := range s.domains {
-		if !ph.accepts(dm.role, fallback) {
-			continue
-		}
-		if req.HasPin && dm.key != req.Pin {
-			continue
-		}
-		switch Health(dm.health.Load()) {
-		case Unhealthy:
-			continue
-		case Degraded:
-			if !withDegraded {
-				sc.degraded++
-				continue
-			}
-		}
-		c := scheduling.Candidate{Worker: dm.key, Load: dm.static}
-		if rep := dm.reported.Load(); rep != nil {
-			mergeReported(&c.Load, rep)
-		}
-		sc.cands = append(sc.cands, c)
-		pos[i] = len(sc.cands)
-	}
-	if len(sc.cands) == 0 {
-		if sc.degraded > 0 {
-			return ErrNoWorkers
-		}
-		if req.HasPin {
+	sc.degraded = len(ps.cands) - n
+	sc.cands = append(sc.cands[:0], ps.cands[:n]...)
+	doms := ps.doms[:n]
+	if req.HasPin {
+		i, ok := ps.pos[req.Pin]
+		switch {
+		case ok && i < n:
+			sc.cands = append(sc.cands[:0], ps.cands[i])
+			doms = ps.doms[i : i+1]
+		case ok:
+			sc.cands = sc.cands[:0] // degraded: allowed on the second pass
+		default:
 			return fmt.Errorf("%w: %s", ErrPinnedUnavailable, req.Pin)
 		}
+	}
+	if len(sc.cands) == 0 {
 		return ErrNoWorkers
 	}
+	if s.reported {
+		for i, dm := range doms {
+			if rep := dm.reported.Load(); rep != nil {
+				mergeReported(&sc.cands[i].Load, rep)
+			}
+		}
+	}
 	for _, m := range sc.match.Workers {
-		if i, ok := s.byKey[m.Worker]; ok && pos[i] > 0 {
-			sc.cands[pos[i]-1].Cached = m.ByTier
+		if req.HasPin {
+			if m.Worker == req.Pin {
+				sc.cands[0].Cached = m.ByTier
+			}
+		} else if i, ok := ps.pos[m.Worker]; ok && i < n {
+			sc.cands[i].Cached = m.ByTier
 		}
 	}
 	for i := range sc.cands {
