@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"cmp"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -472,7 +473,7 @@ func TestGatewayAnswers(t *testing.T) {
 						e.fail.Store(tt.fail)
 					}
 				})
-			method := cmpOr(tt.method, http.MethodPost)
+			method := cmp.Or(tt.method, http.MethodPost)
 			req, err := http.NewRequestWithContext(ctx, method, c.srv.URL+tt.path, strings.NewReader(tt.body))
 			require.NoError(t, err)
 			resp, err := c.client.Do(req)
@@ -502,13 +503,6 @@ func TestGatewayAnswers(t *testing.T) {
 			require.Zero(t, st.TrackedRequests)
 		})
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func TestGatewayHealth(t *testing.T) {

@@ -1,0 +1,70 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/router"
+)
+
+// Put a gateway in front of one OpenAI-compatible engine (here a stub that
+// answers every completion the same way) and send it a request.
+func Example() {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"choices":[{"text":" world"}],"usage":{"prompt_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	}))
+	defer engine.Close()
+
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	if err != nil {
+		panic(err)
+	}
+	gw, err := gateway.New(gateway.Config{
+		Router:  r,
+		Engines: []gateway.Engine{{ID: 1, URL: engine.URL}}, // add Events: "tcp://…" for KV events
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go gw.Run(ctx) // KV-event subscribers and health probes
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hello"}`))
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(resp.Status, "from worker", resp.Header.Get(gateway.HeaderWorker))
+	fmt.Println(string(body))
+	// Output:
+	// 200 OK from worker 1/0
+	// {"choices":[{"text":" world"}],"usage":{"prompt_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}
+}
+
+func ExampleParseEngine() {
+	e, err := gateway.ParseEngine("2=http://10.0.0.8:8000,events=tcp://10.0.0.8:5557,replay=tcp://10.0.0.8:5558,ranks=2")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%+v\n", e)
+	// Output:
+	// {ID:2 URL:http://10.0.0.8:8000 Events:tcp://10.0.0.8:5557 Replay:tcp://10.0.0.8:5558 Topic: Ranks:2 MaxRequests:0 MaxBatchedTokens:0 KVCapacityBlocks:0}
+}
+
+func ExampleWordTokenizer() {
+	tokens, _ := gateway.WordTokenizer{}.Tokenize(context.Background(), &gateway.Prompt{Text: "the cat the"}, nil)
+	fmt.Println(len(tokens), tokens[0] == tokens[2])
+	// Output:
+	// 3 true
+}

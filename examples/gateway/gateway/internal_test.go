@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseRequest(t *testing.T) {
+	tests := []struct {
+		name       string
+		chat       bool
+		body       string
+		want       Prompt
+		wantStream bool
+		wantMax    int
+		wantErr    string
+	}{
+		{name: "text", body: `{"model":"m","prompt":"a b","max_tokens":5}`, want: Prompt{Model: "m", Text: "a b"}, wantMax: 5},
+		{name: "one text in a list", body: `{"prompt":["a b"]}`, want: Prompt{Text: "a b"}},
+		{name: "token ids", body: `{"prompt":[1,2,3],"stream":true}`, want: Prompt{Tokens: []uint32{1, 2, 3}}, wantStream: true},
+		{name: "one token list", body: `{"prompt":[[4,5]]}`, want: Prompt{Tokens: []uint32{4, 5}}},
+		{name: "single token", body: `{"prompt":[7]}`, want: Prompt{Tokens: []uint32{7}}},
+		{name: "batch of texts", body: `{"prompt":["a","b"]}`, wantErr: "batches are not routed"},
+		{name: "negative token", body: `{"prompt":[-1]}`, wantErr: "batches are not routed"},
+		{name: "no prompt", body: `{"model":"m"}`, wantErr: "no prompt"},
+		{name: "bad stream", body: `{"prompt":"a","stream":"yes"}`, wantErr: `field "stream"`},
+		{name: "not an object", body: `[1]`, wantErr: "not a JSON object"},
+		{name: "chat", chat: true, body: `{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"type":"text","text":"b"}]},{"role":"assistant","content":null}],"max_completion_tokens":9}`,
+			want: Prompt{Messages: []Message{{Role: "system", Content: "s"}, {Role: "user", Content: "a\nb"}, {Role: "assistant"}}}, wantMax: 9},
+		{name: "chat without messages", chat: true, body: `{"messages":[]}`, wantErr: "no messages"},
+		{name: "chat bad content", chat: true, body: `{"messages":[{"role":"user","content":5}]}`, wantErr: "neither text nor a list"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := parseRequest([]byte(tt.body), tt.chat)
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, ErrBadRequest)
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, r.prompt)
+			require.Equal(t, tt.wantStream, r.stream)
+			require.Equal(t, tt.wantMax, r.maxTokens)
+		})
+	}
+}
+
+func TestForwardBody(t *testing.T) {
+	tests := []struct {
+		name         string
+		body         string
+		wantOptions  string // stream_options sent to the engine, "" for the body unchanged
+		wantInjected bool
+	}{
+		{name: "not streamed", body: `{"prompt":"a"}`},
+		{name: "client asked for usage", body: `{"prompt":"a","stream":true,"stream_options":{"include_usage":true}}`},
+		{name: "streamed", body: `{"prompt":"a","stream":true}`, wantOptions: `{"include_usage":true}`, wantInjected: true},
+		{name: "other options kept", body: `{"prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":false}}`,
+			wantOptions: `{"continuous_usage_stats":false,"include_usage":true}`, wantInjected: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := parseRequest([]byte(tt.body), false)
+			require.NoError(t, err)
+			out, err := r.forwardBody([]byte(tt.body))
+			require.NoError(t, err)
+			require.Equal(t, tt.wantInjected, r.injectedUsage)
+			if tt.wantOptions == "" {
+				require.Equal(t, tt.body, string(out))
+				return
+			}
+			var got map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal(out, &got))
+			require.JSONEq(t, tt.wantOptions, string(got["stream_options"]))
+			require.JSONEq(t, `"a"`, string(got["prompt"]))
+		})
+	}
+}
+
+// hooks records what an sseBody reports.
+type hooks struct {
+	chunks, withChoices, errs int
+	cached                    int
+	known                     bool
+	failures                  []error
+	replace                   bool
+}
+
+func (h *hooks) chunk(hasChoices bool, u *apiUsage, apiErr bool) {
+	h.chunks++
+	if hasChoices {
+		h.withChoices++
+	}
+	if apiErr {
+		h.errs++
+	}
+	if n, ok := u.cached(); ok {
+		h.cached, h.known = n, true
+	}
+}
+
+func (h *hooks) failed(err error) []byte {
+	h.failures = append(h.failures, err)
+	if h.replace {
+		return errorEvent(502, "engine_error", "broken")
+	}
+	return nil
+}
+
+// brokenReader returns its data, then err.
+type brokenReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *brokenReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		return n, b.err
+	}
+	return n, err
+}
+
+func (b *brokenReader) Close() error { return nil }
+
+func TestSSEBody(t *testing.T) {
+	const (
+		chunk = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n"
+		usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n"
+		done  = "data: [DONE]\n\n"
+	)
+	long := "data: {\"choices\":[{\"text\":\"" + strings.Repeat("x", 40<<10) + "\"}]}\n\n"
+	tests := []struct {
+		name      string
+		stream    string
+		breakWith error // upstream error after the stream, nil for a clean end
+		dropUsage bool
+		replace   bool
+		want      string // what the client reads
+		wantErr   error
+		wantCache int
+		wantKnown bool
+		choices   int
+	}{
+		{name: "relayed", stream: chunk + chunk + usage + done, want: chunk + chunk + usage + done, wantCache: 8, wantKnown: true, choices: 2},
+		{name: "usage dropped", stream: chunk + usage + done, dropUsage: true, want: chunk + done, wantCache: 8, wantKnown: true, choices: 1},
+		{name: "no usage", stream: chunk + done, dropUsage: true, want: chunk + done, choices: 1},
+		{name: "CRLF and comments", stream: ": ping\r\n\r\ndata: {\"choices\":[1]}\r\n\r\n" + done,
+			want: ": ping\r\n\r\ndata: {\"choices\":[1]}\r\n\r\n" + done, choices: 1},
+		{name: "multi-line data", stream: "data: {\"choices\":\ndata: [1]}\n\n", want: "data: {\"choices\":\ndata: [1]}\n\n", choices: 1},
+		{name: "longer than the buffer", stream: long + done, want: long + done, choices: 1},
+		{name: "broken mid-stream", stream: chunk, breakWith: io.ErrUnexpectedEOF, replace: true,
+			want: chunk + string(errorEvent(502, "engine_error", "broken")), choices: 1},
+		{name: "broken, passed on", stream: chunk, breakWith: io.ErrUnexpectedEOF, want: chunk, wantErr: io.ErrUnexpectedEOF, choices: 1},
+		{name: "truncated event", stream: "data: {\"cho", breakWith: io.EOF, want: "", wantErr: io.ErrUnexpectedEOF},
+		{name: "engine error event", stream: "data: {\"error\":{\"message\":\"x\"}}\n\n" + done, dropUsage: true,
+			want: "data: {\"error\":{\"message\":\"x\"}}\n\n" + done},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &hooks{replace: tt.replace}
+			brk := tt.breakWith
+			if brk == nil {
+				brk = io.EOF
+			}
+			b := newSSEBody(&brokenReader{r: strings.NewReader(tt.stream), err: brk}, h, tt.dropUsage)
+			got, err := io.ReadAll(b)
+			require.ErrorIs(t, err, tt.wantErr)
+			require.Equal(t, tt.want, string(got))
+			require.Equal(t, tt.wantCache, h.cached)
+			require.Equal(t, tt.wantKnown, h.known)
+			require.Equal(t, tt.choices, h.withChoices)
+			if tt.breakWith != nil && tt.breakWith != io.EOF {
+				require.Len(t, h.failures, 1)
+				require.True(t, errors.Is(h.failures[0], tt.breakWith))
+			}
+		})
+	}
+}

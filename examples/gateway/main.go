@@ -1,0 +1,209 @@
+// Command gateway is an HTTP gateway for OpenAI-compatible inference
+// engines (vLLM, SGLang) that routes every request to the engine holding
+// the longest cached prefix of its prompt, from the engines' ZMQ KV events.
+//
+// Usage:
+//
+//	gateway -listen :8080 \
+//	    -engine '1=http://10.0.0.7:8000,events=tcp://10.0.0.7:5557,replay=tcp://10.0.0.7:5558' \
+//	    -engine '2=http://10.0.0.8:8000,events=tcp://10.0.0.8:5557,replay=tcp://10.0.0.8:5558' \
+//	    -tokenize-url http://10.0.0.7:8000
+//
+// or with -config engines.json:
+//
+//	{"listen": ":8080", "block_size": 16, "tokenize_url": "http://10.0.0.7:8000",
+//	 "engines": [{"id": 1, "url": "http://10.0.0.7:8000", "events": "tcp://10.0.0.7:5557"}]}
+//
+// Flags given explicitly override the file; engines from both are used.
+// Start vLLM with --kv-events-config '{"enable_kv_cache_events": true,
+// "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint":
+// "tcp://*:5558"}' and --enable-prompt-tokens-details so that the router
+// learns what each engine caches and how well it predicted it.
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/router"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+// fileConfig is the JSON configuration file.
+type fileConfig struct {
+	Listen         string           `json:"listen"`
+	BlockSize      int              `json:"block_size"`
+	TokenizeURL    string           `json:"tokenize_url"`
+	HealthInterval string           `json:"health_interval"`
+	RemoveAfter    string           `json:"remove_after"`
+	MaxAttempts    int              `json:"max_attempts"`
+	Engines        []gateway.Engine `json:"engines"`
+}
+
+// engineFlags collects repeated -engine flags.
+type engineFlags []gateway.Engine
+
+func (e *engineFlags) String() string { return fmt.Sprint(len(*e), " engines") }
+
+func (e *engineFlags) Set(s string) error {
+	eng, err := gateway.ParseEngine(s)
+	if err != nil {
+		return err
+	}
+	*e = append(*e, eng)
+	return nil
+}
+
+// options are the parsed command line and configuration file.
+type options struct {
+	file     fileConfig
+	interval time.Duration
+	remove   time.Duration
+	logLevel slog.Level
+}
+
+// parse reads the flags and the configuration file they name.
+func parse(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		o       options
+		engines engineFlags
+		cfgPath = fs.String("config", "", "JSON configuration file (engines, listen, block_size, tokenize_url, ...)")
+		listen  = fs.String("listen", "127.0.0.1:8080", "address to serve the OpenAI API on")
+		block   = fs.Int("block-size", kvroute.DefaultBlockSize, "the engines' KV block size in tokens")
+		tokURL  = fs.String("tokenize-url", "", "engine whose /tokenize tokenizes prompts (empty: the word tokenizer, for tests)")
+		attempt = fs.Int("max-attempts", 3, "engines a request is tried on before it fails")
+	)
+	fs.Var(&engines, "engine", "engine as ID=URL[,events=tcp://host:port][,replay=...][,topic=...][,ranks=N] (repeatable)")
+	fs.DurationVar(&o.interval, "health-interval", 2*time.Second, "how often engines' /health is probed")
+	fs.DurationVar(&o.remove, "remove-after", 0, "remove an engine unhealthy this long (0: never)")
+	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *cfgPath != "" {
+		raw, err := os.ReadFile(*cfgPath)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(raw, &o.file); err != nil {
+			return nil, fmt.Errorf("%s: %w", *cfgPath, err)
+		}
+		for _, d := range []struct {
+			s   string
+			dst *time.Duration
+		}{{o.file.HealthInterval, &o.interval}, {o.file.RemoveAfter, &o.remove}} {
+			if d.s == "" {
+				continue
+			}
+			if *d.dst, err = time.ParseDuration(d.s); err != nil {
+				return nil, fmt.Errorf("%s: %w", *cfgPath, err)
+			}
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	override := func(name string, apply func()) {
+		if set[name] {
+			apply()
+		}
+	}
+	o.file.Listen = cmp.Or(o.file.Listen, *listen)
+	o.file.BlockSize = cmp.Or(o.file.BlockSize, *block)
+	o.file.MaxAttempts = cmp.Or(o.file.MaxAttempts, *attempt)
+	override("listen", func() { o.file.Listen = *listen })
+	override("block-size", func() { o.file.BlockSize = *block })
+	override("tokenize-url", func() { o.file.TokenizeURL = *tokURL })
+	override("max-attempts", func() { o.file.MaxAttempts = *attempt })
+	o.file.Engines = append(o.file.Engines, engines...)
+	if len(o.file.Engines) == 0 {
+		return nil, errors.New("no engines: give -engine or -config")
+	}
+	return &o, nil
+}
+
+// run serves the gateway until ctx ends. ready, when not nil, receives the
+// listening address.
+func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.Addr) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	hasher, err := kvroute.NewHasher(kvroute.HasherConfig{BlockSize: o.file.BlockSize})
+	if err != nil {
+		return err
+	}
+	r, err := router.New(router.Config{Hasher: hasher, Logger: log})
+	if err != nil {
+		return err
+	}
+	var tok gateway.Tokenizer = gateway.WordTokenizer{}
+	if o.file.TokenizeURL != "" {
+		tok = &gateway.RemoteTokenizer{URL: o.file.TokenizeURL}
+	} else {
+		log.Warn("no -tokenize-url: using the word tokenizer, whose token ids match no real model")
+	}
+	gw, err := gateway.New(gateway.Config{
+		Router: r, Engines: o.file.Engines, Tokenizer: tok, MaxAttempts: o.file.MaxAttempts,
+		HealthInterval: o.interval, RemoveAfter: o.remove, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.file.Listen)
+	if err != nil {
+		return err
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String(), "engines", len(o.file.Engines), "block_size", o.file.BlockSize)
+	if ready != nil {
+		ready <- ln.Addr()
+	}
+
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	ran := make(chan error, 1)
+	go func() { ran <- gw.Run(runCtx) }()
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		log.Info("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = srv.Shutdown(sctx)
+		cancel()
+	}
+	stopRun()
+	if rerr := <-ran; err == nil || errors.Is(err, http.ErrServerClosed) {
+		err = rerr
+	}
+	return err
+}
