@@ -1,5 +1,3 @@
-// Package poll waits for a condition that can only be polled, with
-// exponential backoff.
 package poll
 
 import (

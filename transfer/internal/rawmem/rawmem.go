@@ -1,10 +1,3 @@
-// Package rawmem turns addresses of memory outside the Go heap into byte
-// slices.
-//
-// Transfer backends receive memory as addresses (uintptr), because the
-// memory is mmap'd, allocated by C, or owned by a device runtime; Go's
-// garbage collector never moves or frees it. Bytes is the one place where
-// such an address becomes a []byte.
 package rawmem
 
 import "unsafe"
