@@ -23,6 +23,8 @@
 //  3. Use it as any transfer.Agent; run the transfertest suite against
 //     your build to check the installation.
 //
+// For example:
+//
 //	a, err := nixl.New(nixl.Config{Name: "decode-0", Backends: []string{"UCX"}})
 //	if errors.Is(err, transfer.ErrUnavailable) {
 //		// fall back to the tcp backend, or report err: it lists every path tried

@@ -22,6 +22,8 @@
 //     Notifs (or a transfer.Inbox).
 //  5. Close the agent.
 //
+// For example:
+//
 //	a, err := tcp.New(tcp.Config{Name: "decode-0", ListenAddr: "10.0.0.5:0"})
 //	if err != nil {
 //		return err
