@@ -1,7 +1,6 @@
 package indexer_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -9,25 +8,8 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/clocktest"
 )
-
-// manualClock is a kvroute.Clock moved by hand.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 func insert(t *testing.T, a *indexer.Approx, w kvroute.WorkerKey, tokens []uint32) {
 	t.Helper()
@@ -36,7 +18,7 @@ func insert(t *testing.T, a *indexer.Approx, w kvroute.WorkerKey, tokens []uint3
 }
 
 func TestApproxTTL(t *testing.T) {
-	clock := &manualClock{now: time.Unix(1000, 0)}
+	clock := clocktest.New(time.Unix(1000, 0))
 	a, err := indexer.NewApprox(indexer.ApproxConfig{Clock: clock, Index: indexer.Config{Hasher: testHasher}})
 	require.NoError(t, err)
 
@@ -59,7 +41,7 @@ func TestApproxTTL(t *testing.T) {
 }
 
 func TestApproxPrunesOldestLeavesFirst(t *testing.T) {
-	clock := &manualClock{now: time.Unix(0, 0)}
+	clock := clocktest.New(time.Unix(0, 0))
 	a, err := indexer.NewApprox(indexer.ApproxConfig{Clock: clock, MaxBlocks: 10, Index: indexer.Config{Hasher: testHasher}})
 	require.NoError(t, err)
 

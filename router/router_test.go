@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/internal/clocktest"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -19,25 +20,7 @@ const bs = 16
 
 var hasher = kvroute.MustHasher(kvroute.HasherConfig{BlockSize: bs})
 
-// manualClock is a kvroute.Clock moved by hand.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *manualClock { return &manualClock{now: time.Unix(1_000_000, 0)} }
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clocktest.Clock { return clocktest.New(time.Unix(1_000_000, 0)) }
 
 // engine is an in-process fake engine: it implements router.Worker and,
 // when it serves a prompt, caches its blocks and publishes the KV events an
