@@ -104,13 +104,28 @@ func (c *HealthConfig) judge(d *domain, now int64) Health {
 }
 
 // CheckHealth re-evaluates every worker's health at the current time of
-// the router's clock. The host calls it periodically (every second or so),
-// or starts RunHealthChecks to have it called on a timer.
+// the router's clock, and does the router's other timed housekeeping:
+// tracked requests whose Done never came expire (TrackerConfig.TTL),
+// expired session affinities are dropped, and in approximate mode expired
+// index entries are removed. The host calls it periodically (every second
+// or so), or starts RunHealthChecks to have it called on a timer.
 func (r *Router) CheckHealth() {
 	now := r.clock.Now().UnixNano()
 	s := r.snap.Load()
 	for _, d := range s.domains {
 		r.setHealth(d, r.health.judge(d, now))
+	}
+	if n := r.tracker.Expire(); n > 0 {
+		r.log.Debug("expired tracked requests", "count", n)
+	}
+	r.sessions.Range(func(key string, se session) bool {
+		if se.expires < now {
+			r.sessions.Delete(key)
+		}
+		return true
+	})
+	if r.approx != nil {
+		r.approx.Expire()
 	}
 }
 

@@ -321,7 +321,7 @@ func TestForgottenDoneExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, r.Stats().TrackedRequests)
 	clock.Advance(2 * time.Minute)
-	require.Equal(t, 1, r.Tracker().Expire())
+	r.CheckHealth() // the host's periodic housekeeping expires it
 	require.Zero(t, r.Stats().TrackedRequests)
 }
 
