@@ -1,6 +1,9 @@
 package transfer
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Agent is one endpoint of KV-block transfers, the Go mirror of NIXL's
 // nixlAgent. Each backend package has a constructor that returns one.
@@ -114,4 +117,20 @@ type Request interface {
 	// afterwards no more data lands in local memory. A second Release
 	// returns ErrReleased.
 	Release() error
+}
+
+// CheckIndices validates the index lists of Agent.MakeRequest against
+// prepared lists of nLocal and nRemote descriptors, for backends. Errors
+// wrap ErrInvalidParam (lengths differ or are zero) or ErrOutOfRange.
+func CheckIndices(localIdx, remoteIdx []int, nLocal, nRemote int) error {
+	if len(localIdx) != len(remoteIdx) || len(localIdx) == 0 {
+		return fmt.Errorf("%w: %d local and %d remote indices", ErrInvalidParam, len(localIdx), len(remoteIdx))
+	}
+	for i, l := range localIdx {
+		r := remoteIdx[i]
+		if l < 0 || l >= nLocal || r < 0 || r >= nRemote {
+			return fmt.Errorf("%w: pair %d: index %d of %d local, %d of %d remote", ErrOutOfRange, i, l, nLocal, r, nRemote)
+		}
+	}
+	return nil
 }

@@ -50,9 +50,8 @@ type Agent struct {
 	remotes map[string]bool
 	// backends are the backends created, in order.
 	backends []*backend
-	// reqs and lists are the live handles, released by Close.
-	reqs  map[*request]struct{}
-	lists map[*prepped]struct{}
+	// handles are the live requests and prepared lists, released by Close.
+	handles map[handle]struct{}
 
 	notifMu sync.Mutex // serialises the notification map
 	nmap    C.kv_notif_map
@@ -100,7 +99,7 @@ func New(cfg Config) (*Agent, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	a := &Agent{lib: lib, name: cfg.Name, log: log.With("agent", cfg.Name),
-		remotes: map[string]bool{}, reqs: map[*request]struct{}{}, lists: map[*prepped]struct{}{}}
+		remotes: map[string]bool{}, handles: map[handle]struct{}{}}
 	cname := C.CString(cfg.Name)
 	defer C.free(unsafe.Pointer(cname))
 	if st := C.kv_create_agent(lib, cname, C.bool(!cfg.NoProgressThread), C.KV_SYNC_STRICT, 0, &a.h); st != C.KV_CAPI_SUCCESS {
@@ -484,19 +483,7 @@ func (p *prepped) Remote() string { return p.remote }
 func (p *prepped) Len() int       { return len(p.lens) }
 
 // Release releases the prepared list.
-func (p *prepped) Release() error {
-	if err := p.a.enter("release list"); err != nil {
-		return err
-	}
-	defer p.a.leave()
-	if err := p.release(); err != nil {
-		return err
-	}
-	p.a.state.Lock()
-	delete(p.a.lists, p)
-	p.a.state.Unlock()
-	return nil
-}
+func (p *prepped) Release() error { return p.a.releaseHandle("release list", p) }
 
 // release frees the handle. The caller holds a.mu.
 func (p *prepped) release() error {
@@ -535,9 +522,7 @@ func (a *Agent) PrepDescList(remote string, l transfer.DescList) (transfer.Prepp
 		// remote descriptors.
 		return nil, a.fail(op, remote, st, transfer.ErrNotRegistered)
 	}
-	a.state.Lock()
-	a.lists[p] = struct{}{}
-	a.state.Unlock()
+	a.track(p)
 	return p, nil
 }
 
@@ -582,16 +567,16 @@ func (a *Agent) MakeRequest(op transfer.Op, local transfer.PreppedList, localIdx
 	if !ok1 || !ok2 || lp.a != a || rp.a != a || lp.remote != "" || rp.remote == "" {
 		return nil, a.errorf(name, "", transfer.ErrInvalidParam, "want a local and a remote list prepared by this agent")
 	}
-	if !op.Valid() || len(localIdx) != len(remoteIdx) || len(localIdx) == 0 {
-		return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "%s with %d local and %d remote indices", op, len(localIdx), len(remoteIdx))
+	if !op.Valid() {
+		return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "operation %d", op)
+	}
+	if err := transfer.CheckIndices(localIdx, remoteIdx, len(lp.lens), len(rp.lens)); err != nil {
+		return nil, a.errorf(name, rp.remote, err, "")
 	}
 	li := make([]C.int, len(localIdx))
 	ri := make([]C.int, len(remoteIdx))
 	for i := range localIdx {
 		l, r := localIdx[i], remoteIdx[i]
-		if l < 0 || l >= len(lp.lens) || r < 0 || r >= len(rp.lens) {
-			return nil, a.errorf(name, rp.remote, transfer.ErrOutOfRange, "pair %d: index %d of %d local, %d of %d remote", i, l, len(lp.lens), r, len(rp.lens))
-		}
 		if lp.lens[l] != rp.lens[r] {
 			return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "pair %d: %d local bytes, %d remote bytes", i, lp.lens[l], rp.lens[r])
 		}
@@ -617,7 +602,8 @@ func (a *Agent) MakeRequest(op transfer.Op, local transfer.PreppedList, localIdx
 		C.cgoDestroyOpt(a.lib, opt)
 		return nil, a.fail(name, rp.remote, st, transfer.ErrBackend)
 	}
-	return a.track(r), nil
+	a.track(r)
+	return r, nil
 }
 
 // CreateRequest builds a request from two descriptor lists.
@@ -656,14 +642,36 @@ func (a *Agent) CreateRequest(op transfer.Op, local, remote transfer.DescList, r
 		// backend error.
 		return nil, a.fail(name, remoteAgent, st, transfer.ErrNotRegistered)
 	}
-	return a.track(r), nil
+	a.track(r)
+	return r, nil
 }
 
-func (a *Agent) track(r *request) *request {
+// handle is a native handle the agent releases on Close.
+type handle interface {
+	// release frees the native handle. The caller holds a.mu.
+	release() error
+}
+
+// track records a live handle.
+func (a *Agent) track(h handle) {
 	a.state.Lock()
-	a.reqs[r] = struct{}{}
+	a.handles[h] = struct{}{}
 	a.state.Unlock()
-	return r
+}
+
+// releaseHandle releases a handle for its Release method.
+func (a *Agent) releaseHandle(op string, h handle) error {
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.leave()
+	if err := h.release(); err != nil {
+		return err
+	}
+	a.state.Lock()
+	delete(a.handles, h)
+	a.state.Unlock()
+	return nil
 }
 
 // SendNotif sends a standalone notification.
@@ -724,17 +732,12 @@ func (a *Agent) Close() error {
 	a.closed = true
 	a.state.Lock()
 	defer a.state.Unlock()
-	for r := range a.reqs {
-		if err := r.release(); err != nil {
-			a.log.Warn("release request on close", "err", err)
+	for h := range a.handles {
+		if err := h.release(); err != nil {
+			a.log.Warn("release handle on close", "err", err)
 		}
 	}
-	for p := range a.lists {
-		if err := p.release(); err != nil {
-			a.log.Warn("release list on close", "err", err)
-		}
-	}
-	a.reqs, a.lists = nil, nil
+	a.handles = nil
 	C.cgoDestroyNotifMap(a.lib, a.nmap)
 	st := C.cgoDestroyAgent(a.lib, a.h)
 	C.free(unsafe.Pointer(a.lib))
@@ -831,19 +834,7 @@ func (r *request) Wait(ctx context.Context) error {
 }
 
 // Release releases the request; NIXL aborts it if it is still running.
-func (r *request) Release() error {
-	if err := r.a.enter("release"); err != nil {
-		return err
-	}
-	defer r.a.leave()
-	if err := r.release(); err != nil {
-		return err
-	}
-	r.a.state.Lock()
-	delete(r.a.reqs, r)
-	r.a.state.Unlock()
-	return nil
-}
+func (r *request) Release() error { return r.a.releaseHandle("release", r) }
 
 // release frees the handle. The caller holds a.mu.
 func (r *request) release() error {

@@ -363,17 +363,13 @@ func (a *Agent) MakeRequest(op transfer.Op, local transfer.PreppedList, localIdx
 	if lp.released.Load() || rp.released.Load() {
 		return nil, a.errorf(name, rp.remote, transfer.ErrReleased, "prepared list")
 	}
-	if len(localIdx) != len(remoteIdx) || len(localIdx) == 0 {
-		return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "%d local and %d remote indices", len(localIdx), len(remoteIdx))
+	if err := transfer.CheckIndices(localIdx, remoteIdx, len(lp.descs), len(rp.descs)); err != nil {
+		return nil, a.errorf(name, rp.remote, err, "")
 	}
 	ld := make([]transfer.Desc, len(localIdx))
 	rd := make([]transfer.Desc, len(remoteIdx))
 	for i := range localIdx {
-		li, ri := localIdx[i], remoteIdx[i]
-		if li < 0 || li >= len(lp.descs) || ri < 0 || ri >= len(rp.descs) {
-			return nil, a.errorf(name, rp.remote, transfer.ErrOutOfRange, "pair %d: index %d of %d local, %d of %d remote", i, li, len(lp.descs), ri, len(rp.descs))
-		}
-		ld[i], rd[i] = lp.descs[li], rp.descs[ri]
+		ld[i], rd[i] = lp.descs[localIdx[i]], rp.descs[remoteIdx[i]]
 	}
 	return a.newRequest(name, op, ld, rd, rp.remote, opts)
 }
