@@ -218,9 +218,14 @@ type backend struct {
 	params map[string]string
 }
 
-func (b *backend) Plugin() string               { return b.plugin }
+// Plugin returns the NIXL plugin name.
+func (b *backend) Plugin() string { return b.plugin }
+
+// MemKinds returns the memory kinds NIXL reports for the backend.
 func (b *backend) MemKinds() []transfer.MemKind { return slices.Clone(b.mems) }
-func (b *backend) Params() map[string]string    { return copyMap(b.params) }
+
+// Params returns the backend parameters NIXL reports.
+func (b *backend) Params() map[string]string { return copyMap(b.params) }
 
 func copyMap(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m))
@@ -479,8 +484,11 @@ type prepped struct {
 	released bool
 }
 
+// Remote returns the remote agent, "" for a local list.
 func (p *prepped) Remote() string { return p.remote }
-func (p *prepped) Len() int       { return len(p.lens) }
+
+// Len returns the number of descriptors.
+func (p *prepped) Len() int { return len(p.lens) }
 
 // Release releases the prepared list.
 func (p *prepped) Release() error { return p.a.releaseHandle("release list", p) }

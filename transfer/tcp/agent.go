@@ -145,9 +145,14 @@ func (a *Agent) checkOpen(op string) error {
 // backend is the TCP backend.
 type backend struct{}
 
-func (backend) Plugin() string               { return PluginName }
+// Plugin returns "TCP".
+func (backend) Plugin() string { return PluginName }
+
+// MemKinds returns DRAM, the only kind the backend moves.
 func (backend) MemKinds() []transfer.MemKind { return []transfer.MemKind{transfer.DRAM} }
-func (backend) Params() map[string]string    { return map[string]string{} }
+
+// Params returns no parameters: the backend has none.
+func (backend) Params() map[string]string { return map[string]string{} }
 
 // Plugins returns ["TCP"].
 func (a *Agent) Plugins() ([]string, error) {
@@ -324,9 +329,13 @@ type prepped struct {
 	released atomic.Bool
 }
 
+// Remote returns the remote agent, "" for a local list.
 func (p *prepped) Remote() string { return p.remote }
-func (p *prepped) Len() int       { return len(p.descs) }
 
+// Len returns the number of descriptors.
+func (p *prepped) Len() int { return len(p.descs) }
+
+// Release forgets the list; requests made from it keep their descriptors.
 func (p *prepped) Release() error {
 	if p.released.Swap(true) {
 		return p.agent.errorf("release list", p.remote, transfer.ErrReleased, "")
