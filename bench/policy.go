@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// Policy is a routing configuration to compare.
+type Policy struct {
+	// Name is a short name for tables ("round-robin").
+	Name string
+	// Description says what the policy is, in a sentence.
+	Description string
+	// Configure returns the router configuration of one run. The
+	// simulator sets Hasher, Clock and Index itself, and seeds the
+	// selector when Selector.Seed is zero. clock is the run's virtual
+	// clock, for cost functions that read time.
+	Configure func(clock kvroute.Clock) (router.Config, error)
+	// SessionAffinity passes each request's Session to the router as its
+	// session key, so that conversations stick to a worker while it is not
+	// busy.
+	SessionAffinity bool
+}
+
+// Policies returns the policies the comparison runs, in table order: the
+// cache-blind baselines, the classic weighted score, NVIDIA Dynamo's default
+// cost, and kvroute's best configuration (see KVRoutePolicy).
+func Policies() []Policy {
+	return []Policy{
+		{
+			Name:        "random",
+			Description: "uniformly random worker",
+			Configure: func(kvroute.Clock) (router.Config, error) {
+				return router.Config{Cost: scheduling.Random{}}, nil
+			},
+		},
+		{
+			Name:        "round-robin",
+			Description: "workers in turn",
+			Configure: func(kvroute.Clock) (router.Config, error) {
+				return router.Config{Cost: new(scheduling.RoundRobin)}, nil
+			},
+		},
+		{
+			Name:        "least-loaded",
+			Description: "fewest active requests (least connections)",
+			Configure: func(kvroute.Clock) (router.Config, error) {
+				return router.Config{Cost: scheduling.LeastLoaded{}}, nil
+			},
+		},
+		{
+			Name:        "weighted",
+			Description: "0.6·cached fraction − 0.3·busy slots − 0.1·KV utilisation",
+			Configure: func(kvroute.Clock) (router.Config, error) {
+				c, err := scheduling.NewWeightedScore(scheduling.WeightedScoreConfig{})
+				return router.Config{Cost: c}, err
+			},
+		},
+		{
+			Name:        "dynamo",
+			Description: "NVIDIA Dynamo's default KV-router cost, argmin",
+			Configure: func(kvroute.Clock) (router.Config, error) {
+				c, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
+				return router.Config{Cost: c}, err
+			},
+		},
+		KVRoutePolicy(),
+	}
+}
+
+// PolicyByName returns the policy of Policies with the given name.
+func PolicyByName(name string) (Policy, error) {
+	for _, p := range Policies() {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Policy{}, fmt.Errorf("%w: unknown policy %q", ErrInvalidConfig, name)
+}
+
+// KVRoutePolicy returns kvroute's best configuration found with this
+// simulator.
+func KVRoutePolicy() Policy {
+	return Policy{
+		Name:        "kvroute",
+		Description: "Dynamo cost with an active-request term and busy thresholds",
+		Configure: func(kvroute.Clock) (router.Config, error) {
+			c, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{ActiveRequestWeight: 8})
+			return router.Config{Cost: c}, err
+		},
+	}
+}
