@@ -25,6 +25,9 @@ type Request struct {
 	// no other; Select fails with ErrPinnedUnavailable when it cannot.
 	Pin    kvroute.WorkerKey
 	HasPin bool
+	// Exclude lists cache domains not to choose, such as workers a retry
+	// already failed on. Excluding every candidate gives ErrNoWorkers.
+	Exclude []kvroute.WorkerKey
 	// SessionKey, when not empty, keeps a session on the worker that served
 	// its previous request while that worker is healthy and not busy, for
 	// SessionTTL (Config) or the request's own SessionTTL after the last
@@ -63,8 +66,8 @@ type CandidateCost struct {
 // Outcome is how a routed request ended.
 type Outcome struct {
 	// Err is the request's error, nil when it succeeded. A non-nil error
-	// that is not a cancellation by the client counts against the worker's
-	// health; use ErrCanceled (or context.Canceled) for cancellations.
+	// counts against the worker's health unless it wraps context.Canceled
+	// (the client went away), which is not the worker's fault.
 	Err error
 	// CachedTokens is the number of prompt tokens the engine actually found
 	// in its cache (vLLM's num_cached_tokens), valid when CachedTokensKnown.

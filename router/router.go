@@ -277,6 +277,11 @@ func New(cfg Config) (*Router, error) {
 // the router records its decisions in.
 func (r *Router) Index() *indexer.Index { return r.index }
 
+// Approximate reports whether the router records its own decisions in an
+// approximate index (Config.Approximate) rather than matching an index fed
+// by the engines' KV events.
+func (r *Router) Approximate() bool { return r.approx != nil }
+
 // Tracker returns the router's active-request load tracker.
 func (r *Router) Tracker() *scheduling.Tracker { return r.tracker }
 
@@ -328,6 +333,10 @@ func (r *Router) UpdateWorker(w Worker) error {
 // leave the index and its tracked requests are dropped. Decisions already
 // made for it stay valid; their Done is harmless. It reports whether the
 // worker was registered.
+//
+// Stop the worker's KV-event subscribers first: an event applied to the
+// index after the removal registers its cache domain in the index again
+// (not in the router), and its blocks would stay until the index is reset.
 func (r *Router) RemoveWorker(id kvroute.WorkerID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -350,6 +350,17 @@ func TestPinAndSessionAffinity(t *testing.T) {
 		require.Equal(t, kvroute.WorkerKey{ID: 2}, d.Worker)
 		d.Done(router.Outcome{})
 	}
+	// Excluded workers are never chosen, even for their session.
+	d, err = r.Select(ctx, &router.Request{Tokens: tokens(1, 16, 0, 0), SessionKey: "s1",
+		Exclude: []kvroute.WorkerKey{{ID: 2}, {ID: 1}}})
+	require.NoError(t, err)
+	require.Equal(t, kvroute.WorkerKey{ID: 3}, d.Worker)
+	d.Done(router.Outcome{})
+	_, err = r.Select(ctx, &router.Request{Tokens: tokens(1, 16, 0, 0),
+		Exclude: []kvroute.WorkerKey{{ID: 1}, {ID: 2}, {ID: 3}}})
+	require.ErrorIs(t, err, router.ErrNoWorkers)
+	require.False(t, r.Approximate())
+
 	// After the TTL the session is forgotten and the cache wins again.
 	clock.Advance(2 * time.Minute)
 	d, err = r.Select(ctx, &router.Request{Tokens: tokens(1, 16, 0, 0), SessionKey: "s1"})

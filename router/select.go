@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/kvroute/kvroute"
@@ -19,7 +20,8 @@ type scratch struct {
 	seqs     []kvroute.SeqHash
 	match    indexer.MatchResult
 	cands    []scheduling.Candidate
-	degraded int // degraded domains left out of cands
+	doms     []*domain // domains of cands when some were excluded
+	degraded int       // degraded domains left out of cands
 	costs    []float64
 	pos      []int // domain index → candidate index + 1 (0: not a candidate)
 }
@@ -274,6 +276,17 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 			return fmt.Errorf("%w: %s", ErrPinnedUnavailable, req.Pin)
 		}
 	}
+	if len(req.Exclude) > 0 {
+		kept := sc.cands[:0]
+		keptDoms := sc.doms[:0]
+		for i := range sc.cands {
+			if !slices.Contains(req.Exclude, sc.cands[i].Worker) {
+				kept = append(kept, sc.cands[i])
+				keptDoms = append(keptDoms, doms[i])
+			}
+		}
+		sc.cands, doms = kept, keptDoms
+	}
 	if len(sc.cands) == 0 {
 		return ErrNoWorkers
 	}
@@ -284,12 +297,23 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 			}
 		}
 	}
+	if len(req.Exclude) > 0 && !req.HasPin {
+		// Positions shifted: find candidates by worker.
+		for _, m := range sc.match.Workers {
+			for i := range sc.cands {
+				if sc.cands[i].Worker == m.Worker {
+					sc.cands[i].Cached = m.ByTier
+					break
+				}
+			}
+		}
+	}
 	for _, m := range sc.match.Workers {
 		if req.HasPin {
 			if m.Worker == req.Pin {
 				sc.cands[0].Cached = m.ByTier
 			}
-		} else if i, ok := ps.pos[m.Worker]; ok && i < n {
+		} else if i, ok := ps.pos[m.Worker]; ok && i < n && len(req.Exclude) == 0 {
 			sc.cands[i].Cached = m.ByTier
 		}
 	}
