@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"slices"
 	"strconv"
 
 	"github.com/kvroute/kvroute"
@@ -29,10 +27,6 @@ const (
 	// expected the engine to find in its cache.
 	HeaderPredictedCached = "X-Kvroute-Predicted-Cached-Tokens"
 )
-
-// errSuperseded releases a decision the gateway replaced by another on a
-// retry; it is a cancellation, so it does not count against the worker.
-var errSuperseded = fmt.Errorf("gateway: decision superseded by a retry: %w", context.Canceled)
 
 // ServeHTTP implements http.Handler: POST /v1/completions and
 // POST /v1/chat/completions are routed to an engine, GET /health answers
@@ -126,7 +120,8 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, chat bool) {
 		if i > 0 {
 			g.retries.Add(1)
 		}
-		d, err := g.choose(ctx, &rreq, tried)
+		rreq.Exclude = tried // a retry goes to an engine not tried yet
+		d, err := g.r.Select(ctx, &rreq)
 		if err != nil {
 			if ctx.Err() != nil {
 				return // the client is gone
@@ -160,39 +155,6 @@ func writeSelectError(w http.ResponseWriter, err error) {
 	default:
 		writeError(w, http.StatusServiceUnavailable, "service_unavailable", err.Error())
 	}
-}
-
-// choose asks the router for a worker not in tried. The router has no
-// notion of excluded workers, so on a retry that lands on a worker that
-// already failed, the decision is released and the best untried candidate
-// of its explanation is pinned instead.
-func (g *Gateway) choose(ctx context.Context, req *router.Request, tried []kvroute.WorkerKey) (*router.Decision, error) {
-	if len(tried) == 0 {
-		return g.r.Select(ctx, req)
-	}
-	explained := *req
-	explained.Explain = true
-	d, err := g.r.Select(ctx, &explained)
-	if err != nil || !slices.Contains(tried, d.Worker) {
-		return d, err
-	}
-	cands := d.Candidates
-	d.Done(router.Outcome{Err: errSuperseded})
-	slices.SortStableFunc(cands, func(a, b router.CandidateCost) int { return cmp.Compare(a.Cost, b.Cost) })
-	pinned := *req
-	pinned.HasPin = true
-	for _, c := range cands {
-		if slices.Contains(tried, c.Worker) {
-			continue
-		}
-		pinned.Pin = c.Worker
-		if d, err := g.r.Select(ctx, &pinned); err == nil {
-			return d, nil
-		} else if ctx.Err() != nil {
-			return nil, err
-		}
-	}
-	return nil, fmt.Errorf("%w: every eligible engine failed this request", router.ErrNoWorkers)
 }
 
 // failure is a failed attempt: what to tell the client if it was the last.
