@@ -206,7 +206,7 @@ type ChatConfig struct {
 	Requests int
 	// Rate is the mean request rate in turns per second; conversations
 	// start as a Poisson process at Rate divided by the mean number of
-	// turns. Zero means 20.
+	// turns. Zero means 10.
 	Rate float64
 	// SystemPrompts is the number of system prompts conversations start
 	// with. Zero means 8.
@@ -239,7 +239,7 @@ func Chat(cfg ChatConfig) (*Workload, error) {
 		cfg.Requests = 10000
 	}
 	if cfg.Rate == 0 {
-		cfg.Rate = 20
+		cfg.Rate = 10
 	}
 	if cfg.SystemPrompts == 0 {
 		cfg.SystemPrompts = 8
