@@ -43,24 +43,12 @@ type EngineConfig struct {
 }
 
 func (c EngineConfig) withDefaults() EngineConfig {
-	if c.CacheBlocks == 0 {
-		c.CacheBlocks = 4096
-	}
-	if c.PrefillTokensPerSecond == 0 {
-		c.PrefillTokensPerSecond = 20000
-	}
-	if c.MaxBatchedTokens == 0 {
-		c.MaxBatchedTokens = 8192
-	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = 64
-	}
-	if c.StepOverhead == 0 {
-		c.StepOverhead = 8 * time.Millisecond
-	}
-	if c.DecodePerSequence == 0 {
-		c.DecodePerSequence = 250 * time.Microsecond
-	}
+	setDefault(&c.CacheBlocks, 4096)
+	setDefault(&c.PrefillTokensPerSecond, 20000)
+	setDefault(&c.MaxBatchedTokens, 8192)
+	setDefault(&c.MaxBatch, 64)
+	setDefault(&c.StepOverhead, 8*time.Millisecond)
+	setDefault(&c.DecodePerSequence, 250*time.Microsecond)
 	return c
 }
 

@@ -118,9 +118,7 @@ type MooncakeConfig struct {
 // timestamps divided by the speed factor. Records are taken in file order;
 // a record earlier than the one before it arrives with it.
 func FromMooncake(records []TraceRecord, cfg MooncakeConfig) (*Workload, error) {
-	if cfg.Speed == 0 {
-		cfg.Speed = 1
-	}
+	setDefault(&cfg.Speed, 1)
 	if !(cfg.Speed > 0) || cfg.Limit < 0 || cfg.MaxInputTokens < 0 {
 		return nil, fmt.Errorf("%w: mooncake speed %g, limit %d, max input %d", ErrInvalidConfig, cfg.Speed, cfg.Limit, cfg.MaxInputTokens)
 	}

@@ -45,20 +45,14 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Workers == 0 {
-		c.Workers = 4
-	}
-	if c.BlockSize == 0 {
-		c.BlockSize = kvroute.DefaultBlockSize
-	}
+	setDefault(&c.Workers, 4)
+	setDefault(&c.BlockSize, kvroute.DefaultBlockSize)
 	if c.EventDelay == 0 {
 		c.EventDelay = 20 * time.Millisecond
 	} else if c.EventDelay < 0 {
 		c.EventDelay = 0
 	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = time.Second
-	}
+	setDefault(&c.HeartbeatInterval, time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -66,3 +66,12 @@ func mix64(x uint64) uint64 {
 func seedOf(kind, a, b uint64) uint64 {
 	return mix64(mix64(kind^0x6b76726f757465)+a) ^ mix64(b+0x5bd1e995)
 }
+
+// setDefault sets *p to def when it is the zero value: "zero means the
+// default" for configuration fields.
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}

@@ -158,15 +158,9 @@ type SharedPrefixConfig struct {
 // SharedPrefix generates workload (a): shared system prompts with user
 // suffixes.
 func SharedPrefix(cfg SharedPrefixConfig) (*Workload, error) {
-	if cfg.Requests == 0 {
-		cfg.Requests = 10000
-	}
-	if cfg.Prompts == 0 {
-		cfg.Prompts = 50
-	}
-	if cfg.Rate == 0 {
-		cfg.Rate = 9
-	}
+	setDefault(&cfg.Requests, 10000)
+	setDefault(&cfg.Prompts, 50)
+	setDefault(&cfg.Rate, 9)
 	cfg.SystemTokens = cfg.SystemTokens.or(IntRange{2048, 6144})
 	cfg.SuffixTokens = cfg.SuffixTokens.or(IntRange{32, 256})
 	cfg.OutputTokens = cfg.OutputTokens.or(IntRange{128, 512})
@@ -235,28 +229,16 @@ type ChatConfig struct {
 
 // Chat generates workload (b): multi-turn chat sessions.
 func Chat(cfg ChatConfig) (*Workload, error) {
-	if cfg.Requests == 0 {
-		cfg.Requests = 10000
-	}
-	if cfg.Rate == 0 {
-		cfg.Rate = 10
-	}
-	if cfg.SystemPrompts == 0 {
-		cfg.SystemPrompts = 8
-	}
+	setDefault(&cfg.Requests, 10000)
+	setDefault(&cfg.Rate, 10)
+	setDefault(&cfg.SystemPrompts, 8)
 	cfg.SystemTokens = cfg.SystemTokens.or(IntRange{512, 2048})
 	cfg.Turns = cfg.Turns.or(IntRange{2, 16})
 	cfg.UserTokens = cfg.UserTokens.or(IntRange{32, 512})
 	cfg.OutputTokens = cfg.OutputTokens.or(IntRange{64, 384})
-	if cfg.ThinkTime == 0 {
-		cfg.ThinkTime = 10 * time.Second
-	}
-	if cfg.TokenTime == 0 {
-		cfg.TokenTime = 30 * time.Millisecond
-	}
-	if cfg.MaxContext == 0 {
-		cfg.MaxContext = 32768
-	}
+	setDefault(&cfg.ThinkTime, 10*time.Second)
+	setDefault(&cfg.TokenTime, 30*time.Millisecond)
+	setDefault(&cfg.MaxContext, 32768)
 	if err := firstError(
 		positive("requests", cfg.Requests), positive("system prompts", cfg.SystemPrompts), positiveRate(cfg.Rate),
 		cfg.SystemTokens.validate("system tokens", 1), cfg.Turns.validate("turns", 1),
@@ -338,29 +320,17 @@ type AgenticConfig struct {
 // Agentic generates workload (c): agentic tool loops with long shared
 // contexts.
 func Agentic(cfg AgenticConfig) (*Workload, error) {
-	if cfg.Requests == 0 {
-		cfg.Requests = 10000
-	}
-	if cfg.Rate == 0 {
-		cfg.Rate = 12
-	}
-	if cfg.Contexts == 0 {
-		cfg.Contexts = 6
-	}
+	setDefault(&cfg.Requests, 10000)
+	setDefault(&cfg.Rate, 12)
+	setDefault(&cfg.Contexts, 6)
 	cfg.ContextTokens = cfg.ContextTokens.or(IntRange{4096, 12288})
 	cfg.TaskTokens = cfg.TaskTokens.or(IntRange{128, 1024})
 	cfg.Steps = cfg.Steps.or(IntRange{4, 20})
 	cfg.ToolCallTokens = cfg.ToolCallTokens.or(IntRange{16, 160})
 	cfg.ToolResultTokens = cfg.ToolResultTokens.or(IntRange{64, 1536})
-	if cfg.ToolLatency == 0 {
-		cfg.ToolLatency = time.Second
-	}
-	if cfg.TokenTime == 0 {
-		cfg.TokenTime = 30 * time.Millisecond
-	}
-	if cfg.MaxContext == 0 {
-		cfg.MaxContext = 32768
-	}
+	setDefault(&cfg.ToolLatency, time.Second)
+	setDefault(&cfg.TokenTime, 30*time.Millisecond)
+	setDefault(&cfg.MaxContext, 32768)
 	if err := firstError(
 		positive("requests", cfg.Requests), positive("contexts", cfg.Contexts), positiveRate(cfg.Rate),
 		cfg.ContextTokens.validate("context tokens", 1), cfg.TaskTokens.validate("task tokens", 1),
