@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/puzpuzpuz/xsync/v3"
 
@@ -26,6 +27,9 @@ type Config struct {
 	// SizeHint is the number of blocks to size the index for, avoiding
 	// growth while it fills. Zero means start small.
 	SizeHint int
+	// Clock timestamps applied events (LastUpdate). Nil means the system
+	// clock.
+	Clock kvroute.Clock
 }
 
 // Index is the cluster prefix index: for every block (a token prefix named
@@ -48,6 +52,7 @@ type Config struct {
 type Index struct {
 	hasher kvroute.Hasher
 	log    *slog.Logger
+	clock  kvroute.Clock
 
 	nodes *nodeTable
 
@@ -94,6 +99,9 @@ type workerState struct {
 	sequenced bool
 	removed   bool // set by RemoveWorker; a later event makes a new state
 
+	// lastUpdate is when an event was last applied, unix ns; read without
+	// the lock by LastUpdate.
+	lastUpdate atomic.Int64
 }
 
 // entry is a block a worker holds, under the engine's hash for it.
@@ -124,6 +132,7 @@ func New(cfg Config) (*Index, error) {
 	ix := &Index{
 		hasher:  h,
 		log:     log,
+		clock:   kvroute.ClockOrSystem(cfg.Clock),
 		nodes:   newNodeTable(cfg.SizeHint),
 		workers: xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
 	}
@@ -224,6 +233,7 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 	if ev.ID != 0 {
 		ws.lastID, ws.sequenced = ev.ID, true
 	}
+	ws.lastUpdate.Store(ix.clock.Now().UnixNano())
 	ix.stats.applied.Add(1)
 	ix.beginWrite()
 	defer ix.endWrite()
@@ -516,6 +526,22 @@ func (ix *Index) LastEventID(w kvroute.WorkerKey) (uint64, bool) {
 	}
 	defer ws.mu.Unlock()
 	return ws.lastID, ws.sequenced
+}
+
+// LastUpdate returns when an event of w was last applied, and false when
+// w is unknown or has applied none. Cost functions use it to discount the
+// overlap of workers whose events stopped coming (scheduling.StalenessCost).
+// It takes no lock.
+func (ix *Index) LastUpdate(w kvroute.WorkerKey) (time.Time, bool) {
+	ws, ok := ix.workers.Load(w)
+	if !ok {
+		return time.Time{}, false
+	}
+	ns := ws.lastUpdate.Load()
+	if ns == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
 }
 
 // Workers returns the known cache domains, sorted.

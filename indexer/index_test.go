@@ -3,11 +3,13 @@ package indexer_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/clocktest"
 )
 
 type H = kvroute.ExternalHash
@@ -406,4 +408,17 @@ func TestEmptyNodesAreReusedAndSwept(t *testing.T) {
 	require.Empty(t, res.Workers)
 	require.NoError(t, ix.Apply(stored(w, 0, 0, 0, ext[:3], toks[:12])))
 	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{w: dev(3)}, matchMap(ix, toks))
+}
+
+func TestLastUpdate(t *testing.T) {
+	clock := clocktest.New(time.Unix(500, 0))
+	ix, err := indexer.New(indexer.Config{Hasher: testHasher, Clock: clock})
+	require.NoError(t, err)
+	_, ok := ix.LastUpdate(wk(1))
+	require.False(t, ok)
+	require.NoError(t, ix.Apply(stored(wk(1), 1, 0, 0, []H{1}, prompt(1))))
+	clock.Advance(time.Second)
+	at, ok := ix.LastUpdate(wk(1))
+	require.True(t, ok)
+	require.Equal(t, time.Unix(500, 0), at)
 }

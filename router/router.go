@@ -54,7 +54,9 @@ type Config struct {
 	// ApproxConfig configures the approximate index (TTL, size bound).
 	ApproxConfig indexer.ApproxConfig
 	// Cost scores candidates (lower is better). Nil means Dynamo's default
-	// cost (scheduling.NewDynamoCost with the zero config).
+	// cost (scheduling.NewDynamoCost with the zero config). When it is a
+	// *scheduling.StalenessCost, candidates carry the time of their last
+	// KV event (indexer.Index.LastUpdate).
 	Cost scheduling.CostFunc
 	// DecodeCost scores decode workers in disaggregated serving. Nil means
 	// Dynamo's cost with overlap weight 0 (decode load only).
@@ -110,6 +112,7 @@ type Router struct {
 	clock      kvroute.Clock
 	log        *slog.Logger
 	debug      bool
+	staleness  bool // fill Candidate.LastUpdate from the index
 
 	// mu serialises registry changes; it protects workers and the
 	// publication of snap.
@@ -213,6 +216,9 @@ func New(cfg Config) (*Router, error) {
 		if ac.Clock == nil {
 			ac.Clock = r.clock
 		}
+		if ac.Index.Clock == nil {
+			ac.Index.Clock = r.clock
+		}
 		if r.approx, err = indexer.NewApprox(ac); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
@@ -220,7 +226,7 @@ func New(cfg Config) (*Router, error) {
 	case cfg.Index != nil:
 		r.index = cfg.Index
 	default:
-		if r.index, err = indexer.New(indexer.Config{Hasher: r.hasher}); err != nil {
+		if r.index, err = indexer.New(indexer.Config{Hasher: r.hasher, Clock: r.clock}); err != nil {
 			return nil, err
 		}
 	}
@@ -230,6 +236,9 @@ func New(cfg Config) (*Router, error) {
 			return nil, err
 		}
 	}
+	// A staleness-aware cost needs each candidate's last index update,
+	// which costs an index lookup per candidate: only then is it filled.
+	_, r.staleness = r.cost.(*scheduling.StalenessCost)
 	r.decodeCost = cfg.DecodeCost
 	if r.decodeCost == nil {
 		if r.decodeCost, err = scheduling.NewDynamoCost(scheduling.DynamoCostConfig{

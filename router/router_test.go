@@ -535,3 +535,31 @@ func TestSelectIntoAllocatesNothing(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+func TestStalenessCostSeesLastEvent(t *testing.T) {
+	clock := newClock()
+	inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
+	require.NoError(t, err)
+	cost, err := scheduling.NewStalenessCost(inner, scheduling.StalenessConfig{Interval: time.Second, Clock: clock})
+	require.NoError(t, err)
+	es := []*engine{newEngine(1), newEngine(2)}
+	r := newRouter(t, router.Config{Clock: clock, Cost: cost}, es...)
+	ctx := context.Background()
+	prompt := tokens(1, 16, 0, 2)
+	es[0].serve(t, r, prompt)
+	es[1].serve(t, r, tokens(1, 12, 0, 0))
+
+	d, err := r.Select(ctx, &router.Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, kvroute.WorkerKey{ID: 1}, d.Worker, "fresh index: the deeper prefix wins")
+	d.Done(router.Outcome{})
+
+	// Worker 1's events stop while worker 2 keeps publishing: worker 1's
+	// overlap is no longer trusted.
+	clock.Advance(3 * time.Second)
+	es[1].serve(t, r, tokens(7, 1, 0, 0))
+	d, err = r.Select(ctx, &router.Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, kvroute.WorkerKey{ID: 2}, d.Worker)
+	d.Done(router.Outcome{})
+}

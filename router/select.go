@@ -317,6 +317,13 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 			sc.cands[i].Cached = m.ByTier
 		}
 	}
+	if r.staleness {
+		for i := range sc.cands {
+			if at, ok := r.index.LastUpdate(sc.cands[i].Worker); ok {
+				sc.cands[i].LastUpdate = at
+			}
+		}
+	}
 	for i := range sc.cands {
 		c := &sc.cands[i]
 		reported := c.Load
