@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"math/bits"
 	"math/rand/v2"
 
 	"github.com/kvroute/kvroute"
@@ -12,8 +13,11 @@ import (
 // and a table that only marks deleted slots (as Go's built-in map does until
 // it grows) lets its probe sequences grow without bound under that churn.
 //
-// An extMap is not safe for concurrent use; the owning worker's mutex
-// protects it.
+// Its capacity is not a power of two: it grows by half (and a key's home
+// slot is its hash scaled to the capacity), so that a table stays between
+// half and three quarters full instead of dropping to three eighths after
+// each doubling. An extMap is not safe for concurrent use; the owning
+// worker's mutex protects it.
 type extMap struct {
 	slots []extSlot
 	count int
@@ -43,13 +47,21 @@ func (m *extMap) home(k kvroute.ExternalHash) int {
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
-	return int(x & uint64(len(m.slots)-1))
+	hi, _ := bits.Mul64(x, uint64(len(m.slots)))
+	return int(hi)
+}
+
+// next returns the slot after i, wrapping around.
+func (m *extMap) next(i int) int {
+	if i++; i == len(m.slots) {
+		return 0
+	}
+	return i
 }
 
 // get returns the entry for k.
 func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
-	mask := len(m.slots) - 1
-	for i := m.home(k); ; i = (i + 1) & mask {
+	for i := m.home(k); ; i = m.next(i) {
 		s := &m.slots[i]
 		if s.tiers == 0 {
 			return entry{}, false
@@ -63,10 +75,9 @@ func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 // put sets the entry for k; e.tiers must not be zero.
 func (m *extMap) put(k kvroute.ExternalHash, e entry) {
 	if (m.count+1)*4 > len(m.slots)*3 {
-		m.resize(len(m.slots) * 2)
+		m.resize(len(m.slots) + len(m.slots)/2)
 	}
-	mask := len(m.slots) - 1
-	for i := m.home(k); ; i = (i + 1) & mask {
+	for i := m.home(k); ; i = m.next(i) {
 		s := &m.slots[i]
 		if s.tiers == 0 {
 			*s = extSlot{key: k, entry: e}
@@ -83,7 +94,6 @@ func (m *extMap) put(k kvroute.ExternalHash, e entry) {
 // del removes k, shifting later members of its probe run back so that no
 // tombstone is left.
 func (m *extMap) del(k kvroute.ExternalHash) {
-	mask := len(m.slots) - 1
 	i := m.home(k)
 	for {
 		s := &m.slots[i]
@@ -93,10 +103,10 @@ func (m *extMap) del(k kvroute.ExternalHash) {
 		if s.key == k {
 			break
 		}
-		i = (i + 1) & mask
+		i = m.next(i)
 	}
 	m.count--
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+	for j := m.next(i); ; j = m.next(j) {
 		s := m.slots[j]
 		if s.tiers == 0 {
 			break
@@ -110,7 +120,7 @@ func (m *extMap) del(k kvroute.ExternalHash) {
 	}
 	m.slots[i] = extSlot{}
 	if len(m.slots) > extMapMinSlots && m.count*8 < len(m.slots) {
-		m.resize(len(m.slots) / 2)
+		m.resize(max(extMapMinSlots, len(m.slots)/2))
 	}
 }
 
