@@ -102,8 +102,10 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 		Priority:             req.Priority,
 		PriorityJump:         req.PriorityJump,
 		ExpectedOutputTokens: req.ExpectedOutputTokens,
-		Arrival:              r.clock.Now(),
 		Overrides:            req.Overrides,
+	}
+	if r.queue != nil {
+		sreq.Arrival = r.clock.Now() // only the admission queue orders by arrival
 	}
 
 	s := r.snap.Load()
