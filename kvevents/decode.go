@@ -131,7 +131,8 @@ func DecodeBatch(payload []byte, b *Batch) error {
 	if err != nil {
 		return malformed("events", err)
 	}
-	if int64(ne) > int64(len(rest)) {
+	// An event takes at least a 1-byte header and a 1-byte tag or key.
+	if int64(ne)*2 > int64(len(rest)) {
 		return fmt.Errorf("%w: %d events in %d bytes", ErrMalformed, ne, len(rest))
 	}
 	b.Events = growEvents(b.Events, int(ne))
@@ -182,8 +183,13 @@ func DecodeBatch(payload []byte, b *Batch) error {
 	return nil
 }
 
+// maxEventPrealloc bounds the events preallocated from a batch's declared
+// count, so a hostile header cannot make the decoder allocate far more than
+// the payload holds; larger batches grow by append as they decode.
+const maxEventPrealloc = 1024
+
 func growEvents(s []EngineEvent, n int) []EngineEvent {
-	if cap(s) < n {
+	if n = min(n, maxEventPrealloc); cap(s) < n {
 		return make([]EngineEvent, 0, n)
 	}
 	return s[:0]

@@ -93,8 +93,9 @@ func (p *Publisher) Apply(ev *kvroute.Event) error {
 	return nil
 }
 
-// ResetWorker publishes an unsequenced Cleared event for w: replicas drop
-// the worker's blocks and keep applying its events.
+// ResetWorker publishes an unsequenced Cleared event for w, the reset
+// marker: replicas reset the worker in their index (its blocks and its
+// event sequence) and apply its following events as a new sequence.
 func (p *Publisher) ResetWorker(w kvroute.WorkerKey) {
 	ev := kvroute.Event{Kind: kvroute.EventCleared, Worker: w}
 	if err := p.Apply(&ev); err != nil {

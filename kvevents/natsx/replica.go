@@ -61,7 +61,8 @@ type ReplicaConfig struct {
 	// Tracker is the local active-request load tracker. Nil disables the
 	// load sync (Add, PrefillDone and Free then return errors / false).
 	Tracker *scheduling.Tracker
-	// SyncTimeout is how long Run waits for a peer's dump before it
+	// SyncTimeout is how long Run waits for a peer's dump (or, once the
+	// dump started, for its next chunk) before it
 	// concludes that it is the first replica. Zero means
 	// DefaultSyncTimeout.
 	SyncTimeout time.Duration
@@ -320,6 +321,14 @@ func (r *Replica) Run(ctx context.Context) error {
 			r.stats.malformed.Add(1)
 			return false
 		}
+		if ev.Kind == kvroute.EventCleared && ev.ID == 0 {
+			// A relay's worker reset (Publisher.ResetWorker): its events
+			// start a new sequence, whatever was applied before.
+			r.cfg.Index.ResetWorker(ev.Worker)
+			delete(floors, ev.Worker)
+			r.stats.applied.Add(1)
+			return false
+		}
 		if f, ok := floors[ev.Worker]; ok && ev.ID != 0 {
 			if ev.ID <= f {
 				return false // the dump covered it
@@ -476,6 +485,15 @@ func (r *Replica) Run(ctx context.Context) error {
 				}
 				sync.next++
 				sync.chunks = append(sync.chunks, c)
+				// SyncTimeout bounds the silence between chunks, not the
+				// whole dump, which may be long for a large index.
+				if !sync.deadline.Stop() {
+					select {
+					case <-sync.deadline.C:
+					default:
+					}
+				}
+				sync.deadline.Reset(r.cfg.SyncTimeout)
 				if c.final {
 					st := sync
 					sync = nil

@@ -53,7 +53,7 @@ func startNode(t *testing.T, url, id string) *node {
 	tr, err := scheduling.NewTracker(scheduling.TrackerConfig{TTL: time.Hour})
 	require.NoError(t, err)
 	rep, err := natsx.NewReplica(natsx.ReplicaConfig{Conn: connect(t, url), ID: id, Index: ix, Tracker: tr,
-		SyncTimeout: 300 * time.Millisecond})
+		SyncTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{ix: ix, tracker: tr, rep: rep, cancel: cancel, done: make(chan error, 1)}
@@ -188,4 +188,35 @@ func TestLocalIDAndConfig(t *testing.T) {
 		_, err := natsx.NewReplica(cfg)
 		require.ErrorIs(t, err, natsx.ErrConfig)
 	}
+}
+
+// A relay that restarts numbers its workers' events from 1 again, after a
+// reset marker; replicas must apply the new sequence, not drop it as
+// duplicates of the old one.
+func TestReplicaFollowsARestartedRelay(t *testing.T) {
+	url := startNATS(t)
+	a := startNode(t, url, "a")
+	pubConn := connect(t, url)
+	pub, err := natsx.NewPublisher(natsx.PublisherConfig{Conn: pubConn})
+	require.NoError(t, err)
+	w := kvroute.WorkerKey{ID: 3}
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	store := func(id uint64, ext kvroute.ExternalHash, tok uint32) {
+		ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: id,
+			Blocks: []kvroute.StoredBlock{{External: ext, Hash: h.HashBlock([]uint32{tok, 1, 2, 3})}}}
+		require.NoError(t, pub.Apply(&ev))
+	}
+	for id := uint64(1); id <= 5; id++ {
+		store(id, kvroute.ExternalHash(id), uint32(id))
+	}
+	require.NoError(t, pubConn.Flush())
+	eventually(t, "the first sequence", func() bool { last, _ := a.ix.LastEventID(w); return last == 5 })
+
+	// The relay restarts: reset marker, then IDs from 1.
+	pub.ResetWorker(w)
+	store(1, 101, 101)
+	store(2, 102, 102)
+	require.NoError(t, pubConn.Flush())
+	eventually(t, "the new sequence", func() bool { last, ok := a.ix.LastEventID(w); return ok && last == 2 })
+	require.Len(t, a.ix.AppendWorkerBlocks(w, nil), 2, "the reset dropped the old blocks")
 }

@@ -322,6 +322,9 @@ func (s *Subscriber) handleLive(ctx context.Context, m zmq4.Msg) {
 		s.stats.gaps.Add(1)
 		s.log.Info("zmq: sequence gap", "want", s.next, "got", seq)
 		s.replay(ctx, s.next, seq)
+		if ctx.Err() != nil {
+			return // shutting down: nothing was lost, the replay was cut short
+		}
 		if seq < s.next {
 			s.stats.duplicates.Add(1)
 			return
@@ -349,22 +352,35 @@ func (s *Subscriber) resetWorkers() {
 	}
 }
 
+// dropMalformed gives up on a batch that does not decode: whatever it
+// removed or cleared is lost, so the workers are reset as for a lost batch.
+func (s *Subscriber) dropMalformed(err error) {
+	s.stats.malformed.Add(1)
+	s.stats.dropped.Add(1)
+	s.log.Warn("zmq: dropping malformed batch, resetting workers", "err", err)
+	s.resetWorkers()
+}
+
 // apply decodes, converts and applies one batch.
 func (s *Subscriber) apply(payload []byte) {
 	if err := kvevents.DecodeBatch(payload, &s.batch); err != nil {
-		s.stats.malformed.Add(1)
-		s.log.Warn("zmq: dropping batch", "err", err)
+		s.dropMalformed(err)
 		return
 	}
 	evs, err := s.conv.Convert(s.evs[:0], &s.batch)
 	s.evs = evs
 	if err != nil {
-		s.stats.malformed.Add(1)
-		s.log.Warn("zmq: dropping batch", "err", err)
+		s.dropMalformed(err)
 		return
 	}
 	for i := range evs {
 		ev := &evs[i]
+		if s.ids[ev.Worker] == 0 {
+			// A worker this subscriber has not numbered yet: its numbering
+			// starts at 1, so the sink must forget any earlier sequence (an
+			// earlier subscriber's, before a restart of this process).
+			s.cfg.Sink.ResetWorker(ev.Worker)
+		}
 		id := s.ids[ev.Worker] + 1
 		s.ids[ev.Worker] = id
 		ev.ID = id

@@ -320,7 +320,10 @@ func TestGatewayRoutesSharedPrefixesAndSurvivesAKilledEngine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	jobs := sharedPrefixJobs(requests, prompts, systemWords)
-	gcfg := gateway.Config{HealthInterval: 50 * time.Millisecond, RemoveAfter: 300 * time.Millisecond, EventIdleTimeout: time.Second}
+	// Probe often, but give each probe and the removal time enough that a
+	// healthy engine on a loaded machine is never mistaken for a dead one.
+	gcfg := gateway.Config{HealthInterval: 50 * time.Millisecond, HealthTimeout: time.Second, RemoveAfter: 2 * time.Second,
+		EventIdleTimeout: time.Second}
 
 	loadOnly, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{BlockSize: blockSize, OverlapWeight: scheduling.Float(0)})
 	require.NoError(t, err)
