@@ -203,7 +203,7 @@ func (ix *Index) lockLive(w kvroute.WorkerKey, create bool) *workerState {
 //
 // It returns nil when the event was applied, and otherwise:
 //   - an error wrapping kvroute.ErrInvalidEvent for a malformed event (not
-//     applied; drop it);
+//     applied; drop it; its ID counts as seen when it is the next one);
 //   - ErrDuplicate when the ID is not newer than the worker's last (not
 //     applied; drop it);
 //   - a *GapError (matching ErrGap) when the ID skips events (not applied;
@@ -216,6 +216,17 @@ func (ix *Index) lockLive(w kvroute.WorkerKey, create bool) *workerState {
 func (ix *Index) Apply(ev *kvroute.Event) error {
 	if err := ev.Validate(); err != nil {
 		ix.stats.invalid.Add(1)
+		// A malformed event in sequence is consumed, like one with an
+		// unknown parent: replaying it would fail again, so the worker's
+		// stream must go on past it.
+		if ev.ID != 0 {
+			if ws := ix.lockLive(ev.Worker, false); ws != nil {
+				if !ws.sequenced || ev.ID == ws.lastID+1 {
+					ws.lastID, ws.sequenced = ev.ID, true
+				}
+				ws.mu.Unlock()
+			}
+		}
 		return err
 	}
 	ws := ix.lockLive(ev.Worker, true)

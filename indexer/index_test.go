@@ -233,6 +233,11 @@ func TestInvalidEvent(t *testing.T) {
 	err = ix.Apply(&kvroute.Event{Kind: 0, Worker: wk(1)})
 	require.ErrorIs(t, err, kvroute.ErrInvalidEvent)
 	require.EqualValues(t, 2, ix.Stats().Invalid)
+
+	// A malformed event in sequence does not stall the worker's stream.
+	require.NoError(t, ix.Apply(stored(wk(2), 1, 0, 0, []H{1}, prompt(1))))
+	require.ErrorIs(t, ix.Apply(&kvroute.Event{Kind: kvroute.EventStored, Worker: wk(2), ID: 2, Tier: 9}), kvroute.ErrInvalidEvent)
+	require.NoError(t, ix.Apply(stored(wk(2), 3, 0, 1, []H{2}, prompt(2))))
 }
 
 func TestTokensAreHashedWithLoRA(t *testing.T) {

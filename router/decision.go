@@ -83,7 +83,8 @@ type Outcome struct {
 // stops counting as load after the tracker's TTL.
 //
 // A Decision filled by SelectInto may be reused for another SelectInto once
-// its Done has been called.
+// its Done has been called and no goroutine uses it any more (a late
+// PrefillDone on a reused Decision would act on the new request).
 type Decision struct {
 	// Worker is the chosen cache domain: the worker that serves the request
 	// (the decode worker when Disaggregated).
@@ -177,9 +178,22 @@ func (d *Decision) Done(o Outcome) {
 	r.release()
 }
 
-// release admits one waiting request, if the queue is on.
+// release admits one waiting request, if the queue is on: the best one,
+// when a request of this router frees its load.
 func (r *Router) release() {
 	if r.queue != nil && r.queue.Len() > 0 {
 		r.queue.Release(1)
+	}
+}
+
+// releaseAll lets every waiting request look at the loads again, after a
+// change this router did not cause (a load report, expiry, a worker added
+// or recovered); those still facing saturated workers wait again, keeping
+// their place.
+func (r *Router) releaseAll() {
+	if r.queue != nil {
+		if n := r.queue.Len(); n > 0 {
+			r.queue.Release(n)
+		}
 	}
 }

@@ -53,7 +53,7 @@ type HealthConfig struct {
 	DegradedErrors int
 	// UnhealthyErrors is the number of consecutive errors that make a
 	// worker unhealthy. Zero means 5. A success or a heartbeat resets the
-	// count.
+	// count, and so does UnhealthyAfter without a new error.
 	UnhealthyErrors int
 }
 
@@ -81,6 +81,12 @@ func (c HealthConfig) withDefaults() (HealthConfig, error) {
 func (c *HealthConfig) judge(d *domain, now int64) Health {
 	h := Healthy
 	errs := int(d.errors.Load())
+	if errs > 0 && now-d.lastError.Load() >= int64(c.UnhealthyAfter) {
+		// Errors are forgiven after UnhealthyAfter without a new one, so a
+		// worker without heartbeats gets a chance again.
+		d.errors.Store(0)
+		errs = 0
+	}
 	switch {
 	case errs >= c.UnhealthyErrors:
 		return Unhealthy
@@ -120,10 +126,12 @@ func (r *Router) CheckHealth() {
 	}
 	r.sessions.Range(func(key string, se session) bool {
 		if se.expires < now {
-			r.sessions.Delete(key)
+			r.dropSession(key, now)
 		}
 		return true
 	})
+	// Expiry and health changes may have freed capacity.
+	r.releaseAll()
 	if r.approx != nil {
 		r.approx.Expire()
 	}
@@ -141,6 +149,7 @@ func (r *Router) setHealth(d *domain, h Health) bool {
 	}
 	r.log.Info("worker health changed", "worker", d.key.String(), "from", old.String(), "to", h.String())
 	r.republish()
+	r.releaseAll()
 	return true
 }
 

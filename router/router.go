@@ -38,6 +38,9 @@ var (
 	ErrPinnedUnavailable = errors.New("router: pinned worker unavailable")
 )
 
+// MaxDataParallelRanks bounds Worker.DataParallelRanks.
+const MaxDataParallelRanks = 1 << 12
+
 // Config configures a Router. The zero value routes aggregated workers
 // with block size 16 by Dynamo's default cost, exact index, no queue.
 type Config struct {
@@ -147,6 +150,7 @@ type domain struct {
 	lastHeartbeat atomic.Int64                    // unix ns, 0 = never
 	health        atomic.Uint32
 	errors        atomic.Int32
+	lastError     atomic.Int64 // unix ns of the last error, 0 = none
 	decisions     atomic.Uint64
 }
 
@@ -312,6 +316,7 @@ func (r *Router) AddWorker(w Worker) error {
 	}
 	r.workers[w.ID()] = e
 	r.publish()
+	r.releaseAll()
 	return nil
 }
 
@@ -330,11 +335,12 @@ func (r *Router) UpdateWorker(w Worker) error {
 	if err != nil {
 		return err
 	}
+	r.workers[w.ID()] = e
+	r.publish() // first, so that no new decision picks a dropped rank
 	for _, d := range old.domains[min(len(old.domains), len(e.domains)):] {
 		r.dropDomain(d.key)
 	}
-	r.workers[w.ID()] = e
-	r.publish()
+	r.releaseAll()
 	return nil
 }
 
@@ -379,6 +385,9 @@ func (r *Router) newEntry(w Worker, old *workerEntry) (*workerEntry, error) {
 		return nil, fmt.Errorf("%w: worker %d has unknown role %d", ErrInvalidConfig, w.ID(), w.Role())
 	}
 	ranks := max(w.DataParallelRanks(), 1)
+	if ranks > MaxDataParallelRanks {
+		return nil, fmt.Errorf("%w: worker %d has %d data-parallel ranks, at most %d", ErrInvalidConfig, w.ID(), ranks, MaxDataParallelRanks)
+	}
 	var static scheduling.Load
 	if c, ok := w.(Capacity); ok {
 		static.MaxBatchedTokens = c.MaxBatchedTokens()
@@ -478,6 +487,9 @@ func (r *Router) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
 	if !r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano())) && first {
 		r.republish()
 	}
+	// The report may show capacity freed by traffic this router does not
+	// see: let waiting requests look again.
+	r.releaseAll()
 	return nil
 }
 
@@ -490,10 +502,26 @@ func (r *Router) ReportError(w kvroute.WorkerKey, err error) error {
 	if d == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownWorker, w)
 	}
-	d.errors.Add(1)
-	r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano()))
+	r.noteError(d)
 	r.log.Debug("worker error", "worker", w.String(), "err", err)
 	return nil
+}
+
+// noteError counts one more consecutive error of d and re-judges it.
+func (r *Router) noteError(d *domain) {
+	now := r.clock.Now().UnixNano()
+	d.lastError.Store(now)
+	d.errors.Add(1)
+	r.setHealth(d, r.health.judge(d, now))
+}
+
+// noteSuccess clears d's errors and re-judges it.
+func (r *Router) noteSuccess(d *domain) {
+	if d.errors.Load() == 0 {
+		return
+	}
+	d.errors.Store(0)
+	r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano()))
 }
 
 // Health returns the health of a cache domain, and false when it is not

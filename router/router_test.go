@@ -383,7 +383,8 @@ func TestDisaggregation(t *testing.T) {
 	busy, err := r.Select(ctx, &router.Request{Tokens: tokens(5, 0, 1, 30), Pin: kvroute.WorkerKey{ID: 11}, HasPin: true})
 	require.NoError(t, err)
 	require.Equal(t, kvroute.WorkerKey{ID: 11}, busy.Worker)
-	require.False(t, busy.Disaggregated, "a request pinned to a decode worker is served by it alone")
+	require.True(t, busy.Disaggregated, "the pin binds the decode phase; prefill is chosen freely")
+	busy.PrefillDone() // its prefill is over; its decode load stays on 11
 
 	d, err := r.Select(ctx, &router.Request{Tokens: prompt, Explain: true})
 	require.NoError(t, err)
@@ -399,7 +400,7 @@ func TestDisaggregation(t *testing.T) {
 	require.Equal(t, 1, r.Tracker().Load(d.Worker).ActiveRequests)
 	d.Done(router.Outcome{})
 	busy.Done(router.Outcome{})
-	require.EqualValues(t, 1, r.Stats().Disaggregated)
+	require.EqualValues(t, 2, r.Stats().Disaggregated)
 
 	// Without healthy prefill workers, decode workers prefill themselves.
 	for range 5 {
@@ -562,4 +563,84 @@ func TestStalenessCostSeesLastEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, kvroute.WorkerKey{ID: 2}, d.Worker)
 	d.Done(router.Outcome{})
+}
+
+func TestPinToPrefillWorker(t *testing.T) {
+	p1 := newEngine(1)
+	p1.role = router.RolePrefill
+	p2 := newEngine(2)
+	p2.role = router.RolePrefill
+	d11 := newEngine(11)
+	d11.role = router.RoleDecode
+	r := newRouter(t, router.Config{}, p1, p2, d11)
+	d, err := r.Select(context.Background(), &router.Request{Tokens: tokens(1, 4, 0, 0), Pin: kvroute.WorkerKey{ID: 2}, HasPin: true})
+	require.NoError(t, err)
+	require.True(t, d.Disaggregated)
+	require.Equal(t, kvroute.WorkerKey{ID: 2}, d.Prefill)
+	require.Equal(t, kvroute.WorkerKey{ID: 11}, d.Worker)
+	d.Done(router.Outcome{})
+}
+
+func TestErrorsAreForgivenAndSuccessRestoresHealth(t *testing.T) {
+	clock := newClock()
+	r := newRouter(t, router.Config{Clock: clock}, newEngine(1), newEngine(2))
+	w1 := kvroute.WorkerKey{ID: 1}
+	for range 3 {
+		require.NoError(t, r.ReportError(w1, errors.New("timeout")))
+	}
+	h, _ := r.Health(w1)
+	require.Equal(t, router.Degraded, h)
+	// A success through a pinned request restores it at once.
+	d, err := r.Select(context.Background(), &router.Request{Tokens: tokens(1, 4, 0, 0), Pin: w1, HasPin: true})
+	require.NoError(t, err)
+	d.Done(router.Outcome{})
+	h, _ = r.Health(w1)
+	require.Equal(t, router.Healthy, h)
+
+	// Without successes or heartbeats, errors are forgiven after
+	// UnhealthyAfter (15 s by default).
+	for range 5 {
+		require.NoError(t, r.ReportError(w1, errors.New("timeout")))
+	}
+	h, _ = r.Health(w1)
+	require.Equal(t, router.Unhealthy, h)
+	clock.Advance(16 * time.Second)
+	r.CheckHealth()
+	h, _ = r.Health(w1)
+	require.Equal(t, router.Healthy, h)
+}
+
+func TestQueueWakesOnLoadReports(t *testing.T) {
+	w := router.StaticWorker{WorkerID: 1, Block: bs, BatchedTokens: 512}
+	r, err := router.New(router.Config{Hasher: hasher, Queue: &scheduling.QueueConfig{}})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(w))
+	key := kvroute.WorkerKey{ID: 1}
+	// Another router's traffic saturates the engine.
+	require.NoError(t, r.Heartbeat(key, scheduling.Load{ActivePrefillTokens: 10_000}))
+	got := make(chan error, 1)
+	go func() {
+		d, err := r.Select(context.Background(), &router.Request{Tokens: tokens(1, 0, 1, 4)})
+		if err == nil {
+			d.Done(router.Outcome{})
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return r.Stats().QueueDepth == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, r.Heartbeat(key, scheduling.Load{})) // the engine drained
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting request was not admitted after the load report")
+	}
+}
+
+func TestFailedSelectLeavesNothingToBalance(t *testing.T) {
+	r := newRouter(t, router.Config{})
+	var d router.Decision
+	require.ErrorIs(t, r.SelectInto(context.Background(), &router.Request{Tokens: tokens(1, 4, 0, 0)}, &d), router.ErrNoWorkers)
+	d.Done(router.Outcome{Err: errors.New("x")})
+	require.Zero(t, r.Stats().Outcomes)
+	require.ErrorIs(t, r.AddWorker(router.StaticWorker{WorkerID: 5, Ranks: router.MaxDataParallelRanks + 1}), router.ErrInvalidConfig)
 }

@@ -123,6 +123,7 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	}
 	if err != nil {
 		r.stats.rejected.Add(1)
+		*d = Decision{} // nothing to balance: its Done is a no-op
 		return err
 	}
 	d.CachedTokens = d.CachedBlocks * h.BlockSize()
@@ -227,7 +228,7 @@ func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, req *Request
 				return nil, err
 			}
 		} else {
-			cost.Costs(sreq, cands, sc.costs)
+			cost.Costs(sreq, cands, sc.costs[:len(cands)])
 		}
 		d.Cost = sc.costs[i]
 		if req.Explain {
@@ -266,7 +267,15 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 	sc.degraded = len(ps.cands) - n
 	sc.cands = append(sc.cands[:0], ps.cands[:n]...)
 	doms := ps.doms[:n]
-	if req.HasPin {
+	pinned := req.HasPin
+	if pinned {
+		// A pin binds the phase of the pinned worker's role; in a
+		// disaggregated pool the other phase chooses freely.
+		if i, ok := s.byKey[req.Pin]; ok && !ph.accepts(s.domains[i].role) {
+			pinned = false
+		}
+	}
+	if pinned {
 		i, ok := ps.pos[req.Pin]
 		switch {
 		case ok && i < n:
@@ -287,7 +296,7 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 				keptDoms = append(keptDoms, doms[i])
 			}
 		}
-		sc.cands, doms = kept, keptDoms
+		sc.cands, doms, sc.doms = kept, keptDoms, keptDoms
 	}
 	if len(sc.cands) == 0 {
 		return ErrNoWorkers
@@ -299,7 +308,7 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 			}
 		}
 	}
-	if len(req.Exclude) > 0 && !req.HasPin {
+	if len(req.Exclude) > 0 && !pinned {
 		// Positions shifted: find candidates by worker.
 		for _, m := range sc.match.Workers {
 			for i := range sc.cands {
@@ -311,7 +320,7 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 		}
 	}
 	for _, m := range sc.match.Workers {
-		if req.HasPin {
+		if pinned {
 			if m.Worker == req.Pin {
 				sc.cands[0].Cached = m.ByTier
 			}
@@ -356,6 +365,14 @@ func mergeReported(l *scheduling.Load, rep *scheduling.Load) {
 	}
 }
 
+// dropSession deletes the session key if it is still expired at now; a
+// concurrent Select that refreshed it keeps it.
+func (r *Router) dropSession(key string, now int64) {
+	r.sessions.Compute(key, func(se session, loaded bool) (session, bool) {
+		return se, !loaded || se.expires < now
+	})
+}
+
 // sessionChoice returns the index of the session's worker among cands, or
 // -1 when the session is unknown, expired or its worker is not a candidate.
 func (r *Router) sessionChoice(key string, cands []scheduling.Candidate) int {
@@ -363,8 +380,8 @@ func (r *Router) sessionChoice(key string, cands []scheduling.Candidate) int {
 	if !ok {
 		return -1
 	}
-	if se.expires < r.clock.Now().UnixNano() {
-		r.sessions.Delete(key)
+	if now := r.clock.Now().UnixNano(); se.expires < now {
+		r.dropSession(key, now)
 		return -1
 	}
 	for i := range cands {

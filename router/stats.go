@@ -165,11 +165,10 @@ func (r *Router) observe(d *Decision, o Outcome) {
 	if dm := r.domain(d.Worker); dm != nil {
 		switch {
 		case o.Err == nil:
-			dm.errors.Store(0)
+			r.noteSuccess(dm)
 		case !errors.Is(o.Err, context.Canceled):
 			f.failures.Add(1)
-			dm.errors.Add(1)
-			r.setHealth(dm, r.health.judge(dm, r.clock.Now().UnixNano()))
+			r.noteError(dm)
 		}
 	}
 	if !o.CachedTokensKnown || o.Err != nil {
