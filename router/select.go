@@ -20,8 +20,7 @@ type scratch struct {
 	seqs     []kvroute.SeqHash
 	match    indexer.MatchResult
 	cands    []scheduling.Candidate
-	doms     []*domain // domains of cands when some were excluded
-	degraded int       // degraded domains left out of cands
+	degraded int // degraded domains left out of cands
 	costs    []float64
 	pos      []int // domain index → candidate index + 1 (0: not a candidate)
 }
@@ -283,24 +282,13 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 			doms = ps.doms[i : i+1]
 		case ok:
 			sc.cands = sc.cands[:0] // degraded: allowed on the second pass
+			doms = nil
 		default:
 			return fmt.Errorf("%w: %s", ErrPinnedUnavailable, req.Pin)
 		}
 	}
-	if len(req.Exclude) > 0 {
-		kept := sc.cands[:0]
-		keptDoms := sc.doms[:0]
-		for i := range sc.cands {
-			if !slices.Contains(req.Exclude, sc.cands[i].Worker) {
-				kept = append(kept, sc.cands[i])
-				keptDoms = append(keptDoms, doms[i])
-			}
-		}
-		sc.cands, doms, sc.doms = kept, keptDoms, keptDoms
-	}
-	if len(sc.cands) == 0 {
-		return ErrNoWorkers
-	}
+	// sc.cands and doms are aligned with the template here: merge load
+	// reports and overlaps by position, then drop excluded workers.
 	if s.reported {
 		for i, dm := range doms {
 			if rep := dm.reported.Load(); rep != nil {
@@ -308,25 +296,22 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 			}
 		}
 	}
-	if len(req.Exclude) > 0 && !pinned {
-		// Positions shifted: find candidates by worker.
-		for _, m := range sc.match.Workers {
-			for i := range sc.cands {
-				if sc.cands[i].Worker == m.Worker {
-					sc.cands[i].Cached = m.ByTier
-					break
-				}
-			}
-		}
-	}
 	for _, m := range sc.match.Workers {
 		if pinned {
-			if m.Worker == req.Pin {
+			if len(sc.cands) == 1 && m.Worker == req.Pin {
 				sc.cands[0].Cached = m.ByTier
 			}
-		} else if i, ok := ps.pos[m.Worker]; ok && i < n && len(req.Exclude) == 0 {
+		} else if i, ok := ps.pos[m.Worker]; ok && i < n {
 			sc.cands[i].Cached = m.ByTier
 		}
+	}
+	if len(req.Exclude) > 0 {
+		sc.cands = slices.DeleteFunc(sc.cands, func(c scheduling.Candidate) bool {
+			return slices.Contains(req.Exclude, c.Worker)
+		})
+	}
+	if len(sc.cands) == 0 {
+		return ErrNoWorkers
 	}
 	if r.staleness {
 		for i := range sc.cands {
