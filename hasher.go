@@ -50,8 +50,15 @@ type HasherConfig struct {
 	LoRA string
 	// Namespace isolates caches that must never match each other (tenants,
 	// model revisions). A non-empty namespace adds XXH3-64(ns, seed 1) to
-	// the seed. Empty means no namespace.
+	// the seed, as Dynamo's cache_namespace does. Empty means no namespace.
+	// Per-request cache salts extend it (see WithSalt).
 	Namespace string
+	// Eagle hashes each block together with the first token of the next
+	// block, as engines running Eagle speculative decoding store them
+	// (SGLang's bigram pages, Dynamo's is_eagle): block i covers the
+	// BlockSize+1 tokens from i*BlockSize, so n tokens make (n-1)/BlockSize
+	// blocks.
+	Eagle bool
 }
 
 // Hasher turns token ids into block and sequence hashes, bit-identical to
@@ -64,8 +71,10 @@ type HasherConfig struct {
 // number of goroutines. The zero Hasher is not valid; use NewHasher.
 type Hasher struct {
 	blockSize int
+	window    int    // bytes hashed per block: 4*blockSize, plus 4 with Eagle
 	baseSeed  uint64 // HashSeed plus the namespace offset
 	seed      uint64 // baseSeed plus the LoRA offset
+	namespace string // the namespace baseSeed was made from
 }
 
 // NewHasher returns a Hasher for cfg. It returns ErrBlockSize when the
@@ -78,12 +87,65 @@ func NewHasher(cfg HasherConfig) (Hasher, error) {
 	if bs < 0 || bs > MaxBlockSize {
 		return Hasher{}, fmt.Errorf("%w: %d", ErrBlockSize, cfg.BlockSize)
 	}
-	base := HashSeed
-	if cfg.Namespace != "" {
-		base += xxh3.HashStringSeed(cfg.Namespace, 1)
+	window := bs * 4
+	if cfg.Eagle {
+		window += 4
 	}
-	h := Hasher{blockSize: bs, baseSeed: base, seed: base}
+	base := namespaceSeed(cfg.Namespace)
+	h := Hasher{blockSize: bs, window: window, baseSeed: base, seed: base, namespace: cfg.Namespace}
 	return h.WithLoRA(cfg.LoRA), nil
+}
+
+// namespaceSeed is HashSeed plus the offset of a namespace.
+func namespaceSeed(ns string) uint64 {
+	if ns == "" {
+		return HashSeed
+	}
+	return HashSeed + xxh3.HashStringSeed(ns, 1)
+}
+
+// SaltedNamespace returns the hasher namespace of blocks stored under a
+// cache salt (vLLM's and SGLang's cache_salt): the salt itself under an
+// empty namespace, which is exactly Dynamo's cache_namespace hashing,
+// otherwise the namespace, a NUL byte and the salt.
+func SaltedNamespace(namespace, salt string) string {
+	switch {
+	case salt == "":
+		return namespace
+	case namespace == "":
+		return salt
+	}
+	return namespace + "\x00" + salt
+}
+
+// WithSalt returns a copy of h for blocks stored under a request's cache
+// salt: its namespace becomes SaltedNamespace(namespace, salt), keeping the
+// block size, Eagle mode and LoRA adapter. An empty salt returns h.
+func (h Hasher) WithSalt(salt string) Hasher {
+	if salt == "" {
+		return h
+	}
+	lora := h.seed - h.baseSeed
+	h.namespace = SaltedNamespace(h.namespace, salt)
+	h.baseSeed = namespaceSeed(h.namespace)
+	h.seed = h.baseSeed + lora
+	return h
+}
+
+// Namespace returns the hasher namespace (with any salt applied).
+func (h Hasher) Namespace() string { return h.namespace }
+
+// Eagle reports whether h hashes Eagle windows of BlockSize+1 tokens.
+func (h Hasher) Eagle() bool { return h.window != h.blockSize*4 }
+
+// WithEagle returns a copy of h that hashes Eagle windows (on) or plain
+// blocks (off).
+func (h Hasher) WithEagle(on bool) Hasher {
+	h.window = h.blockSize * 4
+	if on {
+		h.window += 4
+	}
+	return h
 }
 
 // MustHasher is NewHasher for configurations known to be valid, such as
@@ -116,16 +178,27 @@ func (h Hasher) Seed() uint64 { return h.seed }
 // Valid reports whether h was made by NewHasher (the zero Hasher is not).
 func (h Hasher) Valid() bool { return h.blockSize > 0 }
 
-// Blocks returns the number of full blocks in n tokens.
+// Blocks returns the number of full blocks in n tokens (with Eagle, the
+// number of full windows of BlockSize+1 tokens at stride BlockSize).
 func (h Hasher) Blocks(n int) int {
 	if h.blockSize <= 0 {
 		return 0
 	}
+	if h.window != h.blockSize*4 {
+		n--
+		if n <= 0 {
+			return 0
+		}
+	}
 	return n / h.blockSize
 }
 
+// WindowTokens returns the number of tokens hashed per block: BlockSize,
+// or BlockSize+1 with Eagle.
+func (h Hasher) WindowTokens() int { return h.window / 4 }
+
 // HashBlock returns the hash of one block of token ids. It hashes whatever
-// it is given; callers pass exactly BlockSize tokens.
+// it is given; callers pass exactly WindowTokens tokens.
 func (h Hasher) HashBlock(tokens []uint32) BlockHash {
 	return BlockHash(xxh3.HashSeed(tokenBytes(tokens), h.seed))
 }
@@ -140,7 +213,7 @@ func (h Hasher) AppendBlockHashes(dst []BlockHash, tokens []uint32) []BlockHash 
 	}
 	raw, step := tokenBytes(tokens), h.blockSize*4
 	for i := range n {
-		dst = append(dst, BlockHash(xxh3.HashSeed(raw[i*step:(i+1)*step], h.seed)))
+		dst = append(dst, BlockHash(xxh3.HashSeed(raw[i*step:i*step+h.window], h.seed)))
 	}
 	return dst
 }
@@ -153,12 +226,12 @@ func (h Hasher) AppendSeqHashes(dst []SeqHash, tokens []uint32) []SeqHash {
 	if n == 0 {
 		return dst
 	}
-	raw, step := tokenBytes(tokens), h.blockSize*4
+	raw, step, w, seed := tokenBytes(tokens), h.blockSize*4, h.window, h.seed
 	dst = slices.Grow(dst, n)
-	prev := SeqHash(xxh3.HashSeed(raw[:step], h.seed))
+	prev := SeqHash(xxh3.HashSeed(raw[:w], seed))
 	dst = append(dst, prev)
 	for i := 1; i < n; i++ {
-		prev = NextSeqHash(prev, BlockHash(xxh3.HashSeed(raw[i*step:(i+1)*step], h.seed)))
+		prev = NextSeqHash(prev, BlockHash(xxh3.HashSeed(raw[i*step:i*step+w], seed)))
 		dst = append(dst, prev)
 	}
 	return dst
@@ -175,7 +248,7 @@ func (h Hasher) AppendHashes(blocks []BlockHash, seqs []SeqHash, tokens []uint32
 	raw, step := tokenBytes(tokens), h.blockSize*4
 	var prev SeqHash
 	for i := range n {
-		local := BlockHash(xxh3.HashSeed(raw[i*step:(i+1)*step], h.seed))
+		local := BlockHash(xxh3.HashSeed(raw[i*step:i*step+h.window], h.seed))
 		if i == 0 {
 			prev = SeqHash(local)
 		} else {

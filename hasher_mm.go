@@ -1,0 +1,133 @@
+package kvroute
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"slices"
+
+	"github.com/zeebo/xxh3"
+)
+
+// MMObject is one multimodal item of a prompt (an image, a video, an audio
+// clip): its hash and the placeholder tokens it occupies. Blocks whose
+// tokens overlap [Offset, Offset+Length) include Hash in their block hash,
+// so that prompts whose placeholder tokens are equal but whose items differ
+// never share blocks.
+type MMObject struct {
+	// Hash identifies the item; see MMIdentifierHash for the engines'
+	// identifiers.
+	Hash uint64
+	// Offset is the index of the item's first placeholder token in the
+	// prompt.
+	Offset int
+	// Length is the number of placeholder tokens.
+	Length int
+}
+
+// MMIdentifierHash maps an engine's multimodal identifier (vLLM's
+// mm_feature.identifier) to the 64-bit hash blocks are hashed with, as
+// Dynamo does: a 64-digit hex digest gives its first 16 hex digits read as
+// an integer; any other non-empty identifier gives XXH3-64(identifier,
+// seed 0). It returns false for an empty identifier.
+func MMIdentifierHash(id string) (uint64, bool) {
+	if id == "" {
+		return 0, false
+	}
+	if len(id) == 64 {
+		var b [8]byte
+		if _, err := hex.Decode(b[:], []byte(id[:16])); err == nil && isHex(id[16:]) {
+			return binary.BigEndian.Uint64(b[:]), true
+		}
+	}
+	return xxh3.HashString(id), true
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxStackMM and maxStackBlockBytes bound the scratch space HashBlockMM
+// keeps on the stack; larger blocks allocate.
+const (
+	maxStackMM         = 16
+	maxStackBlockBytes = 1024
+)
+
+// HashBlockMM returns the hash of one block of token ids (WindowTokens of
+// them) that holds the multimodal items whose hashes are mm, bit-identical
+// to Dynamo's compute_block_hash_for_seq with block_mm_infos: XXH3-64 over
+// the tokens as little-endian uint32 values followed by the sorted item
+// hashes as little-endian uint64 values. With no item it equals HashBlock.
+// The order of mm does not matter and mm is not modified.
+func (h Hasher) HashBlockMM(tokens []uint32, mm []uint64) BlockHash {
+	if len(mm) == 0 {
+		return h.HashBlock(tokens)
+	}
+	var sbuf [maxStackMM]uint64
+	sorted := append(sbuf[:0], mm...)
+	slices.Sort(sorted)
+	var bbuf [maxStackBlockBytes]byte
+	b := bbuf[:0]
+	if n := len(tokens)*4 + len(sorted)*8; n > len(bbuf) {
+		b = make([]byte, 0, n)
+	}
+	b = append(b, tokenBytes(tokens)...)
+	for _, x := range sorted {
+		b = binary.LittleEndian.AppendUint64(b, x)
+	}
+	return BlockHash(xxh3.HashSeed(b, h.seed))
+}
+
+// AppendHashesMM is AppendHashes for a prompt with multimodal items: block
+// i (the stride tokens [i*BlockSize, (i+1)*BlockSize), whatever the Eagle
+// window) includes the hashes of the items that overlap it, as vLLM lists
+// them in its per-block extra keys and Dynamo's block_mm_infos carry them.
+// Items need not be sorted. With no item it equals AppendHashes.
+func (h Hasher) AppendHashesMM(blocks []BlockHash, seqs []SeqHash, tokens []uint32, mm []MMObject) ([]BlockHash, []SeqHash) {
+	if len(mm) == 0 {
+		return h.AppendHashes(blocks, seqs, tokens)
+	}
+	return h.appendMM(blocks, seqs, tokens, mm, true)
+}
+
+// AppendSeqHashesMM is AppendSeqHashes for a prompt with multimodal items
+// (see AppendHashesMM). With no item it is AppendSeqHashes.
+func (h Hasher) AppendSeqHashesMM(dst []SeqHash, tokens []uint32, mm []MMObject) []SeqHash {
+	if len(mm) == 0 {
+		return h.AppendSeqHashes(dst, tokens)
+	}
+	_, dst = h.appendMM(nil, dst, tokens, mm, false)
+	return dst
+}
+
+func (h Hasher) appendMM(blocks []BlockHash, seqs []SeqHash, tokens []uint32, mm []MMObject, keepBlocks bool) ([]BlockHash, []SeqHash) {
+	n := h.Blocks(len(tokens))
+	var sbuf [maxStackMM]uint64
+	var prev SeqHash
+	for i := range n {
+		start, end := i*h.blockSize, (i+1)*h.blockSize
+		in := sbuf[:0]
+		for _, o := range mm {
+			if o.Length > 0 && o.Offset < end && start < o.Offset+o.Length {
+				in = append(in, o.Hash)
+			}
+		}
+		local := h.HashBlockMM(tokens[start:start+h.window/4], in)
+		if i == 0 {
+			prev = SeqHash(local)
+		} else {
+			prev = NextSeqHash(prev, local)
+		}
+		if keepBlocks {
+			blocks = append(blocks, local)
+		}
+		seqs = append(seqs, prev)
+	}
+	return blocks, seqs
+}
