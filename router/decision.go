@@ -138,11 +138,14 @@ func (d *Decision) PrefillDone() {
 			break
 		}
 	}
-	d.r.tracker.PrefillDone(d.id)
-	if d.Disaggregated {
-		d.r.tracker.Free(d.prefillID)
+	r := d.r
+	if r.tracker.PrefillDone(d.id) && r.loadSync != nil {
+		r.loadSync.PrefillDone(d.id)
 	}
-	d.r.release()
+	if d.Disaggregated {
+		r.untrack(d.prefillID)
+	}
+	r.release()
 }
 
 // AddOutputTokens records n more generated tokens, which grow the request's
@@ -151,7 +154,9 @@ func (d *Decision) AddOutputTokens(n int) {
 	if d == nil || d.r == nil || d.state.Load()&stateDone != 0 {
 		return
 	}
-	d.r.tracker.AddOutputTokens(d.id, n)
+	if d.r.tracker.AddOutputTokens(d.id, n) && d.r.loadSync != nil {
+		d.r.loadSync.OutputTokens(d.id, n)
+	}
 }
 
 // Done ends the request: its load is released, its outcome feeds routing
@@ -170,16 +175,20 @@ func (d *Decision) Done(o Outcome) {
 		}
 	}
 	r := d.r
-	r.tracker.Free(d.id)
+	r.untrack(d.id)
 	if d.Disaggregated {
-		r.tracker.Free(d.prefillID)
+		r.untrack(d.prefillID)
 	}
 	r.observe(d, o)
 	r.release()
 }
 
-// release admits one waiting request, if the queue is on: the best one,
-// when a request of this router frees its load.
+// release admits the best waiting request, if the queue is on, when a
+// request of this router frees load. A released request that finds room
+// releases the next one once its own load is tracked (SelectInto), so the
+// queue admits as many requests as the freed capacity holds, in order,
+// while one that finds the workers saturated again waits again in its
+// place.
 func (r *Router) release() {
 	if r.queue != nil && r.queue.Len() > 0 {
 		r.queue.Release(1)

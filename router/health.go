@@ -34,9 +34,23 @@ func (h Health) String() string {
 	return fmt.Sprintf("health(%d)", uint32(h))
 }
 
-// HealthConfig configures how the router derives worker health from
-// heartbeats (Router.Heartbeat) and errors (Router.ReportError and failed
-// Decision.Done outcomes). The zero value uses the defaults below.
+// HealthConfig configures how the router derives worker health from two
+// separate signals, and a worker's health is the worse of the two:
+//
+//   - Liveness comes from heartbeats (Router.Heartbeat): a worker whose
+//     last heartbeat is older than DegradedAfter is degraded, older than
+//     UnhealthyAfter unhealthy. A heartbeat says that the engine answers,
+//     nothing more.
+//   - Error health comes from requests: consecutive errors (Router.
+//     ReportError and failed Decision.Done outcomes) make a worker degraded
+//     after DegradedErrors and unhealthy after UnhealthyErrors. Only a
+//     successful request clears the count, or UnhealthyAfter passing
+//     without a new error (the worker then gets requests again, as a
+//     circuit breaker's half-open probe). Heartbeats do not clear it: an
+//     engine whose health endpoint answers while its inference fails stays
+//     out of rotation instead of flapping with each probe.
+//
+// The zero value uses the defaults below.
 type HealthConfig struct {
 	// DegradedAfter is how long after its last heartbeat a worker becomes
 	// degraded. Zero means 5 s.
@@ -52,8 +66,8 @@ type HealthConfig struct {
 	// worker degraded. Zero means 3.
 	DegradedErrors int
 	// UnhealthyErrors is the number of consecutive errors that make a
-	// worker unhealthy. Zero means 5. A success or a heartbeat resets the
-	// count, and so does UnhealthyAfter without a new error.
+	// worker unhealthy. Zero means 5. A success resets the count, and so
+	// does UnhealthyAfter without a new error; a heartbeat does not.
 	UnhealthyErrors int
 }
 

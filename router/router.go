@@ -73,6 +73,9 @@ type Config struct {
 	Queue *scheduling.QueueConfig
 	// Tracker configures the active-request load tracker (request TTL).
 	Tracker scheduling.TrackerConfig
+	// LoadSync, when set, receives the load of every request this router
+	// routes, to share it with other router replicas (see LoadSync).
+	LoadSync LoadSync
 	// Health configures heartbeat and error based health.
 	Health HealthConfig
 	// SessionTTL is how long a session affinity key keeps sending its
@@ -110,6 +113,7 @@ type Router struct {
 	busy       scheduling.BusyThresholds
 	queue      *scheduling.Queue
 	tracker    *scheduling.Tracker
+	loadSync   LoadSync
 	health     HealthConfig
 	sessionTTL time.Duration
 	clock      kvroute.Clock
@@ -139,12 +143,20 @@ type workerEntry struct {
 }
 
 // domain is one cache domain (a worker's data-parallel rank). It is shared
-// by successive snapshots; its mutable fields are atomic.
+// by successive snapshots. Its description is immutable; its mutable state
+// lives in a domainState that UpdateWorker hands on to the domain that
+// replaces it, so that a heartbeat or an error recorded on the old domain
+// while the worker is being updated is not lost.
 type domain struct {
 	key    kvroute.WorkerKey
 	role   Role
 	static scheduling.Load // capacities from the Worker
-	added  int64           // when it was added, unix ns
+	*domainState
+}
+
+// domainState is the mutable, atomic state of a cache domain.
+type domainState struct {
+	added int64 // when the domain was first added, unix ns
 
 	reported      atomic.Pointer[scheduling.Load] // last heartbeat report
 	lastHeartbeat atomic.Int64                    // unix ns, 0 = never
@@ -189,6 +201,7 @@ func New(cfg Config) (*Router, error) {
 		clock:      kvroute.ClockOrSystem(cfg.Clock),
 		log:        cfg.Logger,
 		busy:       cfg.Busy,
+		loadSync:   cfg.LoadSync,
 		sessionTTL: cfg.SessionTTL,
 		workers:    map[kvroute.WorkerID]*workerEntry{},
 		sessions:   xsync.NewMapOf[string, session](),
@@ -397,15 +410,11 @@ func (r *Router) newEntry(w Worker, old *workerEntry) (*workerEntry, error) {
 	now := r.clock.Now().UnixNano()
 	e := &workerEntry{w: w}
 	for rank := range ranks {
-		d := &domain{key: kvroute.WorkerKey{ID: w.ID(), Rank: kvroute.DPRank(rank)}, role: w.Role(), static: static, added: now}
+		d := &domain{key: kvroute.WorkerKey{ID: w.ID(), Rank: kvroute.DPRank(rank)}, role: w.Role(), static: static}
 		if old != nil && rank < len(old.domains) {
-			prev := old.domains[rank]
-			d.added = prev.added
-			d.reported.Store(prev.reported.Load())
-			d.lastHeartbeat.Store(prev.lastHeartbeat.Load())
-			d.health.Store(prev.health.Load())
-			d.errors.Store(prev.errors.Load())
-			d.decisions.Store(prev.decisions.Load())
+			d.domainState = old.domains[rank].domainState // shared: nothing recorded meanwhile is lost
+		} else {
+			d.domainState = &domainState{added: now}
 		}
 		e.domains = append(e.domains, d)
 	}
@@ -473,8 +482,10 @@ func (r *Router) Workers() []kvroute.WorkerKey {
 // metrics (queue depth, KV-cache utilisation, running requests). Fields the
 // router tracks itself (active prefill tokens, decode blocks, request
 // count) are combined with its own: the larger of the two counts. A
-// heartbeat also marks the domain alive and resets its error count. It
-// returns ErrUnknownWorker for an unregistered domain.
+// heartbeat marks the domain alive (liveness); it does not forgive
+// inference errors, which only a successful request or UnhealthyAfter
+// without a new error clears (see HealthConfig). It returns
+// ErrUnknownWorker for an unregistered domain.
 func (r *Router) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
 	d := r.domain(w)
 	if d == nil {
@@ -483,7 +494,6 @@ func (r *Router) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
 	l := load
 	first := d.reported.Swap(&l) == nil
 	d.lastHeartbeat.Store(r.clock.Now().UnixNano())
-	d.errors.Store(0)
 	if !r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano())) && first {
 		r.republish()
 	}

@@ -23,6 +23,7 @@ type scratch struct {
 	degraded int // degraded domains left out of cands
 	costs    []float64
 	pos      []int // domain index → candidate index + 1 (0: not a candidate)
+	released bool  // the request was released from the admission queue
 }
 
 // phase selects the candidates of one choice.
@@ -75,6 +76,7 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	start := time.Now()
 	sc := r.scratch.Get().(*scratch)
 	defer r.scratch.Put(sc)
+	sc.released = false
 
 	h := r.hasher
 	if req.LoRA != "" {
@@ -123,6 +125,9 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	if err != nil {
 		r.stats.rejected.Add(1)
 		*d = Decision{} // nothing to balance: its Done is a no-op
+		if sc.released {
+			r.release() // pass the admission on
+		}
 		return err
 	}
 	d.CachedTokens = d.CachedBlocks * h.BlockSize()
@@ -133,10 +138,14 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	if d.Disaggregated {
 		d.prefillID = scheduling.RequestID(r.nextID.Add(1))
 		serving = d.Prefill
-		_ = r.tracker.Add(d.prefillID, d.Prefill, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
-		_ = r.tracker.Add(d.id, d.Worker, sc.seqs, 0)
+		r.track(d.prefillID, d.Prefill, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
+		r.track(d.id, d.Worker, sc.seqs, 0)
 	} else {
-		_ = r.tracker.Add(d.id, d.Worker, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
+		r.track(d.id, d.Worker, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
+	}
+	if sc.released {
+		// Released by a load drop and admitted: the next waiter may fit too.
+		r.release()
 	}
 	if r.approx != nil {
 		_ = r.approx.Insert(serving, sc.blocks, sc.seqs)
@@ -207,6 +216,7 @@ func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, req *Request
 				if err := r.queue.Wait(ctx, item, saturated); err != nil {
 					return nil, err
 				}
+				sc.released = true
 				if saturated {
 					// Released: the loads changed, look again.
 					d.Waited = time.Since(waitedFrom)

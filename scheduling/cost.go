@@ -52,11 +52,15 @@ type DynamoCostConfig struct {
 //
 //	credit  = OverlapWeight · Σ_t TierWeights[t] · Cached[t]   (less OverlapDiscount)
 //	prefill = max((ActivePrefillTokens + PromptTokens) / BlockSize − credit, 0)
-//	cost    = PrefillLoadScale · prefill + PotentialDecodeBlocks + ActiveRequestWeight · ActiveRequests
+//	decode  = PotentialDecodeBlocks + ⌈ExpectedOutputTokens / BlockSize⌉
+//	over    = max(decode − KVCapacityBlocks, 0)   (0 when the capacity is unknown)
+//	cost    = PrefillLoadScale · prefill + decode + over + ActiveRequestWeight · ActiveRequests
 //
 // The prefill term is the work the worker still has to prefill if it gets
 // the request, less what its cache saves; the decode term is the KV blocks
-// it would hold. It honours Overrides.OverlapWeight and
+// it would hold, including the blocks the request's expected output will
+// fill. Blocks beyond a worker's known KV capacity count twice: the engine
+// would have to preempt or evict to hold them. It honours Overrides.OverlapWeight and
 // Overrides.PrefillLoadScale. DynamoCost is immutable and safe for
 // concurrent use.
 type DynamoCost struct {
@@ -108,6 +112,10 @@ func (d *DynamoCost) Costs(req *Request, cands []Candidate, costs []float64) {
 	inv := 1 / float64(bs)
 	isl := float64(max(req.PromptTokens, 0)) * inv
 	arw := d.activeRequestWeight
+	out := 0
+	if req.ExpectedOutputTokens > 0 {
+		out = (req.ExpectedOutputTokens-1)/bs + 1
+	}
 	n := min(len(cands), len(costs))
 	for i := range n {
 		c := &cands[i]
@@ -115,7 +123,11 @@ func (d *DynamoCost) Costs(req *Request, cands []Candidate, costs []float64) {
 		if prefill < 0 {
 			prefill = 0
 		}
-		costs[i] = pls*prefill + float64(c.Load.PotentialDecodeBlocks) + arw*float64(c.Load.ActiveRequests)
+		decode := c.Load.PotentialDecodeBlocks + out
+		if capacity := c.Load.KVCapacityBlocks; capacity > 0 && decode > capacity {
+			decode += decode - capacity
+		}
+		costs[i] = pls*prefill + float64(decode) + arw*float64(c.Load.ActiveRequests)
 	}
 }
 
@@ -124,7 +136,8 @@ func (d *DynamoCost) Costs(req *Request, cands []Candidate, costs []float64) {
 type WeightedScoreConfig struct {
 	// CacheWeight weights the cached fraction of the prompt. Unset means 0.6.
 	CacheWeight OptFloat
-	// LoadWeight weights the fraction of busy request slots. Unset means 0.3.
+	// LoadWeight weights the candidate's busy slots relative to the
+	// busiest candidate's. Unset means 0.3.
 	LoadWeight OptFloat
 	// MemoryWeight weights KV-cache utilisation. Unset means 0.1.
 	MemoryWeight OptFloat
@@ -136,13 +149,16 @@ type WeightedScoreConfig struct {
 // WeightedScore is a linear score, negated into a cost:
 //
 //	cache = Σ_t TierWeights[t] · Cached[t] / Blocks   (less OverlapDiscount)
-//	load  = (ActiveRequests + QueueDepth) / MaxRequests
+//	busy  = ActiveRequests + QueueDepth
+//	load  = busy / max over the candidates of busy   (0 when all are idle)
 //	score = CacheWeight · cache − LoadWeight · load − MemoryWeight · KVUtilization
 //	cost  = −score
 //
-// When a candidate's MaxRequests is unknown (zero), its load is its
-// ActiveRequests + QueueDepth divided by the largest such value among the
-// candidates. It honours Overrides.CacheWeight, LoadWeight and
+// The load term compares the candidates with each other rather than with
+// their slot counts: normalised by MaxRequests (often hundreds), the load
+// of a worker that holds the prefix would stay negligible until it is
+// almost full, and it would win every request until then. A worker that
+// is full is for BusyThresholds to leave out. It honours Overrides.CacheWeight, LoadWeight and
 // MemoryWeight. WeightedScore is immutable and safe for concurrent use.
 type WeightedScore struct {
 	cache, load, memory float64
@@ -181,11 +197,8 @@ func (s *WeightedScore) Costs(req *Request, cands []Candidate, costs []float64) 
 			cache = c.CachedCredit(&s.tiers) / float64(req.Blocks)
 		}
 		var load float64
-		switch busy := busySlots(&c.Load); {
-		case c.Load.MaxRequests > 0:
-			load = float64(busy) / float64(c.Load.MaxRequests)
-		case maxBusy > 0:
-			load = float64(busy) / float64(maxBusy)
+		if maxBusy > 0 {
+			load = float64(busySlots(&c.Load)) / float64(maxBusy)
 		}
 		costs[i] = -(wc*cache - wl*load - wm*c.Load.KVUtilization)
 	}

@@ -179,18 +179,20 @@ func TestWeightedScore(t *testing.T) {
 	require.NoError(t, err)
 	req := scheduling.Request{PromptTokens: 1600, Blocks: 100, BlockSize: 16}
 	cands := []scheduling.Candidate{
-		// 87% overlap, 12 of 16 slots busy: 0.6·0.87 − 0.3·0.75 = 0.297.
-		{Worker: worker(1), Cached: [kvroute.NumTiers]int{87}, Load: scheduling.Load{ActiveRequests: 12, MaxRequests: 16}},
-		// 65% overlap, 2 of 16 slots busy: 0.6·0.65 − 0.3·0.125 = 0.3525.
-		{Worker: worker(2), Cached: [kvroute.NumTiers]int{65}, Load: scheduling.Load{ActiveRequests: 2, MaxRequests: 16}},
+		// 87% overlap, the busiest (12): 0.6·0.87 − 0.3·1 = 0.222.
+		{Worker: worker(1), Cached: [kvroute.NumTiers]int{87}, Load: scheduling.Load{ActiveRequests: 12, MaxRequests: 512}},
+		// 65% overlap, 2 of the busiest's 12: 0.6·0.65 − 0.3·2/12 = 0.34.
+		{Worker: worker(2), Cached: [kvroute.NumTiers]int{65}, Load: scheduling.Load{ActiveRequests: 2, MaxRequests: 512}},
 	}
 	costs := make([]float64, 2)
 	sel, err := scheduling.NewSelector(scheduling.SelectorConfig{Seed: 1})
 	require.NoError(t, err)
 	i, err := scheduling.Choose(score, sel, &req, cands, costs)
 	require.NoError(t, err)
-	require.InDelta(t, -0.297, costs[0], 1e-12)
-	require.InDelta(t, -0.3525, costs[1], 1e-12)
+	require.InDelta(t, -0.222, costs[0], 1e-12)
+	require.InDelta(t, -0.34, costs[1], 1e-12)
+	// Large slot counts do not hide the load: the prefix holder loses once
+	// it is much busier than the other worker.
 	require.Equal(t, worker(2), cands[i].Worker)
 
 	tests := []struct {
@@ -202,17 +204,17 @@ func TestWeightedScore(t *testing.T) {
 		{
 			name: "memory term",
 			req:  scheduling.Request{Blocks: 10},
-			cand: []scheduling.Candidate{{Cached: [kvroute.NumTiers]int{5}, Load: scheduling.Load{MaxRequests: 10, ActiveRequests: 5, KVUtilization: 0.5}}},
-			want: []float64{-(0.6*0.5 - 0.3*0.5 - 0.1*0.5)},
+			cand: []scheduling.Candidate{{Cached: [kvroute.NumTiers]int{5}, Load: scheduling.Load{MaxRequests: 10, ActiveRequests: 5, KVUtilization: 0.5}}, {Load: scheduling.Load{ActiveRequests: 10}}},
+			want: []float64{-(0.6*0.5 - 0.3*0.5 - 0.1*0.5), 0.3},
 		},
 		{
 			name: "queue depth counts as load",
 			req:  scheduling.Request{Blocks: 10},
-			cand: []scheduling.Candidate{{Load: scheduling.Load{MaxRequests: 8, ActiveRequests: 4, QueueDepth: 4}}},
-			want: []float64{0.3},
+			cand: []scheduling.Candidate{{Load: scheduling.Load{MaxRequests: 8, ActiveRequests: 4, QueueDepth: 4}}, {Load: scheduling.Load{ActiveRequests: 4}}},
+			want: []float64{0.3, 0.15},
 		},
 		{
-			name: "unknown slots: load relative to the busiest candidate",
+			name: "load relative to the busiest candidate",
 			req:  scheduling.Request{Blocks: 10},
 			cand: []scheduling.Candidate{{Load: scheduling.Load{ActiveRequests: 2}}, {Load: scheduling.Load{ActiveRequests: 8}}},
 			want: []float64{0.3 * 0.25, 0.3},
@@ -224,6 +226,12 @@ func TestWeightedScore(t *testing.T) {
 			}},
 			cand: []scheduling.Candidate{{Cached: [kvroute.NumTiers]int{4, 4}, Load: scheduling.Load{MaxRequests: 4, ActiveRequests: 4, KVUtilization: 1}}},
 			want: []float64{-(4 + 3) / 10.0},
+		},
+		{
+			name: "all idle: no load term",
+			req:  scheduling.Request{Blocks: 10},
+			cand: []scheduling.Candidate{{Load: scheduling.Load{MaxRequests: 8}}, {}},
+			want: []float64{0, 0},
 		},
 		{
 			name: "empty prompt has no cache term",
@@ -339,4 +347,44 @@ func TestCostFuncFunc(t *testing.T) {
 	require.ErrorIs(t, err, scheduling.ErrNoCandidates)
 	_, err = scheduling.Choose(f, sel, &req, []scheduling.Candidate{{}, {}}, make([]float64, 1))
 	require.ErrorIs(t, err, scheduling.ErrInvalidRequest)
+}
+
+func TestDynamoCostExpectedOutput(t *testing.T) {
+	cost, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		out  int
+		load scheduling.Load
+		want float64
+	}{
+		{"unknown output", 0, scheduling.Load{PotentialDecodeBlocks: 10}, 10 + 10},
+		{"output blocks join the decode term", 33, scheduling.Load{PotentialDecodeBlocks: 10}, 10 + 10 + 3},
+		{"room in the cache", 32, scheduling.Load{PotentialDecodeBlocks: 10, KVCapacityBlocks: 12}, 10 + 12},
+		{"blocks past the capacity count twice", 64, scheduling.Load{PotentialDecodeBlocks: 10, KVCapacityBlocks: 12}, 10 + 14 + 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16, ExpectedOutputTokens: tt.out}
+			got := make([]float64, 1)
+			cost.Costs(&req, []scheduling.Candidate{{Load: tt.load}}, got)
+			require.Equal(t, tt.want, got[0])
+		})
+	}
+	// A long expected output steers the request away from a worker whose
+	// cache cannot hold it.
+	req := scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16, ExpectedOutputTokens: 1600}
+	cands := []scheduling.Candidate{
+		{Worker: worker(1), Cached: [kvroute.NumTiers]int{4}, Load: scheduling.Load{PotentialDecodeBlocks: 10, KVCapacityBlocks: 64}},
+		{Worker: worker(2), Load: scheduling.Load{PotentialDecodeBlocks: 10, KVCapacityBlocks: 1024}},
+	}
+	sel := newSelector(t, 0, 1)
+	costs := make([]float64, 2)
+	i, err := scheduling.Choose(cost, sel, &req, cands, costs)
+	require.NoError(t, err)
+	require.Equal(t, worker(2), cands[i].Worker, "costs %v", costs)
+	req.ExpectedOutputTokens = 0
+	i, err = scheduling.Choose(cost, sel, &req, cands, costs)
+	require.NoError(t, err)
+	require.Equal(t, worker(1), cands[i].Worker, "costs %v", costs)
 }

@@ -37,7 +37,7 @@ func ExampleWeightedScore() {
 	costs := make([]float64, len(cands))
 	i, _ := scheduling.Choose(score, sel, &req, cands, costs)
 	fmt.Printf("scores %.4f %.4f, chosen worker %s\n", -costs[0], -costs[1], cands[i].Worker)
-	// Output: scores 0.2970 0.3525, chosen worker 2/0
+	// Output: scores 0.2220 0.3400, chosen worker 2/0
 }
 
 func ExampleSelector() {

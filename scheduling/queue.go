@@ -27,7 +27,8 @@ const (
 	// comparisons.
 	LCFS
 	// WSPT is weighted shortest processing time (Smith's rule): score =
-	// (1 + PriorityJump) / NewTokens. It minimises mean time to first token
+	// (1 + PriorityJump) / job size, where the job size is NewTokens +
+	// OutputTokenWeight · OutputTokens. It minimises mean completion time
 	// by admitting short or well-cached requests first.
 	WSPT
 )
@@ -58,6 +59,11 @@ func ParsePolicy(s string) (Policy, error) {
 // DefaultQueueCapacity is the queue capacity when QueueConfig leaves it zero.
 const DefaultQueueCapacity = 1024
 
+// DefaultOutputTokenWeight is the OutputTokenWeight a zero QueueConfig
+// value means: an expected output token weighs as much as one prompt token
+// to prefill.
+const DefaultOutputTokenWeight = 1.0
+
 // QueueConfig configures a Queue.
 type QueueConfig struct {
 	// Policy orders requests inside a priority class. The zero value is FCFS.
@@ -68,6 +74,10 @@ type QueueConfig struct {
 	// Threshold is the fraction of a worker's MaxBatchedTokens of active
 	// prefill above which Saturated counts the worker as full. Zero means 1.
 	Threshold float64
+	// OutputTokenWeight is the work of one expected output token in prefill
+	// tokens, in WSPT's job size. Zero means DefaultOutputTokenWeight;
+	// negative values are rejected.
+	OutputTokenWeight float64
 	// Clock supplies arrival times for items without one and the epoch of
 	// arrival offsets. Nil means kvroute.SystemClock.
 	Clock kvroute.Clock
@@ -90,11 +100,15 @@ type Item struct {
 	// the longest cached prefix among the workers (WSPT). Values below 1
 	// count as 1.
 	NewTokens int
+	// OutputTokens is the expected output length (Request.
+	// ExpectedOutputTokens), zero when unknown. WSPT adds it, weighted by
+	// QueueConfig.OutputTokenWeight, to the job size.
+	OutputTokens int
 }
 
 // NewItem returns the Item for req given its candidates: the request's
-// priority, jump and arrival, and its prompt tokens less the best cached
-// prefix (in blocks times the block size) among cands.
+// priority, jump, arrival and expected output, and its prompt tokens less
+// the best cached prefix (in blocks times the block size) among cands.
 func NewItem(req *Request, cands []Candidate) Item {
 	best := 0
 	for i := range cands {
@@ -109,6 +123,7 @@ func NewItem(req *Request, cands []Candidate) Item {
 		PriorityJump: req.PriorityJump,
 		Arrival:      req.Arrival,
 		NewTokens:    req.PromptTokens - best*bs,
+		OutputTokens: max(req.ExpectedOutputTokens, 0),
 	}
 }
 
@@ -139,6 +154,7 @@ type Queue struct {
 	policy    Policy
 	capacity  int
 	threshold float64
+	outWeight float64
 	clock     kvroute.Clock
 	log       *slog.Logger
 	epoch     time.Time
@@ -173,11 +189,14 @@ func NewQueue(cfg QueueConfig) (*Queue, error) {
 		return nil, fmt.Errorf("%w: queue capacity %d", ErrInvalidConfig, cfg.Capacity)
 	case !(cfg.Threshold >= 0) || math.IsInf(cfg.Threshold, 0):
 		return nil, fmt.Errorf("%w: queue threshold %v", ErrInvalidConfig, cfg.Threshold)
+	case !(cfg.OutputTokenWeight >= 0) || math.IsInf(cfg.OutputTokenWeight, 0):
+		return nil, fmt.Errorf("%w: output token weight %v", ErrInvalidConfig, cfg.OutputTokenWeight)
 	}
 	q := &Queue{
 		policy:    cfg.Policy,
 		capacity:  cfg.Capacity,
 		threshold: cfg.Threshold,
+		outWeight: cfg.OutputTokenWeight,
 		clock:     kvroute.ClockOrSystem(cfg.Clock),
 		log:       cfg.Logger,
 	}
@@ -186,6 +205,9 @@ func NewQueue(cfg QueueConfig) (*Queue, error) {
 	}
 	if q.threshold == 0 {
 		q.threshold = 1
+	}
+	if q.outWeight == 0 {
+		q.outWeight = DefaultOutputTokenWeight
 	}
 	if q.log == nil {
 		q.log = slog.New(slog.DiscardHandler)
@@ -228,7 +250,8 @@ func (q *Queue) Score(it Item) float64 {
 	case LCFS:
 		return jump + q.offset(it.Arrival)
 	case WSPT:
-		return (1 + jump) / float64(max(it.NewTokens, 1))
+		size := float64(max(it.NewTokens, 0)) + q.outWeight*float64(max(it.OutputTokens, 0))
+		return (1 + jump) / max(size, 1)
 	}
 	return jump - q.offset(it.Arrival)
 }

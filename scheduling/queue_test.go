@@ -116,17 +116,25 @@ func TestQueueScoreEdgeCases(t *testing.T) {
 	require.Equal(t, -10.0, fcfs.Score(scheduling.Item{PriorityJump: math.NaN()})) // so does NaN
 	require.Equal(t, 1.0, wspt.Score(scheduling.Item{NewTokens: -300}))            // fully cached
 	require.Equal(t, 3.0/512, wspt.Score(scheduling.Item{NewTokens: 512, PriorityJump: 2}))
+	// The expected output is part of the job.
+	require.Equal(t, 1.0/612, wspt.Score(scheduling.Item{NewTokens: 512, OutputTokens: 100}))
+	weighted := newQueue(t, scheduling.QueueConfig{Policy: scheduling.WSPT, OutputTokenWeight: 4, Clock: clock})
+	require.Equal(t, 1.0/912, weighted.Score(scheduling.Item{NewTokens: 512, OutputTokens: 100}))
+	require.Greater(t, weighted.Score(scheduling.Item{NewTokens: 512, OutputTokens: 10}),
+		weighted.Score(scheduling.Item{NewTokens: 100, OutputTokens: 200}), "a short answer goes first")
+	_, err := scheduling.NewQueue(scheduling.QueueConfig{OutputTokenWeight: -1})
+	require.ErrorIs(t, err, scheduling.ErrInvalidConfig)
 }
 
 func TestNewItem(t *testing.T) {
 	arrival := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	req := scheduling.Request{PromptTokens: 4096, BlockSize: 16, Priority: 3, PriorityJump: 1.5, Arrival: arrival}
+	req := scheduling.Request{PromptTokens: 4096, BlockSize: 16, Priority: 3, PriorityJump: 1.5, Arrival: arrival, ExpectedOutputTokens: 77}
 	cands := []scheduling.Candidate{
 		{Cached: [kvroute.NumTiers]int{100}},
 		{Cached: [kvroute.NumTiers]int{200, 40}},
 		{},
 	}
-	require.Equal(t, scheduling.Item{Priority: 3, PriorityJump: 1.5, Arrival: arrival, NewTokens: 4096 - 240*16}, scheduling.NewItem(&req, cands))
+	require.Equal(t, scheduling.Item{Priority: 3, PriorityJump: 1.5, Arrival: arrival, NewTokens: 4096 - 240*16, OutputTokens: 77}, scheduling.NewItem(&req, cands))
 	req.BlockSize = 0
 	require.Equal(t, 4096-240*scheduling.DefaultBlockSize, scheduling.NewItem(&req, cands).NewTokens)
 }

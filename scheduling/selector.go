@@ -29,7 +29,9 @@ type SelectorConfig struct {
 //	p_i ∝ exp(−(c_i − c_min) / ((c_max − c_min) · T)),
 //
 // which is uniform when all costs are equal. Costs that are NaN count as
-// +Inf, and +Inf costs are only chosen when every cost is +Inf.
+// +Inf, and +Inf costs are only chosen when every cost is +Inf. A −Inf
+// cost is a forced choice at any temperature: the selector picks uniformly
+// among the −Inf costs.
 //
 // Its random numbers come from a SplitMix64 generator whose 64-bit state is
 // advanced with one atomic add per draw, so a Selector is safe for
@@ -89,7 +91,9 @@ func (s *Selector) Select(costs []float64, temperature OptFloat) int {
 			hi = c
 		}
 	}
-	if t == 0 || ties == n || math.IsInf(lo, 1) || hi == lo {
+	// A −Inf cost is a must-pick (softmax weights would be NaN): choose
+	// among the −Inf costs, as among any minimum ties.
+	if t == 0 || ties == n || math.IsInf(lo, 0) || hi == lo {
 		return s.nthMin(costs, lo, ties)
 	}
 	scale := 1 / ((hi - lo) * t)

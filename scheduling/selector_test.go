@@ -54,6 +54,18 @@ func TestSelectorArgmin(t *testing.T) {
 	}
 }
 
+func TestSelectorNegativeInfinityAtTemperature(t *testing.T) {
+	s := newSelector(t, 1, 3)
+	ninf := math.Inf(-1)
+	// With a finite maximum the softmax range is infinite: the −Inf costs
+	// are forced choices, shared uniformly, never NaN weights.
+	got := frequencies(s, []float64{ninf, 3, ninf, 7}, scheduling.OptFloat{}, 20000)
+	require.InDelta(t, 0.5, got[0], 0.02)
+	require.InDelta(t, 0.5, got[2], 0.02)
+	require.Zero(t, got[1]+got[3])
+	require.Equal(t, 0, s.Select([]float64{ninf, 3, 5}, scheduling.Float(2)))
+}
+
 func TestSelectorTieBreakIsUniform(t *testing.T) {
 	s := newSelector(t, 0, 7)
 	got := frequencies(s, []float64{5, 1, 3, 1, 1, 9}, scheduling.OptFloat{}, 30000)

@@ -104,10 +104,11 @@ type Gateway struct {
 	clock             kvroute.Clock
 	log               *slog.Logger
 
-	// mu protects engines and runCtx.
+	// mu protects engines, runCtx and active.
 	mu      sync.RWMutex
 	engines map[kvroute.WorkerID]*engine
-	runCtx  context.Context // Run's context, nil when Run is not running
+	runCtx  context.Context // Run's context, nil when Run is not running or stopping
+	active  bool            // Run runs, until its subscribers have stopped
 
 	requests, retries, failed atomic.Uint64
 }
@@ -277,15 +278,17 @@ func (g *Gateway) RemoveEngine(id kvroute.WorkerID) bool {
 
 // Run starts the engines' KV-event subscribers and the health probes and
 // blocks until ctx ends; then it stops them and returns nil. It returns
-// ErrRunning when Run is running already. Requests are served (by
+// ErrRunning when Run is running already or still stopping (its
+// subscribers have not ended yet). Requests are served (by
 // ServeHTTP) whether Run runs or not, but without it the router hears
 // neither KV events nor heartbeats.
 func (g *Gateway) Run(ctx context.Context) error {
 	g.mu.Lock()
-	if g.runCtx != nil {
+	if g.active {
 		g.mu.Unlock()
 		return ErrRunning
 	}
+	g.active = true
 	g.runCtx = ctx
 	for _, eng := range g.engines {
 		g.start(eng)
@@ -319,6 +322,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for _, eng := range stopped {
 		eng.running.Wait()
 	}
+	g.mu.Lock()
+	g.active = false
+	g.mu.Unlock()
 	return nil
 }
 
