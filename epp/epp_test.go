@@ -1,0 +1,502 @@
+package epp_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/epp"
+	"github.com/kvroute/kvroute/internal/fakeengine"
+	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/zmq"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+const blockSize = 16
+
+// cluster is a picker serving ext_proc on a real gRPC server on loopback,
+// in front of fake engines whose KV events feed the router's index.
+type cluster struct {
+	t       *testing.T
+	r       *router.Router
+	eps     *epp.Endpoints
+	srv     *epp.Server
+	conn    *grpc.ClientConn
+	client  extprocv3.ExternalProcessorClient
+	engines []*fakeengine.Engine
+	subs    []*zmq.Subscriber
+}
+
+type clusterOpts struct {
+	engines int
+	cfg     epp.Config    // Router, Endpoints, Tokenizer are filled in
+	router  router.Config // Hasher is filled in
+}
+
+func newCluster(t *testing.T, o clusterOpts) *cluster {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	o.router.Hasher = kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize})
+	r, err := router.New(o.router)
+	require.NoError(t, err)
+	c := &cluster{t: t, r: r, eps: &epp.Endpoints{}}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	for i := range o.engines {
+		e, err := fakeengine.Start(fakeengine.Config{ID: kvroute.WorkerID(i + 1), BlockSize: blockSize, Capacity: 4096, Chunks: 3})
+		require.NoError(t, err)
+		t.Cleanup(e.Close)
+		c.engines = append(c.engines, e)
+		require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: e.ID(), Block: blockSize}))
+		require.NoError(t, c.eps.Set(kvroute.WorkerKey{ID: e.ID()}, e.Addr()))
+		sub, err := zmq.New(zmq.Config{Endpoint: e.Events(), ReplayEndpoint: e.Replay(), Topic: fakeengine.Topic,
+			Converter: kvevents.ConverterConfig{Worker: e.ID(), BlockSize: blockSize}, Sink: r.Index(),
+			IdleTimeout: 500 * time.Millisecond})
+		require.NoError(t, err)
+		c.subs = append(c.subs, sub)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = sub.Run(ctx)
+		}()
+	}
+	o.cfg.Router, o.cfg.Endpoints = r, c.eps
+	if o.cfg.Tokenizer == nil {
+		o.cfg.Tokenizer = epp.TokenizerFunc(fakeengine.Words)
+	}
+	c.srv, err = epp.New(o.cfg)
+	require.NoError(t, err)
+	g := grpc.NewServer()
+	c.srv.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	c.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.conn.Close() })
+	c.client = extprocv3.NewExternalProcessorClient(c.conn)
+	return c
+}
+
+// engineAt returns the engine serving addr.
+func (c *cluster) engineAt(addr string) *fakeengine.Engine {
+	for _, e := range c.engines {
+		if e.Addr() == addr {
+			return e
+		}
+	}
+	c.t.Fatalf("no engine at %q", addr)
+	return nil
+}
+
+// waitEvents waits until every event the engines published is applied.
+func (c *cluster) waitEvents() {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		for i, e := range c.engines {
+			if c.subs[i].Stats().Applied < uint64(e.Published()) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// balanced checks that every Select was balanced by one Done.
+func (c *cluster) balanced() {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		st := c.r.Stats()
+		return st.Decisions == st.Outcomes && st.TrackedRequests == 0
+	}, 5*time.Second, 5*time.Millisecond, "decisions not balanced: %+v", c.r.Stats())
+}
+
+// exchange is what the data plane saw of one request.
+type exchange struct {
+	endpoints []string // from the header
+	metadata  string   // from dynamic_metadata
+	immediate int      // immediate response status, 0 if none
+	errBody   string
+	status    int    // the engine's status
+	body      string // the response body as the client sees it
+	served    string // the engine that served
+}
+
+// envoyOpts shape one simulated request.
+type envoyOpts struct {
+	path      string
+	body      string
+	subset    []string // subset hint, nil for none
+	served    func(list []string) string
+	cancelAt  string // "after-route", "mid-response": cancel the stream there
+	chunk     int    // request body chunk size
+	noTrailer bool
+}
+
+func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
+
+// do plays Envoy's part of one HTTP request in FULL_DUPLEX_STREAMED mode:
+// request headers, the body in chunks, then (once the picker answered)
+// sends the request to the first endpoint, relays the response headers
+// with the served endpoint in the metadata, the response body chunk by
+// chunk, and closes the stream.
+func (c *cluster) do(o envoyOpts) exchange {
+	c.t.Helper()
+	t := c.t
+	if o.path == "" {
+		o.path = "/v1/completions"
+	}
+	if o.chunk == 0 {
+		o.chunk = 17
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := c.client.Process(ctx)
+	require.NoError(t, err)
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+	if o.subset != nil {
+		vals := make([]any, len(o.subset))
+		for i, s := range o.subset {
+			vals[i] = s
+		}
+		st, err := structpb.NewStruct(map[string]any{epp.KeySubset: vals})
+		require.NoError(t, err)
+		md.FilterMetadata[epp.NamespaceSubset] = st
+	}
+	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				header(":method", "POST"), header(":path", o.path), header(":authority", "gw"),
+				header("content-type", "application/json"), header("x-request-id", "req-1"),
+			}},
+			EndOfStream: o.body == "",
+		}},
+		MetadataContext: md,
+	}))
+	body := []byte(o.body)
+	for len(body) > 0 {
+		n := min(o.chunk, len(body))
+		require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: body[:n], EndOfStream: n == len(body)}}}))
+		body = body[n:]
+	}
+	var ex exchange
+	// The picker answers the headers, then streams the body back.
+	first, err := stream.Recv()
+	require.NoError(t, err)
+	if ir := first.GetImmediateResponse(); ir != nil {
+		ex.immediate, ex.errBody = int(ir.GetStatus().GetCode()), string(ir.GetBody())
+		_, err := stream.Recv()
+		require.ErrorIs(t, err, io.EOF, "the picker ends the stream after an immediate response")
+		return ex
+	}
+	hr := first.GetRequestHeaders()
+	require.NotNil(t, hr, "first answer: %v", first)
+	for _, h := range hr.GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == epp.HeaderDestination {
+			ex.endpoints = strings.Split(string(h.GetHeader().GetRawValue()), ",")
+		}
+	}
+	ex.metadata = first.GetDynamicMetadata().GetFields()[epp.NamespaceLB].GetStructValue().GetFields()[epp.HeaderDestination].GetStringValue()
+	require.NotEmpty(t, ex.endpoints)
+	var fwd []byte
+	if o.body != "" {
+		for {
+			m, err := stream.Recv()
+			require.NoError(t, err)
+			sr := m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+			require.NotNil(t, sr, "body answer: %v", m)
+			fwd = append(fwd, sr.GetBody()...)
+			if sr.GetEndOfStream() {
+				break
+			}
+		}
+	}
+	if o.cancelAt == "after-route" {
+		cancel()
+		return ex
+	}
+	// Send the request to the first endpoint, or the one served picks.
+	ex.served = ex.endpoints[0]
+	if o.served != nil {
+		ex.served = o.served(ex.endpoints)
+	}
+	resp, err := http.Post("http://"+ex.served+o.path, "application/json", bytes.NewReader(fwd))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	ex.status = resp.StatusCode
+	servedMD, err := structpb.NewStruct(map[string]any{epp.KeyServed: ex.served})
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				header(":status", strconv.Itoa(resp.StatusCode)), header("content-type", resp.Header.Get("Content-Type")),
+			}},
+		}},
+		MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{epp.NamespaceLB: servedMD}},
+	}))
+	m, err := stream.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, m.GetResponseHeaders(), "response headers answer: %v", m)
+	buf := make([]byte, 23)
+	var out []byte
+	sent := 0
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if rerr != nil && rerr != io.EOF {
+			require.NoError(t, rerr)
+		}
+		eos := rerr == io.EOF
+		if n == 0 && !eos {
+			continue
+		}
+		require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: bytes.Clone(buf[:n]), EndOfStream: eos}}}))
+		sent++
+		if o.cancelAt == "mid-response" && sent == 2 {
+			cancel()
+			return ex
+		}
+		for {
+			m, err := stream.Recv()
+			require.NoError(t, err)
+			sr := m.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+			require.NotNil(t, sr, "response body answer: %v", m)
+			out = append(out, sr.GetBody()...)
+			if sr.GetEndOfStream() || !eos {
+				break
+			}
+		}
+		if eos {
+			break
+		}
+	}
+	ex.body = string(out)
+	require.NoError(t, stream.CloseSend())
+	_, err = stream.Recv()
+	require.ErrorIs(t, err, io.EOF)
+	return ex
+}
+
+// prompt is a completion body whose text starts with group's shared
+// prefix of 64 words.
+func prompt(group, i int, stream bool) string {
+	var b strings.Builder
+	for w := range 64 {
+		fmt.Fprintf(&b, "g%dw%d ", group, w)
+	}
+	fmt.Fprintf(&b, "question %d of group %d", i, group)
+	return fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":4,"stream":%t}`, b.String(), stream)
+}
+
+func TestSharedPrefixGoesToItsEngine(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 3, cfg: epp.Config{InjectUsage: true}})
+	c.srv.SetReady(true)
+	home := map[int]string{}
+	for round := range 4 {
+		for g := range 3 {
+			ex := c.do(envoyOpts{body: prompt(g, round, round%2 == 1)})
+			require.Zero(t, ex.immediate, ex.errBody)
+			require.Equal(t, 200, ex.status)
+			require.Len(t, ex.endpoints, 3, "the pick and two fallbacks")
+			require.Equal(t, strings.Join(ex.endpoints, ","), ex.metadata, "header and metadata agree")
+			if round == 0 {
+				home[g] = ex.endpoints[0]
+			} else {
+				require.Equal(t, home[g], ex.endpoints[0], "group %d round %d left the engine holding its prefix", g, round)
+			}
+			c.waitEvents()
+		}
+	}
+	c.balanced()
+	st := c.srv.Stats()
+	require.EqualValues(t, 12, st.Routed)
+	require.EqualValues(t, 12, st.Completed)
+	// Rounds 1 to 3 find the 64-word prefix (4 blocks) cached, as predicted.
+	require.EqualValues(t, 9*64, st.PredictedCachedTokens)
+	require.EqualValues(t, 9*64, st.ActualCachedTokens)
+	require.EqualValues(t, 9*4, st.ActualCachedBlocks)
+	rs := c.r.Stats()
+	require.EqualValues(t, 9*64, rs.ActualCachedTokens, "Done carried the engines' cached tokens")
+}
+
+func TestStreamUsageInjected(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 2, cfg: epp.Config{InjectUsage: true}})
+	for i := range 2 {
+		ex := c.do(envoyOpts{path: "/v1/chat/completions",
+			body: `{"model":"m","stream":true,"messages":[{"role":"system","content":"you are a helpful assistant with a long system prompt that spans blocks one two three four five six seven"},{"role":"user","content":[{"type":"text","text":"hello there ` + strconv.Itoa(i) + `"}]}]}`})
+		require.Equal(t, 200, ex.status)
+		require.Contains(t, ex.body, "data: [DONE]")
+		require.Contains(t, ex.body, `"t2 "`)
+		require.NotContains(t, ex.body, "usage", "the usage chunk the picker asked for is removed")
+		c.waitEvents()
+	}
+	c.balanced()
+	st := c.srv.Stats()
+	require.EqualValues(t, 2, st.Completed)
+	require.EqualValues(t, 16, st.ActualCachedTokens, "the second request found the system prompt's block")
+}
+
+func TestStatusCodes(t *testing.T) {
+	tests := []struct {
+		name   string
+		opts   clusterOpts
+		prep   func(c *cluster)
+		req    envoyOpts
+		want   int
+		reason string
+	}{
+		{name: "malformed body", opts: clusterOpts{engines: 1}, req: envoyOpts{body: `{"model":`}, want: 400, reason: "body is not a JSON object"},
+		{name: "batch prompt", opts: clusterOpts{engines: 1}, req: envoyOpts{body: `{"prompt":["a","b"]}`}, want: 400, reason: "batches are not routed"},
+		{name: "chat without messages", opts: clusterOpts{engines: 1}, req: envoyOpts{path: "/v1/chat/completions", body: `{"model":"m"}`}, want: 400, reason: "no messages"},
+		{name: "too large", opts: clusterOpts{engines: 1, cfg: epp.Config{MaxBodyBytes: 64}}, req: envoyOpts{body: prompt(0, 0, false)}, want: 413, reason: "larger than 64 bytes"},
+		{name: "no endpoints", opts: clusterOpts{engines: 0}, req: envoyOpts{body: prompt(0, 0, false)}, want: 503, reason: "no eligible endpoint"},
+		{name: "worker without address", opts: clusterOpts{engines: 1}, prep: func(c *cluster) { c.eps.DeleteWorker(1) },
+			req: envoyOpts{body: prompt(0, 0, false)}, want: 503, reason: "no eligible endpoint"},
+		{name: "subset of unknown endpoints", opts: clusterOpts{engines: 2}, req: envoyOpts{body: prompt(0, 0, false), subset: []string{"10.9.9.9:8000"}}, want: 503, reason: "no eligible endpoint"},
+		{name: "empty subset", opts: clusterOpts{engines: 2}, req: envoyOpts{body: prompt(0, 0, false), subset: []string{}}, want: 503, reason: "no eligible endpoint"},
+		{name: "all busy", opts: clusterOpts{engines: 1, router: router.Config{Busy: scheduling.BusyThresholds{MaxPrefillTokens: 1}}},
+			prep: func(c *cluster) {
+				d, err := c.r.Select(context.Background(), &router.Request{Tokens: make([]uint32, 40)})
+				require.NoError(c.t, err)
+				c.t.Cleanup(func() { d.Done(router.Outcome{}) })
+			},
+			req: envoyOpts{body: prompt(0, 0, false)}, want: 429, reason: "busy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, tt.opts)
+			if tt.prep != nil {
+				tt.prep(c)
+			}
+			ex := c.do(tt.req)
+			require.Equal(t, tt.want, ex.immediate)
+			require.Contains(t, ex.errBody, tt.reason)
+			require.Contains(t, ex.errBody, `"error"`)
+		})
+	}
+}
+
+func TestSubsetHint(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 3})
+	// Warm engine 1 with the prefix; the subset still forces engine 3.
+	ex := c.do(envoyOpts{body: prompt(0, 0, false), subset: []string{c.engines[0].Addr()}})
+	require.Equal(t, []string{c.engines[0].Addr()}, ex.endpoints)
+	c.waitEvents()
+	ex = c.do(envoyOpts{body: prompt(0, 1, false), subset: []string{c.engines[2].Addr(), "10.1.1.1:80"}})
+	require.Equal(t, []string{c.engines[2].Addr()}, ex.endpoints, "only subset members are listed")
+	ex = c.do(envoyOpts{body: prompt(0, 2, false), subset: []string{c.engines[1].Addr(), c.engines[0].Addr()}})
+	require.Equal(t, []string{c.engines[0].Addr(), c.engines[1].Addr()}, ex.endpoints, "the cached engine first")
+	c.balanced()
+}
+
+func TestDoneOnErrorCancelAndFallback(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 3})
+	// The engine answers 503: Done with an error.
+	for _, e := range c.engines {
+		e.FailNext(1)
+	}
+	ex := c.do(envoyOpts{body: prompt(1, 0, false)})
+	require.Equal(t, 503, ex.status)
+	c.balanced()
+	require.EqualValues(t, 1, c.r.Stats().Failures)
+	require.EqualValues(t, 1, c.srv.Stats().EngineErrors)
+	for _, e := range c.engines {
+		e.FailNext(0)
+	}
+
+	// The client goes away after the pick, and in the middle of a stream.
+	c.do(envoyOpts{body: prompt(2, 0, false), cancelAt: "after-route"})
+	c.balanced()
+	c.do(envoyOpts{body: prompt(2, 1, true), cancelAt: "mid-response"})
+	c.balanced()
+	require.EqualValues(t, 2, c.srv.Stats().Canceled)
+	require.EqualValues(t, 1, c.r.Stats().Failures, "cancellations are not the engines' fault")
+
+	// Envoy serves on the second endpoint of the list.
+	before := map[string]int64{}
+	for _, e := range c.engines {
+		before[e.Addr()] = e.Requests()
+	}
+	ex = c.do(envoyOpts{body: prompt(3, 0, false), served: func(l []string) string { return l[1] }})
+	require.Equal(t, 200, ex.status)
+	require.EqualValues(t, 1, c.engineAt(ex.endpoints[1]).Requests()-before[ex.endpoints[1]])
+	require.Zero(t, c.engineAt(ex.endpoints[0]).Requests()-before[ex.endpoints[0]])
+	c.balanced()
+	st := c.srv.Stats()
+	require.EqualValues(t, 1, st.ServedElsewhere)
+	rs := c.r.Stats()
+	require.EqualValues(t, 2, rs.Failures, "the endpoint that was skipped failed")
+	var servedDecisions uint64
+	for _, w := range rs.Workers {
+		if addr, _ := c.eps.Address(w.Worker); addr == ex.served {
+			servedDecisions = w.Decisions
+		}
+	}
+	require.NotZero(t, servedDecisions, "the request was tracked on the endpoint that served it")
+}
+
+func TestRequestWithoutBody(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := c.client.Process(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true, Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			header(":method", "GET"), header(":path", "/v1/models")}}}}}))
+	m, err := stream.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, m.GetRequestHeaders())
+	require.NotEmpty(t, m.GetDynamicMetadata().GetFields()[epp.NamespaceLB].GetStructValue().GetFields()[epp.HeaderDestination].GetStringValue())
+	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true, Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			header(":status", "200")}}}}}))
+	m, err = stream.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, m.GetResponseHeaders())
+	require.NoError(t, stream.CloseSend())
+	_, err = stream.Recv()
+	require.ErrorIs(t, err, io.EOF)
+	c.balanced()
+	require.EqualValues(t, 1, c.srv.Stats().Completed)
+}
+
+func TestHealth(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 1})
+	h := healthpb.NewHealthClient(c.conn)
+	ctx := context.Background()
+	check := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		require.NoError(t, err)
+		return resp.GetStatus()
+	}
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, check(epp.ServiceLiveness))
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, check(epp.ServiceReadiness))
+	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, check(extprocv3.ExternalProcessor_ServiceDesc.ServiceName))
+	c.srv.SetReady(true)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, check(epp.ServiceReadiness))
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, check(""))
+}

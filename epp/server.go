@@ -1,0 +1,190 @@
+package epp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvroute/kvroute/openai"
+	"github.com/kvroute/kvroute/router"
+)
+
+// Protocol names of GIE's Endpoint Picker Protocol, the defaults of
+// Config.
+const (
+	// HeaderDestination is the request header (and dynamic metadata key)
+	// that names the picked endpoints, "ip:port" separated by commas in
+	// the order Envoy should try them.
+	HeaderDestination = "x-gateway-destination-endpoint"
+	// KeySubset is the filter metadata key of the subset hint: the list
+	// of endpoints the picker must choose from.
+	KeySubset = "x-gateway-destination-endpoint-subset"
+	// KeyServed is the filter metadata key under which the data plane
+	// reports the endpoint that actually served the request.
+	KeyServed = "x-gateway-destination-endpoint-served"
+	// NamespaceLB is the metadata namespace of the picked and the served
+	// endpoint.
+	NamespaceLB = "envoy.lb"
+	// NamespaceSubset is the metadata namespace of the subset hint.
+	NamespaceSubset = "envoy.lb.subset_hint"
+)
+
+// Health service names the Server reports through the gRPC health
+// protocol, besides the ext_proc service's own name and "".
+const (
+	ServiceLiveness  = "liveness"
+	ServiceReadiness = "readiness"
+)
+
+// Defaults of Config.
+const (
+	DefaultFallbacks    = 2
+	DefaultMaxBodyBytes = 16 << 20
+)
+
+// ErrConfig is wrapped by New for an invalid Config.
+var ErrConfig = errors.New("epp: invalid configuration")
+
+// Tokenizer turns a parsed request into the token ids the engines will
+// cache. Routing is only as good as this agreement: see package render
+// for one that asks the engines themselves.
+//
+// Tokenize appends the ids to dst and returns the extended slice. It is
+// called concurrently, once per routed request.
+type Tokenizer interface {
+	Tokenize(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error)
+}
+
+// TokenizerFunc adapts a function to Tokenizer.
+type TokenizerFunc func(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error)
+
+// Tokenize calls f.
+func (f TokenizerFunc) Tokenize(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error) {
+	return f(ctx, req, dst)
+}
+
+// Config configures a Server.
+type Config struct {
+	// Router picks the workers. Required.
+	Router *router.Router
+	// Endpoints maps the router's cache domains to their addresses.
+	// Required; discovery or the host fills it.
+	Endpoints *Endpoints
+	// Tokenizer tokenizes completion and chat prompts. Required.
+	Tokenizer Tokenizer
+	// Adapters maps a request's model name to the LoRA adapter the
+	// engines cache its blocks under (router.Request.LoRA). A model not
+	// in the map is the base model.
+	Adapters map[string]string
+	// Fallbacks is the number of endpoints listed after the picked one,
+	// cheapest first, for Envoy to retry on. Zero means DefaultFallbacks;
+	// negative means none.
+	Fallbacks int
+	// MaxBodyBytes bounds a request body, and the part of a JSON response
+	// body read for its usage. Zero means DefaultMaxBodyBytes. Larger
+	// requests are answered with 413.
+	MaxBodyBytes int
+	// InjectUsage makes the picker add stream_options.include_usage to
+	// streamed requests that did not ask for it, so that the engine
+	// reports the cached tokens in a last chunk, and removes that chunk
+	// from the stream the client sees. Without it, streamed requests
+	// whose client did not ask for usage end without the engine's cached
+	// tokens (routing accuracy then counts only the others).
+	InjectUsage bool
+	// Logger receives a record per rejected request and per protocol
+	// problem (warn), and one per decision at debug level. Nil discards.
+	Logger *slog.Logger
+}
+
+// Server is an Envoy ext_proc ExternalProcessor that picks, for each
+// request, the endpoint of an InferencePool holding the longest cached
+// prefix of its prompt, following GIE's Endpoint Picker Protocol.
+//
+// Concurrency: Process runs once per HTTP request, concurrently; each call
+// handles its stream on the calling goroutine. SetReady, Stats and the
+// health service are safe from any goroutine.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	cfg    Config
+	log    *slog.Logger
+	health *health.Server
+	ready  atomic.Bool
+	stats  counters
+}
+
+// New returns a Server for cfg. It reports itself live but not ready:
+// the host calls SetReady(true) once the endpoints are known.
+func New(cfg Config) (*Server, error) {
+	if cfg.Router == nil || cfg.Endpoints == nil || cfg.Tokenizer == nil {
+		return nil, fmt.Errorf("%w: Router, Endpoints and Tokenizer are required", ErrConfig)
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("%w: negative MaxBodyBytes", ErrConfig)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	switch {
+	case cfg.Fallbacks == 0:
+		cfg.Fallbacks = DefaultFallbacks
+	case cfg.Fallbacks < 0:
+		cfg.Fallbacks = 0
+	}
+	adapters := make(map[string]string, len(cfg.Adapters))
+	for k, v := range cfg.Adapters {
+		adapters[k] = v
+	}
+	cfg.Adapters = adapters
+	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.health.SetServingStatus(ServiceLiveness, healthpb.HealthCheckResponse_SERVING)
+	s.SetReady(false)
+	return s, nil
+}
+
+// Register registers the ext_proc service and the gRPC health service on
+// g.
+func (s *Server) Register(g *grpc.Server) {
+	extprocv3.RegisterExternalProcessorServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
+// Health returns the gRPC health server, for hosts that register it
+// themselves.
+func (s *Server) Health() *health.Server { return s.health }
+
+// SetReady sets the readiness the health service reports (services
+// ServiceReadiness, the ext_proc service and ""). Liveness is always
+// SERVING. A picker that is not ready still answers requests: readiness
+// only steers Kubernetes and Envoy's health checks.
+func (s *Server) SetReady(ready bool) {
+	s.ready.Store(ready)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ready {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, svc := range []string{ServiceReadiness, extprocv3.ExternalProcessor_ServiceDesc.ServiceName, ""} {
+		s.health.SetServingStatus(svc, st)
+	}
+}
+
+// Ready reports the readiness last set.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// Process implements extprocv3.ExternalProcessorServer: it handles one
+// HTTP request's stream of ext_proc messages (see the package doc for the
+// sequence) and returns when Envoy closes it.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	st := &exchange{s: s, stream: stream, ctx: stream.Context()}
+	return st.run()
+}

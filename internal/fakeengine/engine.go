@@ -1,0 +1,385 @@
+// Package fakeengine is an OpenAI-compatible inference engine for tests:
+// a real prefix cache (blocks named by Dynamo's chained hash, evicted
+// least recently used) that answers completions and chat completions with
+// usage.prompt_tokens_details.cached_tokens, streams server-sent events,
+// publishes its cache changes as vLLM KV events over ZMQ (with a replay
+// socket) and serves Prometheus metrics under vLLM's names. It tokenizes
+// with Words, so a router that tokenizes with Words agrees with it.
+package fakeengine
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/openai"
+)
+
+// Topic is the ZMQ topic the engine publishes on.
+const Topic = "kv-events"
+
+// Config describes an Engine.
+type Config struct {
+	ID        kvroute.WorkerID
+	BlockSize int           // zero means 16
+	Capacity  int           // cache size in blocks; zero means 1024
+	Chunks    int           // streamed chunks per response; zero means 4
+	Delay     time.Duration // between streamed chunks
+}
+
+// Engine is a running fake engine on 127.0.0.1.
+type Engine struct {
+	cfg    Config
+	hasher kvroute.Hasher
+	ln     net.Listener
+	srv    *http.Server
+	pub    zmq4.Socket
+	replay zmq4.Socket
+	pubEP  string
+	repEP  string
+
+	// mu protects the cache, the event sequence and the replay buffer, so
+	// that batches are published in sequence order.
+	mu     sync.Mutex
+	cache  map[kvroute.SeqHash]uint64 // block → last use
+	tick   uint64
+	seq    uint64
+	buffer [][]byte // payload of batch i
+
+	requests  atomic.Int64
+	running   atomic.Int64
+	published atomic.Int64
+	fail      atomic.Int32
+	closed    atomic.Bool
+}
+
+// Start starts an engine.
+func Start(cfg Config) (*Engine, error) {
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 1024
+	}
+	if cfg.Chunks == 0 {
+		cfg.Chunks = 4
+	}
+	h, err := kvroute.NewHasher(kvroute.HasherConfig{BlockSize: cfg.BlockSize})
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, hasher: h, cache: map[kvroute.SeqHash]uint64{}}
+	ctx := context.Background()
+	e.pub, e.replay = zmq4.NewPub(ctx), zmq4.NewRouter(ctx)
+	if err := e.pub.Listen("tcp://127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	if err := e.replay.Listen("tcp://127.0.0.1:0"); err != nil {
+		e.pub.Close()
+		return nil, err
+	}
+	e.pubEP, e.repEP = "tcp://"+e.pub.Addr().String(), "tcp://"+e.replay.Addr().String()
+	go e.serveReplay()
+	if e.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		e.pub.Close()
+		e.replay.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { e.complete(w, r, openai.KindCompletion) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { e.complete(w, r, openai.KindChat) })
+	mux.HandleFunc("GET /metrics", e.metrics)
+	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = e.srv.Serve(e.ln) }()
+	return e, nil
+}
+
+// Addr is the engine's HTTP "ip:port".
+func (e *Engine) Addr() string { return e.ln.Addr().String() }
+
+// URL is the engine's HTTP base URL.
+func (e *Engine) URL() string { return "http://" + e.Addr() }
+
+// Events and Replay are the engine's ZMQ PUB and replay endpoints.
+func (e *Engine) Events() string { return e.pubEP }
+
+// Replay is the engine's ZMQ replay endpoint.
+func (e *Engine) Replay() string { return e.repEP }
+
+// ID is the engine's worker id.
+func (e *Engine) ID() kvroute.WorkerID { return e.cfg.ID }
+
+// Requests is the number of completion requests received.
+func (e *Engine) Requests() int64 { return e.requests.Load() }
+
+// Published is the number of KV events published.
+func (e *Engine) Published() int64 { return e.published.Load() }
+
+// FailNext answers the next n completion requests with 503.
+func (e *Engine) FailNext(n int) { e.fail.Store(int32(n)) }
+
+// Close stops the engine at once.
+func (e *Engine) Close() {
+	if e.closed.Swap(true) {
+		return
+	}
+	_ = e.srv.Close()
+	e.pub.Close()
+	e.replay.Close()
+}
+
+// serveReplay answers replay requests ([id, empty, start seq]) with every
+// buffered batch from start on, then the end marker.
+func (e *Engine) serveReplay() {
+	for {
+		m, err := e.replay.Recv()
+		if err != nil {
+			return
+		}
+		if len(m.Frames) != 3 || len(m.Frames[2]) != 8 {
+			continue
+		}
+		id, start := m.Frames[0], binary.BigEndian.Uint64(m.Frames[2])
+		e.mu.Lock()
+		batches := slices.Clone(e.buffer)
+		e.mu.Unlock()
+		for s := start; s < uint64(len(batches)); s++ {
+			_ = e.replay.Send(zmq4.NewMsgFrom(id, []byte{}, be64(s), batches[s]))
+		}
+		_ = e.replay.Send(zmq4.NewMsgFrom(id, []byte{}, be64(^uint64(0)), []byte{}))
+	}
+}
+
+func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// admit runs a prompt through the cache: it returns the cached prefix in
+// tokens and publishes the blocks stored and evicted as one vLLM batch.
+func (e *Engine) admit(tokens []uint32) (int, error) {
+	bs := e.hasher.BlockSize()
+	seqs := e.hasher.AppendSeqHashes(nil, tokens)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cached := 0
+	for cached < len(seqs) {
+		if _, ok := e.cache[seqs[cached]]; !ok {
+			break
+		}
+		cached++
+	}
+	var events []kvevents.EngineEvent
+	if cached < len(seqs) {
+		stored := kvevents.EngineEvent{Type: kvevents.BlockStored, BlockSize: bs, TokenIDs: tokens[cached*bs : len(seqs)*bs]}
+		if cached > 0 {
+			stored.ParentBlockHash = kvevents.UintHash(uint64(seqs[cached-1]))
+		}
+		for _, s := range seqs[cached:] {
+			stored.BlockHashes = append(stored.BlockHashes, kvevents.UintHash(uint64(s)))
+		}
+		events = append(events, stored)
+	}
+	// Touch tail first, so that a parent is always used more recently
+	// than its children and leaves are evicted first.
+	for i := len(seqs) - 1; i >= 0; i-- {
+		e.tick++
+		e.cache[seqs[i]] = e.tick
+	}
+	if len(e.cache) > e.cfg.Capacity {
+		victims := make([]kvroute.SeqHash, 0, len(e.cache))
+		for s := range e.cache {
+			victims = append(victims, s)
+		}
+		slices.SortFunc(victims, func(a, b kvroute.SeqHash) int { return cmp.Compare(e.cache[a], e.cache[b]) })
+		removed := kvevents.EngineEvent{Type: kvevents.BlockRemoved}
+		for _, s := range victims[:len(e.cache)-e.cfg.Capacity] {
+			delete(e.cache, s)
+			removed.BlockHashes = append(removed.BlockHashes, kvevents.UintHash(uint64(s)))
+		}
+		events = append(events, removed)
+	}
+	if len(events) > 0 {
+		payload, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: float64(time.Now().UnixNano()) / 1e9,
+			Events: events, RankSlot: true})
+		if err != nil {
+			return 0, err
+		}
+		e.buffer = append(e.buffer, payload)
+		// A PUB socket drops messages nobody subscribes to yet; the
+		// subscriber replays them.
+		_ = e.pub.Send(zmq4.NewMsgFrom([]byte(Topic), be64(e.seq), payload))
+		e.published.Add(int64(len(events)))
+		e.seq++
+	}
+	return cached * bs, nil
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error", "code": status}})
+	_, _ = w.Write(b)
+}
+
+func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Kind) {
+	e.requests.Add(1)
+	e.running.Add(1)
+	defer e.running.Add(-1)
+	if e.fail.Add(-1) >= 0 {
+		writeError(w, http.StatusServiceUnavailable, "overloaded")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	req, err := openai.ParseRequest(body, kind)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	tokens, err := Words(r.Context(), req, nil)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	cached, err := e.admit(tokens)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	chunks := e.cfg.Chunks
+	usage := map[string]any{
+		"prompt_tokens": len(tokens), "completion_tokens": chunks, "total_tokens": len(tokens) + chunks,
+		"prompt_tokens_details": map[string]int{"cached_tokens": cached},
+	}
+	object, choice := "text_completion", func(i int) map[string]any { return map[string]any{"index": 0, "text": fmt.Sprintf("t%d ", i)} }
+	if kind == openai.KindChat {
+		object = "chat.completion"
+		choice = func(i int) map[string]any {
+			return map[string]any{"index": 0, "delta": map[string]string{"content": fmt.Sprintf("t%d ", i)}}
+		}
+	}
+	w.Header().Set("X-Engine-Id", fmt.Sprint(e.cfg.ID))
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "cmpl-1", "object": object, "model": req.Model,
+			"choices": []any{map[string]any{"index": 0, "text": "done", "message": map[string]string{"role": "assistant", "content": "done"}, "finish_reason": "length"}},
+			"usage":   usage})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	rc := http.NewResponseController(w)
+	send := func(v any) bool {
+		b, _ := json.Marshal(v)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	for i := range chunks {
+		if !send(map[string]any{"id": "cmpl-1", "object": object + ".chunk", "choices": []any{choice(i)}}) {
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(e.cfg.Delay):
+		}
+	}
+	if req.IncludeUsage {
+		if !send(map[string]any{"id": "cmpl-1", "object": object + ".chunk", "choices": []any{}, "usage": usage}) {
+			return
+		}
+	}
+	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// metrics serves the engine's load under vLLM's metric names.
+func (e *Engine) metrics(w http.ResponseWriter, _ *http.Request) {
+	e.mu.Lock()
+	used := len(e.cache)
+	e.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} %d\n", e.running.Load())
+	fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 0\n")
+	fmt.Fprintf(w, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} %g\n", float64(used)/float64(e.cfg.Capacity))
+	fmt.Fprintf(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n", e.cfg.BlockSize, e.cfg.Capacity)
+}
+
+// Words is the engine's tokenizer, deterministic and for tests only: one
+// token per run of non-space characters, its id the run's 32-bit FNV-1a
+// hash. A chat becomes, per message, the token of "<|role|>" and the
+// content's tokens, then the token of "<|assistant|>". Completion token
+// ids are taken as they are.
+func Words(_ context.Context, req *openai.Request, dst []uint32) ([]uint32, error) {
+	if req.Kind == openai.KindCompletion {
+		if req.HasTokens {
+			return append(dst, req.PromptTokens...), nil
+		}
+		return appendWords(dst, req.Prompt), nil
+	}
+	msgs, err := req.TextMessages()
+	if err != nil {
+		return dst, err
+	}
+	for _, m := range msgs {
+		dst = append(dst, roleToken(m.Role))
+		dst = appendWords(dst, m.Content)
+	}
+	return append(dst, roleToken("assistant")), nil
+}
+
+func roleToken(role string) uint32 {
+	h := fnvAdd(fnvOffset, "<|")
+	h = fnvAdd(h, role)
+	return fnvAdd(h, "|>")
+}
+
+const (
+	fnvOffset = 2166136261
+	fnvPrime  = 16777619
+)
+
+func fnvAdd(h uint32, s string) uint32 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+func appendWords(dst []uint32, s string) []uint32 {
+	start := -1
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if unicode.IsSpace(r) {
+			if start >= 0 {
+				dst = append(dst, fnvAdd(fnvOffset, s[start:i]))
+				start = -1
+			}
+		} else if start < 0 {
+			start = i
+		}
+		i += n
+	}
+	if start >= 0 {
+		dst = append(dst, fnvAdd(fnvOffset, s[start:]))
+	}
+	return dst
+}

@@ -1,0 +1,299 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrBadRequest is wrapped by errors about a request body that cannot be
+// routed: malformed JSON, no prompt, a batch of several prompts, a field of
+// the wrong type. A proxy answers them with 400 Bad Request.
+var ErrBadRequest = errors.New("openai: bad request")
+
+// Kind is the API a request body belongs to.
+type Kind uint8
+
+// The request kinds.
+const (
+	// KindCompletion is POST /v1/completions: a prompt given as text or
+	// token ids.
+	KindCompletion Kind = iota + 1
+	// KindChat is POST /v1/chat/completions: messages rendered by the
+	// engine's chat template.
+	KindChat
+)
+
+// String returns the kind's API path.
+func (k Kind) String() string {
+	switch k {
+	case KindCompletion:
+		return "/v1/completions"
+	case KindChat:
+		return "/v1/chat/completions"
+	}
+	return fmt.Sprintf("Kind(%d)", k)
+}
+
+// KindOfPath returns the kind of a request path (a query string is
+// ignored), and false for paths that are neither completions nor chat
+// completions.
+func KindOfPath(path string) (Kind, bool) {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	switch strings.TrimSuffix(path, "/") {
+	case "/v1/completions", "/completions":
+		return KindCompletion, true
+	case "/v1/chat/completions", "/chat/completions":
+		return KindChat, true
+	}
+	return 0, false
+}
+
+// Request is what kvroute reads of an OpenAI-compatible request body.
+// The raw fields are the client's bytes, not copies: they alias the body
+// given to ParseRequest.
+type Request struct {
+	Kind Kind
+	// Model is the requested model name ("model").
+	Model string
+	// Prompt is a completion prompt given as text, and PromptTokens one
+	// given as token ids (HasTokens is then set; Prompt is empty).
+	Prompt       string
+	PromptTokens []uint32
+	HasTokens    bool
+	// Messages is a chat request's "messages" array as received.
+	Messages json.RawMessage
+	// Tools is a chat request's "tools" array as received, nil when absent.
+	Tools json.RawMessage
+	// ChatTemplateKwargs is the vLLM/SGLang "chat_template_kwargs" object
+	// as received, nil when absent.
+	ChatTemplateKwargs json.RawMessage
+	// CacheSalt is vLLM's "cache_salt": requests with different salts
+	// never share cached blocks.
+	CacheSalt string
+	// Stream is set for a streamed response ("stream": true), and
+	// IncludeUsage when the client asked for a final usage chunk
+	// ("stream_options": {"include_usage": true}).
+	Stream       bool
+	IncludeUsage bool
+	// MaxTokens is "max_tokens" or "max_completion_tokens", zero when
+	// absent.
+	MaxTokens int
+	// Fields holds every top-level field as received.
+	Fields map[string]json.RawMessage
+}
+
+// maxMessages bounds the messages of a chat request, so that a hostile
+// body cannot make the parser build a huge slice.
+const maxMessages = 1 << 16
+
+// ParseRequest reads a request body of the given kind. Errors wrap
+// ErrBadRequest.
+func ParseRequest(body []byte, kind Kind) (*Request, error) {
+	if kind != KindCompletion && kind != KindChat {
+		return nil, fmt.Errorf("%w: unknown request kind %d", ErrBadRequest, kind)
+	}
+	r := &Request{Kind: kind}
+	if err := json.Unmarshal(body, &r.Fields); err != nil {
+		return nil, fmt.Errorf("%w: body is not a JSON object: %w", ErrBadRequest, err)
+	}
+	if r.Fields == nil {
+		return nil, fmt.Errorf("%w: body is null", ErrBadRequest)
+	}
+	if err := field(r.Fields, "model", &r.Model); err != nil {
+		return nil, err
+	}
+	if err := field(r.Fields, "stream", &r.Stream); err != nil {
+		return nil, err
+	}
+	if err := field(r.Fields, "cache_salt", &r.CacheSalt); err != nil {
+		return nil, err
+	}
+	var opts struct {
+		IncludeUsage *bool `json:"include_usage"`
+	}
+	if err := field(r.Fields, "stream_options", &opts); err != nil {
+		return nil, err
+	}
+	r.IncludeUsage = opts.IncludeUsage != nil && *opts.IncludeUsage
+	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
+		var n *int
+		if err := field(r.Fields, name, &n); err != nil {
+			return nil, err
+		}
+		if n != nil {
+			r.MaxTokens = max(*n, 0)
+		}
+	}
+	if kind == KindCompletion {
+		return r, r.parsePrompt(r.Fields["prompt"])
+	}
+	return r, r.parseChat()
+}
+
+// field decodes the named field into v when it is present and not null.
+func field(fields map[string]json.RawMessage, name string, v any) error {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%w: field %q: %w", ErrBadRequest, name, err)
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+// parsePrompt reads a completion prompt: a string, token ids, or a batch
+// of one of either.
+func (r *Request) parsePrompt(raw json.RawMessage) error {
+	if len(raw) == 0 || isNull(raw) {
+		return fmt.Errorf("%w: no prompt", ErrBadRequest)
+	}
+	if json.Unmarshal(raw, &r.Prompt) == nil {
+		return nil
+	}
+	var batch []json.RawMessage
+	if err := json.Unmarshal(raw, &batch); err != nil {
+		return fmt.Errorf("%w: prompt is neither text nor a list: %w", ErrBadRequest, err)
+	}
+	if len(batch) == 1 {
+		if json.Unmarshal(batch[0], &r.Prompt) == nil {
+			return nil
+		}
+		var ids []uint32
+		if json.Unmarshal(batch[0], &ids) == nil {
+			r.PromptTokens, r.HasTokens = ids, true
+			return nil
+		}
+	}
+	var ids []uint32
+	if err := json.Unmarshal(raw, &ids); err != nil {
+		return fmt.Errorf("%w: prompt must be one text or one list of token ids (batches are not routed): %w", ErrBadRequest, err)
+	}
+	r.PromptTokens, r.HasTokens = ids, true
+	return nil
+}
+
+// parseChat checks a chat request's messages (a non-empty array of objects
+// with a role) and keeps them, the tools and chat_template_kwargs raw.
+func (r *Request) parseChat() error {
+	raw, ok := r.Fields["messages"]
+	if !ok || isNull(raw) {
+		return fmt.Errorf("%w: no messages", ErrBadRequest)
+	}
+	var msgs []struct {
+		Role *string `json:"role"`
+	}
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return fmt.Errorf("%w: messages: %w", ErrBadRequest, err)
+	}
+	if len(msgs) == 0 {
+		return fmt.Errorf("%w: no messages", ErrBadRequest)
+	}
+	if len(msgs) > maxMessages {
+		return fmt.Errorf("%w: %d messages, more than %d", ErrBadRequest, len(msgs), maxMessages)
+	}
+	for i, m := range msgs {
+		if m.Role == nil {
+			return fmt.Errorf("%w: message %d has no role", ErrBadRequest, i)
+		}
+	}
+	r.Messages = raw
+	if t, ok := r.Fields["tools"]; ok && !isNull(t) {
+		var tools []json.RawMessage
+		if err := json.Unmarshal(t, &tools); err != nil {
+			return fmt.Errorf("%w: tools: %w", ErrBadRequest, err)
+		}
+		r.Tools = t
+	}
+	if k, ok := r.Fields["chat_template_kwargs"]; ok && !isNull(k) {
+		var kw map[string]json.RawMessage
+		if err := json.Unmarshal(k, &kw); err != nil {
+			return fmt.Errorf("%w: chat_template_kwargs: %w", ErrBadRequest, err)
+		}
+		r.ChatTemplateKwargs = k
+	}
+	return nil
+}
+
+// Message is one chat message as a plain tokenizer sees it: its role and
+// the text of its content (a string, or the "text" parts of a list joined
+// by newlines). Parts of other types (images, audio) and tool calls are
+// not in it; a renderer that needs them reads Request.Messages.
+type Message struct {
+	Role    string
+	Content string
+}
+
+// TextMessages returns a chat request's messages as role and text. It
+// returns nil for a completion request.
+func (r *Request) TextMessages() ([]Message, error) {
+	if r.Kind != KindChat {
+		return nil, nil
+	}
+	var raw []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(r.Messages, &raw); err != nil {
+		return nil, fmt.Errorf("%w: messages: %w", ErrBadRequest, err)
+	}
+	out := make([]Message, len(raw))
+	for i, m := range raw {
+		out[i].Role = m.Role
+		if len(m.Content) == 0 || isNull(m.Content) || json.Unmarshal(m.Content, &out[i].Content) == nil {
+			continue
+		}
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(m.Content, &parts); err != nil {
+			return nil, fmt.Errorf("%w: message %d: content is neither text nor a list of parts: %w", ErrBadRequest, i, err)
+		}
+		var texts []string
+		for _, p := range parts {
+			if p.Type == "text" {
+				texts = append(texts, p.Text)
+			}
+		}
+		out[i].Content = strings.Join(texts, "\n")
+	}
+	return out, nil
+}
+
+// WithIncludeUsage returns the request's body with
+// "stream_options": {"include_usage": true} added, so that the engine's
+// stream ends with a usage chunk (the cached tokens), and true; or nil and
+// false when nothing needs to change (the request does not stream, or
+// already asks for usage). Other stream options are kept.
+func (r *Request) WithIncludeUsage() ([]byte, bool, error) {
+	if !r.Stream || r.IncludeUsage {
+		return nil, false, nil
+	}
+	opts := map[string]json.RawMessage{}
+	if err := field(r.Fields, "stream_options", &opts); err != nil {
+		return nil, false, err
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	rawOpts, err := json.Marshal(opts)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: stream_options: %w", ErrBadRequest, err)
+	}
+	fields := make(map[string]json.RawMessage, len(r.Fields)+1)
+	for k, v := range r.Fields {
+		fields[k] = v
+	}
+	fields["stream_options"] = rawOpts
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return body, true, nil
+}

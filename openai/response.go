@@ -1,0 +1,198 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Usage is what kvroute reads of an OpenAI usage object.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	// CachedTokens is usage.prompt_tokens_details.cached_tokens, valid
+	// when CachedKnown (engines that do not report it leave it out).
+	CachedTokens int
+	CachedKnown  bool
+}
+
+// usageJSON is the wire form of Usage.
+type usageJSON struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	PromptDetails    *struct {
+		CachedTokens *int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func (u *usageJSON) usage() Usage {
+	out := Usage{PromptTokens: max(u.PromptTokens, 0), CompletionTokens: max(u.CompletionTokens, 0)}
+	if u.PromptDetails != nil && u.PromptDetails.CachedTokens != nil {
+		out.CachedTokens, out.CachedKnown = max(*u.PromptDetails.CachedTokens, 0), true
+	}
+	return out
+}
+
+// chunkJSON is what kvroute reads of a response body or a streamed chunk.
+type chunkJSON struct {
+	Choices []json.RawMessage `json:"choices"`
+	Usage   *usageJSON        `json:"usage"`
+	Error   json.RawMessage   `json:"error"`
+}
+
+// ParseUsage reads the usage of a JSON response body (or of one streamed
+// chunk's data), and reports whether the body has one.
+func ParseUsage(body []byte) (Usage, bool) {
+	var c chunkJSON
+	if json.Unmarshal(body, &c) != nil || c.Usage == nil {
+		return Usage{}, false
+	}
+	return c.Usage.usage(), true
+}
+
+// Event is one server-sent event of a response stream.
+type Event struct {
+	// Raw is the whole event as received, its blank line included.
+	Raw []byte
+	// Data is the event's data lines joined by newlines (empty for an
+	// event without data, such as a comment).
+	Data []byte
+	// Done is set for the end marker "data: [DONE]".
+	Done bool
+	// Usage is the chunk's usage, when HasUsage.
+	Usage    Usage
+	HasUsage bool
+	// UsageOnly is set for a chunk with usage and no choices: the one
+	// an engine adds when stream_options.include_usage is set.
+	UsageOnly bool
+	// Error is set for a chunk carrying an "error" object.
+	Error bool
+}
+
+// DefaultMaxEventBytes bounds one event in an EventScanner with a zero
+// limit.
+const DefaultMaxEventBytes = 4 << 20
+
+// EventScanner splits a server-sent event stream that arrives in chunks of
+// any size into events. Bytes of an event longer than its limit are passed
+// on unread (Event.Data empty) as soon as the limit is reached, so a
+// hostile stream cannot make it buffer without bound.
+//
+// An EventScanner is used by one goroutine; its zero value is ready, with
+// DefaultMaxEventBytes.
+type EventScanner struct {
+	// MaxEventBytes bounds one event; zero means DefaultMaxEventBytes.
+	MaxEventBytes int
+
+	buf      []byte // bytes of the event being read
+	skipping bool   // inside an oversized event: pass bytes through to its end
+}
+
+// Write feeds the next chunk of the stream and calls fn for every event
+// completed by it, in order. The Event and its slices are valid only
+// during the call.
+func (s *EventScanner) Write(chunk []byte, fn func(*Event)) {
+	limit := s.MaxEventBytes
+	if limit <= 0 {
+		limit = DefaultMaxEventBytes
+	}
+	// A terminator may straddle the previous chunk and this one.
+	from := max(len(s.buf)-3, 0)
+	s.buf = append(s.buf, chunk...)
+	start := 0
+	for {
+		end := blankLine(s.buf, max(from, start))
+		if end < 0 {
+			break
+		}
+		ev := Event{Raw: s.buf[start:end]}
+		if !s.skipping {
+			ev.Data = eventData(ev.Raw)
+			inspect(&ev)
+		}
+		s.skipping = false
+		fn(&ev)
+		start = end
+	}
+	rest := s.buf[start:]
+	if len(rest) > limit {
+		s.skipping = true
+		fn(&Event{Raw: rest})
+		rest = nil
+	}
+	s.buf = append(s.buf[:0], rest...)
+}
+
+// Flush returns what the scanner holds of an incomplete event (the end of
+// a stream that did not finish with a blank line) and forgets it.
+func (s *EventScanner) Flush() []byte {
+	rest := s.buf
+	s.buf, s.skipping = nil, false
+	return rest
+}
+
+// blankLine returns the offset just past the first blank line ("\n\n",
+// "\r\n\r\n", "\r\r") at or after from in b, or -1.
+func blankLine(b []byte, from int) int {
+	for i := from; i+1 < len(b); i++ {
+		if n := blankLineAt(b, i); n > 0 {
+			return i + n
+		}
+	}
+	return -1
+}
+
+// blankLineAt returns the length of a line end followed by an empty line
+// starting at b[i], or 0.
+func blankLineAt(b []byte, i int) int {
+	switch {
+	case bytes.HasPrefix(b[i:], []byte("\r\n\r\n")):
+		return 4
+	case bytes.HasPrefix(b[i:], []byte("\n\n")), bytes.HasPrefix(b[i:], []byte("\r\r")):
+		return 2
+	case bytes.HasPrefix(b[i:], []byte("\n\r\n")):
+		return 3
+	}
+	return 0
+}
+
+// eventData joins the data lines of one event.
+func eventData(ev []byte) []byte {
+	var data []byte
+	has := false
+	for len(ev) > 0 {
+		line := ev
+		if i := bytes.IndexAny(ev, "\r\n"); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			ev = nil
+		}
+		if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			if has {
+				data = append(data, '\n')
+			}
+			data = append(data, bytes.TrimPrefix(d, []byte(" "))...)
+			has = true
+		}
+	}
+	return data
+}
+
+// inspect fills an event's fields from its data.
+func inspect(ev *Event) {
+	if len(ev.Data) == 0 {
+		return
+	}
+	if bytes.Equal(ev.Data, []byte("[DONE]")) {
+		ev.Done = true
+		return
+	}
+	var c chunkJSON
+	if json.Unmarshal(ev.Data, &c) != nil {
+		return
+	}
+	ev.Error = len(c.Error) > 0 && !isNull(c.Error)
+	if c.Usage != nil {
+		ev.Usage, ev.HasUsage = c.Usage.usage(), true
+		ev.UsageOnly = len(c.Choices) == 0 && !ev.Error
+	}
+}

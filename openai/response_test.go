@@ -1,0 +1,89 @@
+package openai_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute/openai"
+)
+
+func TestParseUsage(t *testing.T) {
+	u, ok := openai.ParseUsage([]byte(`{"usage":{"prompt_tokens":40,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":32}}}`))
+	require.True(t, ok)
+	require.Equal(t, openai.Usage{PromptTokens: 40, CompletionTokens: 3, CachedTokens: 32, CachedKnown: true}, u)
+	u, ok = openai.ParseUsage([]byte(`{"usage":{"prompt_tokens":40}}`))
+	require.True(t, ok)
+	require.False(t, u.CachedKnown)
+	_, ok = openai.ParseUsage([]byte(`{"choices":[]}`))
+	require.False(t, ok)
+	_, ok = openai.ParseUsage([]byte(`not json`))
+	require.False(t, ok)
+}
+
+const stream = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n" +
+	": keep-alive\n\n" +
+	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\r\n\r\n" +
+	"data: {\"error\":{\"message\":\"x\"}}\n\n" +
+	"data: [DONE]\n\n"
+
+func scanAll(t testing.TB, s *openai.EventScanner, chunks [][]byte) (events []openai.Event, raw []byte) {
+	for _, c := range chunks {
+		s.Write(c, func(ev *openai.Event) {
+			cp := *ev
+			cp.Raw, cp.Data = bytes.Clone(ev.Raw), bytes.Clone(ev.Data)
+			events = append(events, cp)
+			raw = append(raw, ev.Raw...)
+		})
+	}
+	return events, append(raw, s.Flush()...)
+}
+
+func TestEventScanner(t *testing.T) {
+	for size := 1; size <= len(stream); size++ {
+		var chunks [][]byte
+		for b := []byte(stream); len(b) > 0; {
+			n := min(size, len(b))
+			chunks = append(chunks, b[:n])
+			b = b[n:]
+		}
+		var s openai.EventScanner
+		evs, raw := scanAll(t, &s, chunks)
+		require.Equal(t, stream, string(raw), "chunk size %d", size)
+		require.Len(t, evs, 5, "chunk size %d", size)
+		require.Empty(t, evs[1].Data)
+		require.True(t, evs[2].UsageOnly)
+		require.Equal(t, 4, evs[2].Usage.CachedTokens)
+		require.True(t, evs[3].Error)
+		require.True(t, evs[4].Done)
+	}
+}
+
+func TestEventScannerBounded(t *testing.T) {
+	s := openai.EventScanner{MaxEventBytes: 16}
+	long := "data: " + string(bytes.Repeat([]byte("x"), 40)) + "\n\ndata: [DONE]\n\n"
+	evs, raw := scanAll(t, &s, [][]byte{[]byte(long[:30]), []byte(long[30:])})
+	require.Equal(t, long, string(raw), "an oversized event passes through")
+	require.True(t, evs[len(evs)-1].Done)
+	for _, ev := range evs[:len(evs)-1] {
+		require.Empty(t, ev.Data)
+	}
+}
+
+// FuzzEventScanner: any stream split anywhere comes out byte for byte,
+// with the same events as in one piece.
+func FuzzEventScanner(f *testing.F) {
+	f.Add([]byte(stream), uint8(7))
+	f.Add([]byte("data: x\r\rdata: y\n\r\n"), uint8(1))
+	f.Fuzz(func(t *testing.T, in []byte, cut uint8) {
+		var whole openai.EventScanner
+		want, raw := scanAll(t, &whole, [][]byte{in})
+		require.Equal(t, string(in), string(raw))
+		at := int(cut) % (len(in) + 1)
+		var split openai.EventScanner
+		got, raw := scanAll(t, &split, [][]byte{in[:at], in[at:]})
+		require.Equal(t, string(in), string(raw))
+		require.Equal(t, len(want), len(got))
+	})
+}
