@@ -46,7 +46,7 @@
 //     x-gateway-destination-endpoint-subset: only those endpoints may be
 //     picked). It answers nothing yet, unless the headers end the request
 //     (a GET): then it picks by load alone.
-//  - Request body chunks: buffered up to Config.MaxBodyBytes (413 beyond).
+//   - Request body chunks: buffered up to Config.MaxBodyBytes (413 beyond).
 //     At the end of the body it parses /v1/completions and
 //     /v1/chat/completions (400 when malformed; other paths are routed by
 //     load alone), tokenizes the prompt, maps the model to its LoRA adapter
@@ -56,17 +56,17 @@
 //     ("ip:port,ip:port"), the same value in dynamic_metadata["envoy.lb"],
 //     and then streams the body back (with stream_options.include_usage
 //     added when Config.InjectUsage is set).
-//  - Immediate responses: 503 when no endpoint is eligible (none known,
+//   - Immediate responses: 503 when no endpoint is eligible (none known,
 //     none in the subset, none healthy) and 429 when the router sheds the
 //     request (every endpoint busy, admission queue full).
-//  - Response headers: the :status, the content type and the endpoint that
+//   - Response headers: the :status, the content type and the endpoint that
 //     served the request (filter metadata "envoy.lb", key
 //     x-gateway-destination-endpoint-served). When Envoy served it on a
 //     fallback, the picked endpoint's decision ends with ErrServedElsewhere
 //     and the request is tracked, pinned, on the served one.
-//  - Response body chunks: the first calls Decision.PrefillDone; each is
+//   - Response body chunks: the first calls Decision.PrefillDone; each is
 //     relayed (server-sent events are scanned for the usage chunk).
-//  - End of the response: Decision.Done with the engine's
+//   - End of the response: Decision.Done with the engine's
 //     usage.prompt_tokens_details.cached_tokens when it reported them, or
 //     with ErrEngineStatus for a 429 or 5xx answer. A stream that ends
 //     before the response does (client cancel, Envoy gone) ends the

@@ -35,9 +35,9 @@ type Stats struct {
 // counters are the Server's live counts.
 type counters struct {
 	streams, routed, badRequests, unavailable, shed, tokenizeErrors atomic.Uint64
-	servedElsewhere, completed, engineErrors, canceled               atomic.Uint64
-	predictedTokens, predictedBlocks, actualTokens, actualBlocks     atomic.Uint64
-	promptTokens                                                     atomic.Uint64
+	servedElsewhere, completed, engineErrors, canceled              atomic.Uint64
+	predictedTokens, predictedBlocks, actualTokens, actualBlocks    atomic.Uint64
+	promptTokens                                                    atomic.Uint64
 }
 
 // Stats returns a snapshot of the server's counters.
