@@ -90,9 +90,15 @@ type EngineEvent struct {
 	// ParentBlockHash precedes BlockHashes[0] (BlockStored); HashNone for
 	// a root.
 	ParentBlockHash Hash
-	// TokenIDs are the tokens of exactly the stored blocks. SGLang's Eagle
-	// bigram pages send [t, t+1] pairs: the first of each pair is kept.
+	// TokenIDs are the tokens of exactly the stored blocks. When Eagle is
+	// set they are followed by one more token: the second of the last pair.
 	TokenIDs []uint32
+	// Eagle reports that token_ids came as SGLang's Eagle bigram pairs
+	// [t, t+1]: TokenIDs then holds the first token of each pair and the
+	// second token of the last pair (Dynamo's is_eagle rule), and blocks
+	// are hashed over BlockSize+1 tokens. Pairs whose second token is not
+	// the next pair's first are not representable.
+	Eagle bool
 	// BlockSize is the number of tokens per block (BlockStored).
 	BlockSize int
 	// LoRAID is vLLM's deprecated integer LoRA id.
@@ -108,7 +114,9 @@ type EngineEvent struct {
 	ExtraKeys []byte
 	// GroupIdx is the KV-cache group of hybrid models.
 	GroupIdx OptInt
-	// SpecKind is kv_cache_spec_kind: "full_attention" or "sliding_window".
+	// SpecKind is kv_cache_spec_kind: "full_attention", "mla_attention",
+	// "sliding_window", "sliding_window_mla", "mamba", ... (see
+	// ConverterConfig.ReuseKinds).
 	SpecKind string
 	// SlidingWindow is kv_cache_spec_sliding_window.
 	SlidingWindow OptInt
@@ -116,6 +124,10 @@ type EngineEvent struct {
 	Locality, Ownership, SessionID string
 	// CacheSalt is newer SGLang's cache_salt (map layout).
 	CacheSalt string
+	// LookaheadTokenIDs is the raw msgpack of vLLM's lookahead_token_ids
+	// (the tokens beyond each block its engine hash covers), or nil when
+	// nil or absent. Block hashes computed by kvroute do not use them.
+	LookaheadTokenIDs []byte
 }
 
 // Batch is one KV event batch: the payload frame of one ZMQ message.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 
 	"github.com/kvroute/kvroute"
 )
@@ -61,83 +62,188 @@ func MediumOfTier(t kvroute.Tier) string {
 	return MediumGPU
 }
 
-// SaltedNamespace returns the hasher namespace for blocks stored under a
-// cache salt (SGLang's cache_salt): the salt itself under an empty
-// namespace, otherwise namespace, a NUL byte and the salt. A router that
-// hashes a salted request must use the same namespace.
+// SaltedNamespace returns kvroute.SaltedNamespace(namespace, salt): the
+// hasher namespace of blocks stored under a cache salt.
 func SaltedNamespace(namespace, salt string) string {
-	switch {
-	case salt == "":
-		return namespace
-	case namespace == "":
-		return salt
-	}
-	return namespace + "\x00" + salt
+	return kvroute.SaltedNamespace(namespace, salt)
 }
 
+// The kv_cache_spec_kind values vLLM publishes (vllm/v1/kv_cache_interface.py
+// KVCacheSpecKind).
+const (
+	KindFullAttention         = "full_attention"
+	KindMLAAttention          = "mla_attention"
+	KindSlidingWindow         = "sliding_window"
+	KindSlidingWindowMLA      = "sliding_window_mla"
+	KindMamba                 = "mamba"
+	KindChunkedLocalAttention = "chunked_local_attention"
+	KindSinkFullAttention     = "sink_full_attention"
+	KindEncoderOnlyAttention  = "encoder_only_attention"
+	KindCrossAttention        = "cross_attention"
+)
+
+// DefaultReuseKinds are the KV-cache group kinds whose blocks decide prefix
+// reuse when ConverterConfig.ReuseKinds is nil: full attention and MLA.
+// A prefix is reusable only if these groups hold it; sliding-window,
+// chunked-local and state-space (Mamba) groups keep only a suffix or a
+// state, so their stores and evictions say nothing about prefix hits.
+var DefaultReuseKinds = []string{KindFullAttention, KindMLAAttention}
+
 // ConverterConfig configures a Converter. The zero value converts events
-// of worker 0 with block size 16 and no namespace.
+// of worker 0, rank 0, with block size 16 and no namespace.
 type ConverterConfig struct {
 	// Worker is the id of the engine the events come from. The cache
 	// domain of each event is (Worker, the batch's data-parallel rank).
 	Worker kvroute.WorkerID
-	// BlockSize is used for events that carry no block_size. Zero means
-	// kvroute.DefaultBlockSize.
+	// Rank is the data-parallel rank of batches that carry none (a nil or
+	// absent rank): set it per subscriber when each rank of an engine
+	// publishes on its own endpoint. Batches with a rank keep theirs.
+	Rank kvroute.DPRank
+	// BlockSize is the router's block size: every event is indexed in
+	// blocks of this size. Zero means kvroute.DefaultBlockSize. See
+	// RejectBlockSize for events of another size.
 	BlockSize int
+	// RejectBlockSize rejects (skips and counts) stored events whose
+	// block_size differs from BlockSize. When false, events of a size that
+	// divides BlockSize (SGLang's default page size 1, for instance) are
+	// re-chunked into BlockSize blocks (see Converter); other sizes are
+	// rejected all the same.
+	RejectBlockSize bool
 	// Namespace is the hasher namespace (kvroute.HasherConfig.Namespace)
 	// the router uses for this model. Empty means none.
 	Namespace string
+	// LoRAs maps vLLM's deprecated integer lora_id to adapter names, for
+	// producers that send no lora_name. A stored event with a lora_id not
+	// in the table and no name is skipped and counted (never indexed as
+	// the base model).
+	LoRAs map[int64]string
+	// ReuseKinds lists the kv_cache_spec_kind values of the KV-cache
+	// groups that decide prefix reuse in hybrid models: only their events
+	// add or remove blocks. Nil means DefaultReuseKinds.
+	ReuseKinds []string
+	// GroupKinds gives the kinds of KV-cache groups by group_idx, for
+	// events that carry a group_idx and no kind (vLLM's BlockRemoved).
+	// Kinds carried by stored events are learned per rank and override it.
+	// An event of a group whose kind is unknown is converted for group 0
+	// and skipped for any other group.
+	GroupKinds map[int64]string
 	// Logger receives debug records of skipped events. Nil discards.
 	Logger *slog.Logger
 }
 
-// ConvertStats counts what conversion left out.
+// ConvertStats counts what conversion left out or changed. All fields only
+// grow.
 type ConvertStats struct {
-	// SkippedEvents are events not converted: sliding-window groups and
+	// SkippedEvents are events not converted for any reason below, and
 	// stored events without a full block of tokens.
 	SkippedEvents uint64
 	// DroppedBlocks are stored block hashes without a full block of
 	// token ids (including a partial last block).
 	DroppedBlocks uint64
+	// SkippedGroupEvents are events of KV-cache groups outside
+	// ReuseKinds (or of unknown groups other than 0); SkippedGroupBlocks
+	// counts their block hashes.
+	SkippedGroupEvents, SkippedGroupBlocks uint64
+	// BlockSizeRejects are stored events rejected for their block size.
+	BlockSizeRejects uint64
+	// Rechunked are stored events re-chunked into the router's block size.
+	Rechunked uint64
+	// UnknownLoRA are stored events with a lora_id missing from
+	// ConverterConfig.LoRAs.
+	UnknownLoRA uint64
+	// InvalidEvents are events skipped because a field was unusable
+	// (unreadable extra_keys, a block size out of range).
+	InvalidEvents uint64
+	// Salted are stored events hashed under a cache salt; MMBlocks are
+	// blocks hashed with multimodal items.
+	Salted, MMBlocks uint64
 }
 
 // Converter turns decoded engine batches into kvroute.Events, computing
 // each stored block's kvroute.BlockHash from its token ids (the indexer's
-// fast path: Hash set, Tokens nil) with the event's block size, LoRA name
-// and cache salt.
+// fast path: Hash set, Tokens nil) exactly as the router hashes prompts.
 //
 // Conversion rules:
-//   - the worker is (Config.Worker, batch rank); the event ID is 0 (the
-//     transport numbers events);
+//   - the worker is (Config.Worker, batch rank, or Config.Rank when the
+//     batch has none); the event ID is 0 (the transport numbers events);
 //   - the tier is TierOfMedium(event.Medium);
+//   - a block's hash includes the event's LoRA adapter (lora_name, or
+//     lora_id through Config.LoRAs), its cache salt (SGLang's cache_salt,
+//     or the salt in vLLM's extra_keys; vLLM sends it with a chain's first
+//     block only, so the salt of a stored parent carries over to its
+//     children), its multimodal items (vLLM's extra_keys, see
+//     ParseExtraKeys) and Eagle windows (SGLang's bigram token pairs):
+//     the same hash kvroute.Hasher gives a router.Request with that
+//     LoRA, CacheSalt and MM;
 //   - a stored event keeps the first min(len(block_hashes),
-//     len(token_ids)/block_size) blocks: a partial last block is dropped;
+//     full blocks of token_ids) blocks: a partial last block is dropped;
 //     an event left with no block is skipped;
-//   - events of a sliding-window KV-cache group are skipped: their blocks
-//     do not make reusable prefixes. Other groups of hybrid models are
-//     converted;
+//   - events of KV-cache groups whose kind is not in ReuseKinds are
+//     skipped and counted (see ConverterConfig.GroupKinds);
+//   - a stored event whose block_size differs from Config.BlockSize is
+//     rejected and counted, unless it divides it and re-chunking is on:
+//     then every BlockSize/block_size engine blocks make one block whose
+//     External is the engine hash of its last engine block, and the tokens
+//     left over at the end of an event are kept with the event's last
+//     engine hash, so that a later event continuing from it completes the
+//     block. A later event whose parent is another engine block of an
+//     incomplete block cannot be aligned: its blocks refer to a parent
+//     the index does not know, and the index rejects them;
 //   - removed events keep every hash; AllBlocksCleared becomes
 //     EventCleared.
+//
+// An event that cannot be converted is skipped and counted in Stats; the
+// others of its batch are converted.
 //
 // A Converter is not safe for concurrent use; use one per subscriber.
 type Converter struct {
 	cfg     ConverterConfig
 	log     *slog.Logger
 	base    kvroute.Hasher               // block size BlockSize, Namespace, no LoRA
-	hashers map[hasherKey]kvroute.Hasher // LoRA and salt variants, bounded
-	blocks  []kvroute.StoredBlock        // arena for the events' Blocks
-	removed []kvroute.ExternalHash       // arena for the events' Removed
+	hashers map[hasherKey]kvroute.Hasher // LoRA, salt and Eagle variants, bounded
+	reuse   map[string]bool
+	kinds   map[groupKey]string     // learned kinds per rank and group
+	salts   map[chainKey]string     // salted blocks' salts, for their children
+	tails   map[chainKey]*chunkTail // re-chunking state at events' last blocks
+	blocks  []kvroute.StoredBlock   // arena for the events' Blocks
+	removed []kvroute.ExternalHash  // arena for the events' Removed
+	extra   ExtraKeys
+	mm      []uint64
+	chunk   []uint32
 	stats   ConvertStats
 }
 
 type hasherKey struct {
-	blockSize int
-	lora      string
-	salt      string
+	lora, salt string
+	eagle      bool
 }
 
-// maxHashers bounds the Converter's cache of hasher variants.
-const maxHashers = 64
+type groupKey struct {
+	rank  kvroute.DPRank
+	group int64
+}
+
+type chainKey struct {
+	rank kvroute.DPRank
+	ext  kvroute.ExternalHash
+}
+
+// chunkTail is what a re-chunked event left over after its last full block.
+type chunkTail struct {
+	parent    kvroute.ExternalHash // the last full block's External
+	hasParent bool
+	tokens    []uint32 // engine tokens not yet in a full block
+	mm        []uint64 // their multimodal hashes
+}
+
+// Bounds of the Converter's maps; a map that reaches its bound is cleared
+// (hashers, tails) or stops growing (salts, kinds).
+const (
+	maxHashers = 64
+	maxSalts   = 1 << 20
+	maxTails   = 1 << 16
+	maxKinds   = 1 << 10
+)
 
 // NewConverter returns a Converter for cfg. It returns an error wrapping
 // ErrConfig when the block size is out of range.
@@ -150,37 +256,44 @@ func NewConverter(cfg ConverterConfig) (*Converter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Converter{cfg: cfg, log: log, base: h, hashers: make(map[hasherKey]kvroute.Hasher)}, nil
+	kinds := cfg.ReuseKinds
+	if kinds == nil {
+		kinds = DefaultReuseKinds
+	}
+	reuse := make(map[string]bool, len(kinds))
+	for _, k := range kinds {
+		reuse[k] = true
+	}
+	return &Converter{
+		cfg: cfg, log: log, base: h, reuse: reuse,
+		hashers: make(map[hasherKey]kvroute.Hasher),
+		kinds:   make(map[groupKey]string),
+		salts:   make(map[chainKey]string),
+		tails:   make(map[chainKey]*chunkTail),
+	}, nil
 }
 
 // Stats returns what the Converter has left out so far.
 func (c *Converter) Stats() ConvertStats { return c.stats }
 
-// hasher returns the hasher for an event's block size, LoRA and salt.
-func (c *Converter) hasher(blockSize int, lora, salt string) (kvroute.Hasher, error) {
-	if blockSize == 0 {
-		blockSize = c.base.BlockSize()
+// BlockSize returns the block size events are indexed in.
+func (c *Converter) BlockSize() int { return c.base.BlockSize() }
+
+// hasher returns the hasher for an event's LoRA, salt and Eagle mode.
+func (c *Converter) hasher(lora, salt string, eagle bool) kvroute.Hasher {
+	if lora == "" && salt == "" && !eagle {
+		return c.base
 	}
-	if blockSize == c.base.BlockSize() && lora == "" && salt == "" {
-		return c.base, nil
-	}
-	k := hasherKey{blockSize, lora, salt}
+	k := hasherKey{lora, salt, eagle}
 	if h, ok := c.hashers[k]; ok {
-		return h, nil
+		return h
 	}
-	h, err := kvroute.NewHasher(kvroute.HasherConfig{
-		BlockSize: blockSize,
-		LoRA:      lora,
-		Namespace: SaltedNamespace(c.cfg.Namespace, salt),
-	})
-	if err != nil {
-		return h, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+	h := c.base.WithLoRA(lora).WithSalt(salt).WithEagle(eagle)
 	if len(c.hashers) >= maxHashers {
 		clear(c.hashers)
 	}
 	c.hashers[k] = h
-	return h, nil
+	return h
 }
 
 // Convert appends the kvroute.Events of batch b to dst and returns the
@@ -188,13 +301,17 @@ func (c *Converter) hasher(blockSize int, lora, salt string) (kvroute.Hasher, er
 // Converter and are valid until its next Convert call.
 //
 // It returns an error wrapping ErrInvalidEvent (and dst unchanged) when the
-// batch's rank or an event's block size is out of range.
+// batch's rank is out of range; events that cannot be converted are
+// skipped and counted in Stats.
 func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, error) {
-	rank := b.Rank()
-	if rank < 0 || rank > math.MaxUint32 {
-		return dst, fmt.Errorf("%w: data-parallel rank %d", ErrInvalidEvent, rank)
+	rank := c.cfg.Rank
+	if b.DPRank.Valid {
+		if b.DPRank.Value < 0 || b.DPRank.Value > math.MaxUint32 {
+			return dst, fmt.Errorf("%w: data-parallel rank %d", ErrInvalidEvent, b.DPRank.Value)
+		}
+		rank = kvroute.DPRank(b.DPRank.Value)
 	}
-	worker := kvroute.WorkerKey{ID: c.cfg.Worker, Rank: kvroute.DPRank(rank)}
+	worker := kvroute.WorkerKey{ID: c.cfg.Worker, Rank: rank}
 	// Size the arenas up front so that sub-slices stay valid.
 	var nb, nr int
 	for i := range b.Events {
@@ -212,59 +329,264 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 		c.removed = make([]kvroute.ExternalHash, 0, nr)
 	}
 	c.blocks, c.removed = c.blocks[:0], c.removed[:0]
-	start := len(dst)
 	for i := range b.Events {
 		ev := &b.Events[i]
 		out := kvroute.Event{Worker: worker, Tier: TierOfMedium(ev.Medium)}
 		switch ev.Type {
 		case BlockStored:
-			if ev.SpecKind == "sliding_window" {
-				c.skip(ev, "sliding-window group")
+			if !c.reusable(ev, rank, true) {
 				continue
 			}
-			h, err := c.hasher(ev.BlockSize, ev.LoRAName, ev.CacheSalt)
-			if err != nil {
-				return dst[:start], fmt.Errorf("event %d: %w", i, err)
-			}
-			bs := h.BlockSize()
-			n := min(len(ev.BlockHashes), len(ev.TokenIDs)/bs)
-			c.stats.DroppedBlocks += uint64(len(ev.BlockHashes) - n)
-			if n == 0 {
-				c.skip(ev, "no full block of tokens")
+			if !c.stored(ev, rank, &out) {
 				continue
 			}
-			first := len(c.blocks)
-			for j := range n {
-				c.blocks = append(c.blocks, kvroute.StoredBlock{
-					External: ev.BlockHashes[j].External(),
-					Hash:     h.HashBlock(ev.TokenIDs[j*bs : (j+1)*bs]),
-				})
-			}
-			out.Kind = kvroute.EventStored
-			out.Blocks = c.blocks[first:len(c.blocks):len(c.blocks)]
-			out.HasParent = ev.ParentBlockHash.Valid()
-			out.Parent = ev.ParentBlockHash.External()
-			out.LoRA = ev.LoRAName
 		case BlockRemoved:
-			if ev.SpecKind == "sliding_window" {
-				c.skip(ev, "sliding-window group")
+			if !c.reusable(ev, rank, false) {
 				continue
 			}
 			first := len(c.removed)
+			// Chain state follows the device copy: a block evicted from a
+			// lower tier may still be extended on the device.
+			device := out.Tier == kvroute.TierDevice
 			for _, hh := range ev.BlockHashes {
-				c.removed = append(c.removed, hh.External())
+				x := hh.External()
+				c.removed = append(c.removed, x)
+				if device && len(c.salts) != 0 {
+					delete(c.salts, chainKey{rank, x})
+				}
+				if device && len(c.tails) != 0 {
+					delete(c.tails, chainKey{rank, x})
+				}
 			}
 			out.Kind = kvroute.EventRemoved
 			out.Removed = c.removed[first:len(c.removed):len(c.removed)]
 		case AllBlocksCleared:
 			out.Kind = kvroute.EventCleared
 			out.Tier = kvroute.TierDevice
+			c.forget(rank)
 		default:
 			continue
 		}
 		dst = append(dst, out)
 	}
 	return dst, nil
+}
+
+// forget drops the chain state of a rank whose cache was cleared.
+func (c *Converter) forget(rank kvroute.DPRank) {
+	for k := range c.salts {
+		if k.rank == rank {
+			delete(c.salts, k)
+		}
+	}
+	for k := range c.tails {
+		if k.rank == rank {
+			delete(c.tails, k)
+		}
+	}
+}
+
+// reusable reports whether an event's KV-cache group decides prefix reuse,
+// learning the kinds that stored events carry.
+func (c *Converter) reusable(ev *EngineEvent, rank kvroute.DPRank, store bool) bool {
+	kind := ev.SpecKind
+	if kind != "" && ev.GroupIdx.Valid && store {
+		k := groupKey{rank, ev.GroupIdx.Value}
+		if old, ok := c.kinds[k]; ok && old != kind || !ok && len(c.kinds) < maxKinds {
+			c.kinds[k] = kind
+		}
+	}
+	if kind == "" && ev.GroupIdx.Valid {
+		var ok bool
+		if kind, ok = c.kinds[groupKey{rank, ev.GroupIdx.Value}]; !ok {
+			kind, ok = c.cfg.GroupKinds[ev.GroupIdx.Value]
+		}
+		if !ok {
+			if ev.GroupIdx.Value == 0 {
+				return true
+			}
+			c.skipGroup(ev, "KV-cache group of unknown kind")
+			return false
+		}
+	}
+	if kind == "" || c.reuse[kind] {
+		return true
+	}
+	c.skipGroup(ev, "KV-cache group that does not decide prefix reuse")
+	return false
+}
+
+func (c *Converter) skipGroup(ev *EngineEvent, why string) {
+	c.stats.SkippedGroupEvents++
+	c.stats.SkippedGroupBlocks += uint64(len(ev.BlockHashes))
+	c.skip(ev, why)
+}
+
+// stored converts a BlockStored event into out. It reports false when the
+// event is skipped.
+func (c *Converter) stored(ev *EngineEvent, rank kvroute.DPRank, out *kvroute.Event) bool {
+	lora := ev.LoRAName
+	if lora == "" && ev.LoRAID.Valid {
+		name, ok := c.cfg.LoRAs[ev.LoRAID.Value]
+		if !ok {
+			c.stats.UnknownLoRA++
+			c.skip(ev, "lora_id without a name")
+			return false
+		}
+		lora = name
+	}
+	if err := ParseExtraKeys(ev.ExtraKeys, lora, &c.extra); err != nil {
+		c.stats.InvalidEvents++
+		c.skip(ev, err.Error())
+		return false
+	}
+	salt := ev.CacheSalt
+	if salt == "" {
+		salt = c.extra.Salt
+	}
+	if salt == "" && ev.ParentBlockHash.Valid() && len(c.salts) != 0 {
+		salt = c.salts[chainKey{rank, ev.ParentBlockHash.External()}]
+	}
+	bs := c.base.BlockSize()
+	ebs := ev.BlockSize
+	if ebs == 0 {
+		ebs = bs
+	}
+	if ebs < 0 || ebs > kvroute.MaxBlockSize {
+		c.stats.InvalidEvents++
+		c.skip(ev, "block size out of range")
+		return false
+	}
+	h := c.hasher(lora, salt, ev.Eagle)
+	first := len(c.blocks)
+	if ebs == bs {
+		c.whole(ev, h)
+	} else {
+		if c.cfg.RejectBlockSize || ebs > bs || bs%ebs != 0 {
+			c.stats.BlockSizeRejects++
+			c.skip(ev, fmt.Sprintf("block size %d, the router's is %d", ebs, bs))
+			return false
+		}
+		c.stats.Rechunked++
+		c.rechunk(ev, rank, h, ebs, out)
+	}
+	if len(c.blocks) == first {
+		c.skip(ev, "no full block of tokens")
+		return false
+	}
+	out.Kind = kvroute.EventStored
+	out.Blocks = c.blocks[first:len(c.blocks):len(c.blocks)]
+	if ebs == bs {
+		out.HasParent = ev.ParentBlockHash.Valid()
+		out.Parent = ev.ParentBlockHash.External()
+	}
+	out.LoRA = lora
+	if salt != "" {
+		c.stats.Salted++
+		if len(c.salts) < maxSalts {
+			for _, hh := range ev.BlockHashes {
+				c.salts[chainKey{rank, hh.External()}] = salt
+			}
+		}
+	}
+	return true
+}
+
+// whole converts the blocks of an event in the router's block size.
+func (c *Converter) whole(ev *EngineEvent, h kvroute.Hasher) {
+	bs, win := h.BlockSize(), h.WindowTokens()
+	n := min(len(ev.BlockHashes), h.Blocks(len(ev.TokenIDs)))
+	c.stats.DroppedBlocks += uint64(len(ev.BlockHashes) - n)
+	for j := range n {
+		var mm []uint64
+		if j < len(c.extra.MM) {
+			mm = c.extra.MM[j]
+		}
+		if len(mm) != 0 {
+			c.stats.MMBlocks++
+		}
+		c.blocks = append(c.blocks, kvroute.StoredBlock{
+			External: ev.BlockHashes[j].External(),
+			Hash:     h.HashBlockMM(ev.TokenIDs[j*bs:j*bs+win], mm),
+		})
+	}
+}
+
+// rechunk converts the blocks of an event whose engine block size ebs
+// divides the router's, continuing what an earlier event of the chain left
+// over. It sets out's parent.
+func (c *Converter) rechunk(ev *EngineEvent, rank kvroute.DPRank, h kvroute.Hasher, ebs int, out *kvroute.Event) {
+	bs, per := h.BlockSize(), h.BlockSize()/ebs
+	eagle := 0
+	if ev.Eagle {
+		eagle = 1
+	}
+	// The engine blocks with all their tokens (and the Eagle lookahead).
+	n := min(len(ev.BlockHashes), max(len(ev.TokenIDs)-eagle, 0)/ebs)
+	c.stats.DroppedBlocks += uint64(len(ev.BlockHashes) - n)
+	c.chunk, c.mm = c.chunk[:0], c.mm[:0]
+	var pend int // engine blocks carried over from the parent's event
+	out.HasParent, out.Parent = ev.ParentBlockHash.Valid(), ev.ParentBlockHash.External()
+	if out.HasParent {
+		if t, ok := c.tails[chainKey{rank, out.Parent}]; ok {
+			c.chunk = append(c.chunk, t.tokens...)
+			c.mm = append(c.mm, t.mm...)
+			out.HasParent, out.Parent = t.hasParent, t.parent
+			pend = len(t.tokens) / ebs
+		}
+	}
+	c.chunk = append(c.chunk, ev.TokenIDs[:n*ebs+min(eagle, len(ev.TokenIDs))]...)
+	total := pend + n
+	full := total / per
+	firstMM := len(c.mm) // c.mm holds the carried items, then a block's own
+	for j := range full {
+		// Engine blocks j*per .. (j+1)*per-1 of the combined chain.
+		mm := c.mm[:firstMM]
+		if j > 0 {
+			mm = mm[:0:0]
+		}
+		mm = c.blockMM(mm, j*per-pend, (j+1)*per-pend)
+		if len(mm) != 0 {
+			c.stats.MMBlocks++
+		}
+		last := (j+1)*per - 1 - pend
+		c.blocks = append(c.blocks, kvroute.StoredBlock{
+			External: ev.BlockHashes[last].External(),
+			Hash:     h.HashBlockMM(c.chunk[j*bs:j*bs+h.WindowTokens()], mm),
+		})
+	}
+	if n == 0 {
+		return
+	}
+	// Keep what is left for the event that continues from the last block.
+	t := &chunkTail{hasParent: out.HasParent, parent: out.Parent}
+	if full > 0 {
+		t.hasParent, t.parent = true, c.blocks[len(c.blocks)-1].External
+	}
+	t.tokens = append(t.tokens, c.chunk[full*bs:total*ebs]...)
+	if full == 0 {
+		t.mm = c.blockMM(append(t.mm, c.mm[:firstMM]...), -pend, n)
+	} else {
+		t.mm = c.blockMM(t.mm, full*per-pend, n)
+	}
+	if len(c.tails) >= maxTails {
+		clear(c.tails)
+	}
+	c.tails[chainKey{rank, ev.BlockHashes[n-1].External()}] = t
+}
+
+// blockMM appends to dst the multimodal hashes of the event's engine blocks
+// [from, to) (negative indexes are carried blocks, already in dst),
+// without duplicates.
+func (c *Converter) blockMM(dst []uint64, from, to int) []uint64 {
+	for j := max(from, 0); j < to && j < len(c.extra.MM); j++ {
+		for _, x := range c.extra.MM[j] {
+			if !slices.Contains(dst, x) {
+				dst = append(dst, x)
+			}
+		}
+	}
+	return dst
 }
 
 func (c *Converter) skip(ev *EngineEvent, why string) {

@@ -113,6 +113,7 @@ func TestConvertRules(t *testing.T) {
 	}{
 		{
 			name: "partial last block dropped",
+			cfg:  kvevents.ConverterConfig{BlockSize: 4},
 			batch: kvevents.Batch{Events: []kvevents.EngineEvent{{Type: kvevents.BlockStored, BlockSize: 4,
 				BlockHashes: []kvevents.Hash{kvevents.UintHash(1), kvevents.UintHash(2)}, TokenIDs: seq(6, 0)}}},
 			want: []kvroute.Event{{Kind: kvroute.EventStored, Blocks: []kvroute.StoredBlock{
@@ -136,9 +137,11 @@ func TestConvertRules(t *testing.T) {
 				BlockHashes: []kvevents.Hash{kvevents.UintHash(1)}, TokenIDs: seq(4, 0), CacheSalt: "s"}}},
 			want: []kvroute.Event{{Kind: kvroute.EventStored, Blocks: []kvroute.StoredBlock{{External: 1,
 				Hash: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4, Namespace: "s"}).HashBlock(seq(4, 0))}}}},
+			stats: kvevents.ConvertStats{Salted: 1},
 		},
 		{
 			name: "sliding window and tokenless events skipped",
+			cfg:  kvevents.ConverterConfig{BlockSize: 4},
 			batch: kvevents.Batch{Events: []kvevents.EngineEvent{
 				{Type: kvevents.BlockStored, BlockSize: 4, SpecKind: "sliding_window",
 					BlockHashes: []kvevents.Hash{kvevents.UintHash(1)}, TokenIDs: seq(4, 0)},
@@ -150,7 +153,7 @@ func TestConvertRules(t *testing.T) {
 				{Kind: kvroute.EventRemoved, Tier: kvroute.TierDisk, Removed: []kvroute.ExternalHash{0x0102}},
 				{Kind: kvroute.EventCleared},
 			},
-			stats: kvevents.ConvertStats{SkippedEvents: 2, DroppedBlocks: 1},
+			stats: kvevents.ConvertStats{SkippedEvents: 2, DroppedBlocks: 1, SkippedGroupEvents: 1, SkippedGroupBlocks: 1},
 		},
 		{
 			name:    "rank out of range",
@@ -161,7 +164,7 @@ func TestConvertRules(t *testing.T) {
 			name: "block size out of range",
 			batch: kvevents.Batch{Events: []kvevents.EngineEvent{{Type: kvevents.BlockStored, BlockSize: kvroute.MaxBlockSize + 1,
 				BlockHashes: []kvevents.Hash{kvevents.UintHash(1)}}}},
-			wantErr: kvevents.ErrInvalidEvent,
+			stats: kvevents.ConvertStats{SkippedEvents: 1, InvalidEvents: 1},
 		},
 	}
 	for _, tt := range tests {

@@ -42,6 +42,7 @@ const (
 	fOwnership
 	fSessionID
 	fCacheSalt
+	fLookahead
 )
 
 // storedArrayFields and removedArrayFields give the array layouts' field
@@ -86,6 +87,8 @@ func fieldByName(name []byte) field {
 		return fSessionID
 	case "cache_salt":
 		return fCacheSalt
+	case "lookahead_token_ids":
+		return fLookahead
 	}
 	return fUnknown
 }
@@ -310,7 +313,7 @@ func readField(p []byte, f field, b *Batch, ev *EngineEvent, sp *span) ([]byte, 
 		return p, nil
 	case fTokenIDs:
 		sp.t0 = len(b.tokens)
-		p, err = readTokens(p, b)
+		p, ev.Eagle, err = readTokens(p, b)
 		sp.t1 = len(b.tokens)
 		if err != nil {
 			return p, malformed("token_ids", err)
@@ -347,16 +350,17 @@ func readField(p []byte, f field, b *Batch, ev *EngineEvent, sp *span) ([]byte, 
 	case fCacheSalt:
 		ev.CacheSalt, p, err = b.readOptString(p)
 	case fExtraKeys:
-		if msgp.IsNil(p) {
-			ev.ExtraKeys = nil
-			return p[1:], nil
-		}
-		var end []byte
-		if end, err = msgp.Skip(p); err != nil {
+		ev.ExtraKeys, p, err = readRaw(p)
+		if err != nil {
 			return p, malformed("extra_keys", err)
 		}
-		ev.ExtraKeys = p[: len(p)-len(end) : len(p)-len(end)]
-		return end, nil
+		return p, nil
+	case fLookahead:
+		ev.LookaheadTokenIDs, p, err = readRaw(p)
+		if err != nil {
+			return p, malformed("lookahead_token_ids", err)
+		}
+		return p, nil
 	}
 	if err != nil {
 		return p, malformed(fieldName(f), err)
@@ -442,16 +446,33 @@ func readHash(p []byte) (Hash, []byte, error) {
 	return Hash{}, p, fmt.Errorf("block hash of msgpack type %s", msgp.NextType(p))
 }
 
-// readTokens appends a list of token ids (or nothing for nil) to b.tokens.
-// An element that is an array (SGLang's Eagle bigram [t, t+1]) contributes
-// its first token.
-func readTokens(p []byte, b *Batch) ([]byte, error) {
+// readRaw returns the raw msgpack of one value, or nil for nil.
+func readRaw(p []byte) ([]byte, []byte, error) {
 	if msgp.IsNil(p) {
-		return p[1:], nil
+		return nil, p[1:], nil
+	}
+	end, err := msgp.Skip(p)
+	if err != nil {
+		return nil, p, err
+	}
+	n := len(p) - len(end)
+	return p[:n:n], end, nil
+}
+
+// readTokens appends a list of token ids (or nothing for nil) to b.tokens.
+// A list of [t, t+1] pairs (SGLang's Eagle bigram pages) gives the first
+// token of each pair followed by the second token of the last one, and
+// eagle true; pairs and plain ids cannot be mixed.
+func readTokens(p []byte, b *Batch) ([]byte, bool, error) {
+	if msgp.IsNil(p) {
+		return p[1:], false, nil
 	}
 	n, p, err := readArrayHeader(p, 1)
 	if err != nil {
-		return p, err
+		return p, false, err
+	}
+	if n > 0 && msgp.NextType(p) == msgp.ArrayType {
+		return readBigrams(p, b, int(n))
 	}
 	b.tokens = grow(b.tokens, int(n))
 	start := len(b.tokens)
@@ -474,37 +495,40 @@ func readTokens(p []byte, b *Batch) ([]byte, error) {
 				continue
 			}
 		}
-		if msgp.NextType(p) == msgp.ArrayType {
-			ts[i], p, err = readBigram(p)
-		} else {
-			ts[i], p, err = readToken(p)
-		}
-		if err != nil {
-			return p, err
+		if ts[i], p, err = readToken(p); err != nil {
+			return p, false, err
 		}
 	}
 	b.tokens = b.tokens[:start+int(n)]
-	return p, nil
+	return p, false, nil
 }
 
-func readBigram(p []byte) (uint32, []byte, error) {
-	m, p, err := msgp.ReadArrayHeaderBytes(p)
-	if err != nil {
-		return 0, p, err
+// readBigrams reads n [t, t+1] pairs (after the list header).
+func readBigrams(p []byte, b *Batch, n int) ([]byte, bool, error) {
+	// Each pair takes at least 3 bytes.
+	if int64(n)*3 > int64(len(p)) {
+		return p, false, fmt.Errorf("%d token pairs in %d bytes", n, len(p))
 	}
-	if m == 0 {
-		return 0, p, errors.New("empty token tuple")
-	}
-	t, p, err := readToken(p)
-	if err != nil {
-		return 0, p, err
-	}
-	for range m - 1 {
-		if p, err = msgp.Skip(p); err != nil {
-			return 0, p, err
+	b.tokens = grow(b.tokens, n+1)
+	start := len(b.tokens)
+	ts := b.tokens[start : start+n+1]
+	for i := range n {
+		m, rest, err := msgp.ReadArrayHeaderBytes(p)
+		if err != nil {
+			return rest, false, fmt.Errorf("token pair %d: %w", i, err)
+		}
+		if m != 2 {
+			return rest, false, fmt.Errorf("token pair %d has %d elements, want 2", i, m)
+		}
+		if ts[i], rest, err = readToken(rest); err != nil {
+			return rest, false, err
+		}
+		if ts[i+1], p, err = readToken(rest); err != nil {
+			return p, false, err
 		}
 	}
-	return t, p, nil
+	b.tokens = b.tokens[:start+n+1]
+	return p, true, nil
 }
 
 // readToken reads one token id, a non-negative integer below 2^32. The

@@ -16,8 +16,17 @@ import (
 // own Layout: LayoutArray writes the tag and the first Fields fields (all
 // known fields when Fields is zero) with nil for unset values;
 // LayoutMap writes "type", then the fields without a default (always) and
-// the defaulted fields that are set, in vLLM's declaration order. An event
-// decoded by DecodeBatch therefore re-encodes to the bytes it came from.
+// the defaulted fields that are set, in vLLM's declaration order.
+//
+// Re-encoding a decoded batch gives a batch that decodes to the same value
+// (DecodeBatch(AppendBatch(b)) equals b), not always the same bytes: the
+// output uses the smallest msgpack headers (a producer may write a map16
+// header for a small map), drops unknown map keys and array fields beyond
+// the known ones, writes map keys in vLLM's declaration order (SGLang
+// declares cache_salt before lora_name), and batch elements beyond the
+// third are not kept. For a batch whose
+// producer follows those rules (vLLM's and SGLang's msgspec output of the
+// fields kvroute knows), the bytes are equal.
 //
 // It returns an error for an event of an unknown type or an array layout
 // with more fields than the type has.
@@ -100,6 +109,7 @@ var (
 		{fOwnership, "ownership", false},
 		{fSessionID, "session_id", false},
 		{fCacheSalt, "cache_salt", false},
+		{fLookahead, "lookahead_token_ids", false},
 	}
 	removedMapFields = []mapField{
 		{fBlockHashes, "block_hashes", true},
@@ -155,6 +165,8 @@ func fieldSet(f field, ev *EngineEvent) bool {
 		return ev.SessionID != ""
 	case fCacheSalt:
 		return ev.CacheSalt != ""
+	case fLookahead:
+		return ev.LookaheadTokenIDs != nil
 	}
 	return true
 }
@@ -170,6 +182,16 @@ func appendField(dst []byte, f field, ev *EngineEvent) []byte {
 	case fParent:
 		return AppendHash(dst, ev.ParentBlockHash)
 	case fTokenIDs:
+		if ev.Eagle && len(ev.TokenIDs) > 0 {
+			n := len(ev.TokenIDs) - 1
+			dst = msgp.AppendArrayHeader(dst, uint32(n))
+			for i := range n {
+				dst = msgp.AppendArrayHeader(dst, 2)
+				dst = msgp.AppendUint32(dst, ev.TokenIDs[i])
+				dst = msgp.AppendUint32(dst, ev.TokenIDs[i+1])
+			}
+			return dst
+		}
 		dst = msgp.AppendArrayHeader(dst, uint32(len(ev.TokenIDs)))
 		for _, t := range ev.TokenIDs {
 			dst = msgp.AppendUint32(dst, t)
@@ -188,6 +210,11 @@ func appendField(dst []byte, f field, ev *EngineEvent) []byte {
 			return msgp.AppendNil(dst)
 		}
 		return append(dst, ev.ExtraKeys...)
+	case fLookahead:
+		if ev.LookaheadTokenIDs == nil {
+			return msgp.AppendNil(dst)
+		}
+		return append(dst, ev.LookaheadTokenIDs...)
 	case fGroupIdx:
 		return appendOptInt(dst, ev.GroupIdx)
 	case fSpecKind:

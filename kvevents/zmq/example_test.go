@@ -29,8 +29,9 @@ func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	fmt.Println(sub.Run(ctx))
-	fmt.Printf("%+v\n", sub.Stats())
+	st := sub.Stats()
+	fmt.Println(st.Received, st.Applied, st.Malformed, st.Convert.SkippedGroupEvents)
 	// Output:
 	// <nil>
-	// {Received:0 Replayed:0 Applied:0 Gaps:0 Dropped:0 Duplicates:0 Malformed:0 ApplyErrs:0 Restarts:0 Reconnects:0}
+	// 0 0 0 0
 }

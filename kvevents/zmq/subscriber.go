@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
 	"github.com/kvroute/kvroute/kvevents"
 )
 
@@ -82,10 +84,25 @@ type Stats struct {
 	Gaps       uint64 // sequence gaps seen
 	Dropped    uint64 // batches lost for good (the worker was reset)
 	Duplicates uint64 // batches received again and skipped
-	Malformed  uint64 // batches that did not decode or convert
-	ApplyErrs  uint64 // events the sink returned an error for
-	Restarts   uint64 // publisher restarts detected (sequence went back)
-	Reconnects uint64 // connections (re)established to the PUB endpoint
+	// Malformed are batches (or messages) that did not decode and were
+	// skipped. A skipped batch does not reset the worker: the blocks it
+	// stored are missing from the index until the engine stores them
+	// again, and the blocks it removed stay indexed until the engine
+	// removes or clears them again (routing may then predict a few hits
+	// the engine no longer has).
+	Malformed uint64
+	ApplyErrs uint64 // events the sink returned an error for
+	// UnknownParents are stored events the sink rejected because it does
+	// not know their parent block (a subset of ApplyErrs).
+	UnknownParents uint64
+	Restarts       uint64 // publisher restarts detected (sequence went back)
+	Resets         uint64 // worker resets sent to the sink
+	Reconnects     uint64 // connections (re)established to the PUB endpoint
+	// Applied events per kind (a subset of Applied).
+	AppliedStored, AppliedRemoved, AppliedCleared uint64
+	// Convert is what conversion left out (skipped groups, block-size
+	// rejects, re-chunked events, unknown LoRA ids, ...).
+	Convert kvevents.ConvertStats
 }
 
 // Subscriber applies the KV events one engine publishes over ZMQ (vLLM's
@@ -124,8 +141,11 @@ type Subscriber struct {
 	stats struct {
 		received, replayed, applied, gaps, dropped atomic.Uint64
 		duplicates, malformed, applyErrs, restarts atomic.Uint64
-		reconnects                                 atomic.Uint64
+		reconnects, resets, unknownParents         atomic.Uint64
+		stored, removed, cleared                   atomic.Uint64
 	}
+	convMu    sync.Mutex
+	convStats kvevents.ConvertStats // copy of conv.Stats(), under convMu
 }
 
 // New returns a Subscriber for cfg. It returns an error wrapping ErrConfig
@@ -180,7 +200,20 @@ func (s *Subscriber) Stats() Stats {
 		ApplyErrs:  s.stats.applyErrs.Load(),
 		Restarts:   s.stats.restarts.Load(),
 		Reconnects: s.stats.reconnects.Load(),
+
+		UnknownParents: s.stats.unknownParents.Load(),
+		Resets:         s.stats.resets.Load(),
+		AppliedStored:  s.stats.stored.Load(),
+		AppliedRemoved: s.stats.removed.Load(),
+		AppliedCleared: s.stats.cleared.Load(),
+		Convert:        s.convertStats(),
 	}
+}
+
+func (s *Subscriber) convertStats() kvevents.ConvertStats {
+	s.convMu.Lock()
+	defer s.convMu.Unlock()
+	return s.convStats
 }
 
 // Run connects to the publisher and applies its events until ctx ends,
@@ -348,17 +381,19 @@ func (s *Subscriber) lose(from, to uint64) {
 
 func (s *Subscriber) resetWorkers() {
 	for w := range s.ids {
+		s.stats.resets.Add(1)
 		s.cfg.Sink.ResetWorker(w)
 	}
 }
 
-// dropMalformed gives up on a batch that does not decode: whatever it
-// removed or cleared is lost, so the workers are reset as for a lost batch.
+// dropMalformed skips a batch that does not decode. The workers are not
+// reset: a malformed batch may come from a faulty relay or a newer
+// producer, and resetting would lose every valid block for it. What the
+// batch stored is missing and what it removed stays indexed until the
+// engine reports those blocks again (see Stats.Malformed).
 func (s *Subscriber) dropMalformed(err error) {
 	s.stats.malformed.Add(1)
-	s.stats.dropped.Add(1)
-	s.log.Warn("zmq: dropping malformed batch, resetting workers", "err", err)
-	s.resetWorkers()
+	s.log.Warn("zmq: skipping malformed batch", "err", err)
 }
 
 // apply decodes, converts and applies one batch.
@@ -369,6 +404,9 @@ func (s *Subscriber) apply(payload []byte) {
 	}
 	evs, err := s.conv.Convert(s.evs[:0], &s.batch)
 	s.evs = evs
+	s.convMu.Lock()
+	s.convStats = s.conv.Stats()
+	s.convMu.Unlock()
 	if err != nil {
 		s.dropMalformed(err)
 		return
@@ -379,6 +417,7 @@ func (s *Subscriber) apply(payload []byte) {
 			// A worker this subscriber has not numbered yet: its numbering
 			// starts at 1, so the sink must forget any earlier sequence (an
 			// earlier subscriber's, before a restart of this process).
+			s.stats.resets.Add(1)
 			s.cfg.Sink.ResetWorker(ev.Worker)
 		}
 		id := s.ids[ev.Worker] + 1
@@ -386,10 +425,21 @@ func (s *Subscriber) apply(payload []byte) {
 		ev.ID = id
 		if err := s.cfg.Sink.Apply(ev); err != nil {
 			s.stats.applyErrs.Add(1)
+			if errors.Is(err, indexer.ErrUnknownParent) {
+				s.stats.unknownParents.Add(1)
+			}
 			s.log.Debug("zmq: sink rejected event", "event", ev.String(), "err", err)
 			continue
 		}
 		s.stats.applied.Add(1)
+		switch ev.Kind {
+		case kvroute.EventStored:
+			s.stats.stored.Add(1)
+		case kvroute.EventRemoved:
+			s.stats.removed.Add(1)
+		case kvroute.EventCleared:
+			s.stats.cleared.Add(1)
+		}
 	}
 }
 

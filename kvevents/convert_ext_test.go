@@ -1,0 +1,345 @@
+package kvevents_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/kvevents"
+)
+
+// extraKeys encodes vLLM's untagged per-block extra_keys: each block nil or
+// a list of keys, a key a string, an [identifier, offset] pair or bytes.
+func extraKeys(blocks ...[]any) []byte {
+	b := msgp.AppendArrayHeader(nil, uint32(len(blocks)))
+	for _, keys := range blocks {
+		if keys == nil {
+			b = msgp.AppendNil(b)
+			continue
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(keys)))
+		for _, k := range keys {
+			var err error
+			b, err = msgp.AppendIntf(b, k)
+			if err != nil {
+				panic(err)
+			}
+		}
+	}
+	return b
+}
+
+// matchDepth returns how many leading blocks of seqs worker w holds.
+func matchDepth(ix *indexer.Index, seqs []kvroute.SeqHash, w kvroute.WorkerKey) int {
+	var res indexer.MatchResult
+	ix.Match(seqs, &res)
+	for _, m := range res.Workers {
+		if m.Worker == w {
+			return m.Blocks
+		}
+	}
+	return 0
+}
+
+func applyAll(t *testing.T, ix *indexer.Index, evs []kvroute.Event) {
+	t.Helper()
+	for i := range evs {
+		require.NoError(t, ix.Apply(&evs[i]), evs[i].String())
+	}
+}
+
+func stored(hashes []uint64, parent uint64, tokens []uint32) kvevents.EngineEvent {
+	ev := kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, TokenIDs: tokens, BlockSize: 4}
+	for _, h := range hashes {
+		ev.BlockHashes = append(ev.BlockHashes, kvevents.UintHash(h))
+	}
+	if parent != 0 {
+		ev.ParentBlockHash = kvevents.UintHash(parent)
+	}
+	return ev
+}
+
+// TestConvertSaltAndMMIsolate: vLLM's cache salt (first block's
+// extra_keys, inherited by children) and multimodal identifiers make blocks
+// hash as the router hashes a salted or multimodal prompt, and never like
+// the unsalted or other-image prompt with the same tokens.
+func TestConvertSaltAndMMIsolate(t *testing.T) {
+	toks := seq(16, 100)
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	imgA := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	imgB := "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+	hashA, _ := kvroute.MMIdentifierHash(imgA)
+	hashB, _ := kvroute.MMIdentifierHash(imgB)
+	w := kvroute.WorkerKey{ID: 1}
+
+	tests := []struct {
+		name   string
+		events []kvevents.EngineEvent
+		seqs   []kvroute.SeqHash // the prompt the router hashes
+		others [][]kvroute.SeqHash
+		shared int // blocks the others share (before the first image)
+	}{
+		{
+			name: "salt in the first block, inherited by a child event",
+			events: func() []kvevents.EngineEvent {
+				a := stored([]uint64{1, 2}, 0, toks[:8])
+				a.LoRAName = "adapter-a"
+				a.ExtraKeys = extraKeys([]any{"adapter-a", "tenant-a"}, []any{"adapter-a"})
+				b := stored([]uint64{3, 4}, 2, toks[8:])
+				b.LoRAName = "adapter-a"
+				b.ExtraKeys = extraKeys([]any{"adapter-a"}, []any{"adapter-a"})
+				return []kvevents.EngineEvent{a, b}
+			}(),
+			seqs: h.WithLoRA("adapter-a").WithSalt("tenant-a").AppendSeqHashes(nil, toks),
+			others: [][]kvroute.SeqHash{
+				h.WithLoRA("adapter-a").AppendSeqHashes(nil, toks),
+				h.WithLoRA("adapter-a").WithSalt("tenant-b").AppendSeqHashes(nil, toks),
+				h.AppendSeqHashes(nil, toks),
+			},
+		},
+		{
+			name: "multimodal pairs per block",
+			events: []kvevents.EngineEvent{func() kvevents.EngineEvent {
+				e := stored([]uint64{1, 2, 3, 4}, 0, toks)
+				e.ExtraKeys = extraKeys(nil, []any{[]any{imgA, 2}}, []any{[]any{imgA, -2}, []any{imgB, 3}}, []any{[]any{imgB, -1}})
+				return e
+			}()},
+			seqs: h.AppendSeqHashesMM(nil, toks, []kvroute.MMObject{{Hash: hashA, Offset: 6, Length: 4}, {Hash: hashB, Offset: 11, Length: 3}}),
+			others: [][]kvroute.SeqHash{
+				h.AppendSeqHashes(nil, toks),
+				h.AppendSeqHashesMM(nil, toks, []kvroute.MMObject{{Hash: hashB, Offset: 6, Length: 4}, {Hash: hashB, Offset: 11, Length: 3}}),
+			},
+			shared: 1,
+		},
+		{
+			name: "SGLang cache_salt field",
+			events: []kvevents.EngineEvent{func() kvevents.EngineEvent {
+				e := stored([]uint64{1, 2, 3, 4}, 0, toks)
+				e.CacheSalt = "tenant-a"
+				return e
+			}()},
+			seqs:   h.WithSalt("tenant-a").AppendSeqHashes(nil, toks),
+			others: [][]kvroute.SeqHash{h.AppendSeqHashes(nil, toks)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 1, BlockSize: 4})
+			require.NoError(t, err)
+			evs, err := c.Convert(nil, &kvevents.Batch{Events: tt.events})
+			require.NoError(t, err)
+			ix, err := indexer.New(indexer.Config{Hasher: h})
+			require.NoError(t, err)
+			applyAll(t, ix, evs)
+			require.Equal(t, 4, matchDepth(ix, tt.seqs, w))
+			for _, o := range tt.others {
+				require.Equal(t, tt.shared, matchDepth(ix, o, w))
+			}
+		})
+	}
+}
+
+func TestConvertLoRAIDTable(t *testing.T) {
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4, LoRAs: map[int64]string{7: "adapter-a"}})
+	require.NoError(t, err)
+	known := stored([]uint64{1}, 0, seq(4, 0))
+	known.LoRAID = kvevents.Some(7)
+	unknown := stored([]uint64{2}, 0, seq(4, 0))
+	unknown.LoRAID = kvevents.Some(8)
+	evs, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{known, unknown}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, "adapter-a", evs[0].LoRA)
+	require.Equal(t, kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4, LoRA: "adapter-a"}).HashBlock(seq(4, 0)), evs[0].Blocks[0].Hash)
+	require.EqualValues(t, 1, c.Stats().UnknownLoRA)
+}
+
+// TestConvertHybridKeepsFullAttention runs a two-group model the way vLLM
+// publishes it: both groups store the same blocks under the same hashes
+// (kinds on the stores), the sliding-window group evicts most of them
+// (group_idx only). Every full-attention block stays matched.
+func TestConvertHybridKeepsFullAttention(t *testing.T) {
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	toks := seq(24, 1)
+	hashes := []uint64{11, 12, 13, 14, 15, 16}
+	full := stored(hashes, 0, toks)
+	full.GroupIdx, full.SpecKind = kvevents.Some(0), kvevents.KindFullAttention
+	swa := stored(hashes, 0, toks)
+	swa.GroupIdx, swa.SpecKind, swa.SlidingWindow = kvevents.Some(1), kvevents.KindSlidingWindow, kvevents.Some(8)
+	evict := kvevents.EngineEvent{Type: kvevents.BlockRemoved, GroupIdx: kvevents.Some(1)}
+	for _, x := range hashes[:4] {
+		evict.BlockHashes = append(evict.BlockHashes, kvevents.UintHash(x))
+	}
+	mamba := kvevents.EngineEvent{Type: kvevents.BlockRemoved, GroupIdx: kvevents.Some(2), BlockHashes: []kvevents.Hash{kvevents.UintHash(16)}}
+	unlearned := kvevents.EngineEvent{Type: kvevents.BlockRemoved, GroupIdx: kvevents.Some(3), BlockHashes: []kvevents.Hash{kvevents.UintHash(15)}}
+
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 2, BlockSize: 4, GroupKinds: map[int64]string{2: kvevents.KindMamba}})
+	require.NoError(t, err)
+	evs, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{full, swa, evict, mamba, unlearned}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	ix, err := indexer.New(indexer.Config{Hasher: h})
+	require.NoError(t, err)
+	applyAll(t, ix, evs)
+	require.Equal(t, 6, matchDepth(ix, h.AppendSeqHashes(nil, toks), kvroute.WorkerKey{ID: 2}))
+	st := c.Stats()
+	require.EqualValues(t, 4, st.SkippedGroupEvents)
+	require.EqualValues(t, 6+4+1+1, st.SkippedGroupBlocks)
+
+	// A full-attention eviction (group 0, learned) does remove.
+	evs, err = c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{{Type: kvevents.BlockRemoved,
+		GroupIdx: kvevents.Some(0), BlockHashes: []kvevents.Hash{kvevents.UintHash(16)}}}})
+	require.NoError(t, err)
+	applyAll(t, ix, evs)
+	require.Equal(t, 5, matchDepth(ix, h.AppendSeqHashes(nil, toks), kvroute.WorkerKey{ID: 2}))
+
+	// MLA groups decide reuse too; other kinds can be whitelisted.
+	for _, kind := range []string{kvevents.KindMLAAttention, kvevents.KindSinkFullAttention} {
+		c2, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4,
+			ReuseKinds: []string{kvevents.KindFullAttention, kvevents.KindMLAAttention, kvevents.KindSinkFullAttention}})
+		require.NoError(t, err)
+		ev := stored(hashes, 0, toks)
+		ev.GroupIdx, ev.SpecKind = kvevents.Some(5), kind
+		evs, err := c2.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{ev}})
+		require.NoError(t, err)
+		require.Len(t, evs, 1, kind)
+	}
+}
+
+func TestConvertDefaultRank(t *testing.T) {
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 3, Rank: 2, BlockSize: 4})
+	require.NoError(t, err)
+	evs, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{{Type: kvevents.AllBlocksCleared}}})
+	require.NoError(t, err)
+	require.Equal(t, kvroute.WorkerKey{ID: 3, Rank: 2}, evs[0].Worker)
+	evs, err = c.Convert(nil, &kvevents.Batch{DPRank: kvevents.Some(5), Events: []kvevents.EngineEvent{{Type: kvevents.AllBlocksCleared}}})
+	require.NoError(t, err)
+	require.Equal(t, kvroute.WorkerKey{ID: 3, Rank: 5}, evs[0].Worker)
+}
+
+// TestConvertRechunkPageSizeOne feeds SGLang-style page-size-1 events into
+// a 4-token router: the blocks index as 4-token blocks, continuing across
+// events, and a router prompt matches them.
+func TestConvertRechunkPageSizeOne(t *testing.T) {
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	toks := seq(14, 50)
+	page := func(from, to int, parent int64) kvevents.EngineEvent {
+		ev := kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: 1, TokenIDs: toks[from:to]}
+		for i := from; i < to; i++ {
+			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(int64(-1000-i)))
+		}
+		if parent != 0 {
+			ev.ParentBlockHash = kvevents.IntHash(parent)
+		}
+		return ev
+	}
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 4, BlockSize: 4})
+	require.NoError(t, err)
+	ix, err := indexer.New(indexer.Config{Hasher: h})
+	require.NoError(t, err)
+	w := kvroute.WorkerKey{ID: 4}
+	for _, ev := range []kvevents.EngineEvent{page(0, 6, 0), page(6, 10, -1005), page(10, 14, -1009)} {
+		evs, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{ev}})
+		require.NoError(t, err)
+		applyAll(t, ix, evs)
+	}
+	require.Equal(t, 3, matchDepth(ix, h.AppendSeqHashes(nil, toks), w))
+	require.EqualValues(t, 3, c.Stats().Rechunked)
+
+	// Evicting the engine page that ends the second block removes it.
+	evs, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{{Type: kvevents.BlockRemoved,
+		BlockHashes: []kvevents.Hash{kvevents.IntHash(-1007)}}}})
+	require.NoError(t, err)
+	applyAll(t, ix, evs)
+	require.Equal(t, 1, matchDepth(ix, h.AppendSeqHashes(nil, toks), w))
+
+	// Rejecting instead: nothing is indexed, the event is counted.
+	r, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4, RejectBlockSize: true})
+	require.NoError(t, err)
+	evs, err = r.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{page(0, 8, 0)}})
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	require.EqualValues(t, 1, r.Stats().BlockSizeRejects)
+	// A size that does not divide the router's is always rejected.
+	ev := page(0, 8, 0)
+	ev.BlockSize = 3
+	evs, err = c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{ev}})
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	require.EqualValues(t, 1, c.Stats().BlockSizeRejects)
+}
+
+// TestConvertEagle decodes SGLang's Eagle bigram pages and hashes Eagle
+// windows, as a router with an Eagle hasher hashes the prompt; page size 1
+// re-chunks into the router's blocks.
+func TestConvertEagle(t *testing.T) {
+	toks := seq(9, 200)
+	for _, pageSize := range []int{1, 4} {
+		b := kvevents.Batch{Events: []kvevents.EngineEvent{{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap,
+			BlockSize: pageSize, TokenIDs: toks, Eagle: true}}}
+		for i := range 8 / pageSize {
+			b.Events[0].BlockHashes = append(b.Events[0].BlockHashes, kvevents.UintHash(uint64(i+1)))
+		}
+		payload, err := kvevents.AppendBatch(nil, &b)
+		require.NoError(t, err)
+		var got kvevents.Batch
+		require.NoError(t, kvevents.DecodeBatch(payload, &got))
+		require.True(t, got.Events[0].Eagle)
+		require.Equal(t, toks, got.Events[0].TokenIDs)
+		c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4})
+		require.NoError(t, err)
+		evs, err := c.Convert(nil, &got)
+		require.NoError(t, err)
+		h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4, Eagle: true})
+		want := h.AppendBlockHashes(nil, toks)
+		require.Len(t, want, 2)
+		require.Len(t, evs, 1)
+		require.Len(t, evs[0].Blocks, 2)
+		for i := range want {
+			require.Equal(t, want[i], evs[0].Blocks[i].Hash, "page size %d", pageSize)
+		}
+	}
+}
+
+func TestParseExtraKeys(t *testing.T) {
+	digest := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	dh, _ := kvroute.MMIdentifierHash(digest)
+	uh, _ := kvroute.MMIdentifierHash("user-uuid")
+	tests := []struct {
+		name string
+		raw  []byte
+		lora string
+		salt string
+		mm   [][]uint64
+		err  bool
+	}{
+		{name: "nil", raw: nil},
+		{name: "lora then salt", raw: extraKeys([]any{"a", "s"}), lora: "a", salt: "s", mm: [][]uint64{nil}},
+		{name: "salt equal to lora", raw: extraKeys([]any{"a", "a"}), lora: "a", salt: "a", mm: [][]uint64{nil}},
+		{name: "old bare digest and later bare identifiers", raw: extraKeys([]any{digest, "s"}, []any{"user-uuid"}, nil),
+			salt: "s", mm: [][]uint64{{dh}, {uh}, nil}},
+		{name: "pairs, numbers ignored", raw: extraKeys([]any{[]any{"user-uuid", 3}, int64(5), true}), mm: [][]uint64{{uh}}},
+		{name: "not a list", raw: msgp.AppendString(nil, "x"), err: true},
+		{name: "block not a list", raw: extraKeys([]any{}), err: false, mm: [][]uint64{nil}},
+		{name: "truncated", raw: extraKeys([]any{"abc"})[:4], err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var x kvevents.ExtraKeys
+			err := kvevents.ParseExtraKeys(tt.raw, tt.lora, &x)
+			if tt.err {
+				require.ErrorIs(t, err, kvevents.ErrMalformed)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.salt, x.Salt)
+			require.Len(t, x.MM, len(tt.mm))
+			for i := range tt.mm {
+				require.ElementsMatch(t, tt.mm[i], x.MM[i])
+			}
+		})
+	}
+}

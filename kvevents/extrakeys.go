@@ -1,0 +1,154 @@
+package kvevents
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tinylib/msgp/msgp"
+	"github.com/zeebo/xxh3"
+
+	"github.com/kvroute/kvroute"
+)
+
+// ExtraKeys is what a BlockStored event's extra_keys say about its blocks'
+// identity, read by ParseExtraKeys.
+type ExtraKeys struct {
+	// Salt is the cache salt of the first block, empty when none.
+	Salt string
+	// MM holds, per block, the hashes of the multimodal items (and prompt
+	// embedding digests) the block includes; nil for a block without.
+	MM [][]uint64
+}
+
+// ParseExtraKeys reads vLLM's extra_keys (the raw msgpack of
+// EngineEvent.ExtraKeys: one entry per block, nil or an array of keys) into
+// x, reusing its slices. lora is the event's LoRA name.
+//
+// vLLM writes each block's keys untagged, in this order: the LoRA name (when
+// the request has an adapter), the multimodal items as [identifier, offset]
+// pairs, the cache salt (first block only) and prompt embedding digests as
+// byte strings. The rules, which also accept vLLM before 0.19 (multimodal
+// identifiers as bare strings):
+//   - the first bare string equal to lora is the LoRA name and is skipped;
+//   - an [identifier, offset] pair, and a bare 64-digit hex string, is a
+//     multimodal item, hashed with kvroute.MMIdentifierHash;
+//   - another bare string is the cache salt in the first block and a
+//     multimodal identifier in later ones;
+//   - a byte string (a prompt embedding digest) counts as an item with
+//     hash XXH3-64 of its bytes, so blocks of different embeddings differ;
+//   - numbers and booleans are ignored.
+//
+// It returns an error wrapping ErrMalformed when extra_keys is not a list
+// of nil or arrays.
+func ParseExtraKeys(raw []byte, lora string, x *ExtraKeys) error {
+	x.Salt = ""
+	for i := range x.MM {
+		x.MM[i] = x.MM[i][:0]
+	}
+	x.MM = x.MM[:0]
+	if len(raw) == 0 || msgp.IsNil(raw) {
+		return nil
+	}
+	n, p, err := readArrayHeader(raw, 1)
+	if err != nil {
+		return malformed("extra_keys", err)
+	}
+	for blk := range int(n) {
+		x.MM = growMM(x.MM)
+		if msgp.IsNil(p) {
+			p = p[1:]
+			continue
+		}
+		var m uint32
+		if m, p, err = readArrayHeader(p, 1); err != nil {
+			return malformed(fmt.Sprintf("extra_keys[%d]", blk), err)
+		}
+		loraSeen := lora == ""
+		for range m {
+			if p, err = readExtraKey(p, blk, lora, &loraSeen, x); err != nil {
+				return malformed(fmt.Sprintf("extra_keys[%d]", blk), err)
+			}
+		}
+	}
+	if len(p) != 0 {
+		return fmt.Errorf("%w: %d bytes after extra_keys", ErrMalformed, len(p))
+	}
+	return nil
+}
+
+func growMM(mm [][]uint64) [][]uint64 {
+	if len(mm) < cap(mm) {
+		mm = mm[:len(mm)+1]
+		mm[len(mm)-1] = mm[len(mm)-1][:0]
+		return mm
+	}
+	return append(mm, nil)
+}
+
+func readExtraKey(p []byte, blk int, lora string, loraSeen *bool, x *ExtraKeys) ([]byte, error) {
+	cur := &x.MM[len(x.MM)-1]
+	switch msgp.NextType(p) {
+	case msgp.StrType:
+		s, rest, err := msgp.ReadStringZC(p)
+		if err != nil {
+			return rest, err
+		}
+		switch {
+		case !*loraSeen && string(s) == lora:
+			*loraSeen = true
+		case len(s) == 64 && isHexDigest(s):
+			addMM(cur, string(s))
+		case blk == 0 && x.Salt == "":
+			x.Salt = string(s)
+		default:
+			addMM(cur, string(s))
+		}
+		return rest, nil
+	case msgp.ArrayType:
+		m, rest, err := msgp.ReadArrayHeaderBytes(p)
+		if err != nil {
+			return rest, err
+		}
+		if m == 0 {
+			return rest, errors.New("empty extra key")
+		}
+		if msgp.NextType(rest) != msgp.StrType {
+			// Not a multimodal pair: skip it whole.
+			return msgp.Skip(p)
+		}
+		id, rest, err := msgp.ReadStringZC(rest)
+		if err != nil {
+			return rest, err
+		}
+		addMM(cur, string(id))
+		for range m - 1 {
+			if rest, err = msgp.Skip(rest); err != nil {
+				return rest, err
+			}
+		}
+		return rest, nil
+	case msgp.BinType:
+		b, rest, err := msgp.ReadBytesZC(p)
+		if err != nil {
+			return rest, err
+		}
+		*cur = append(*cur, xxh3.Hash(b))
+		return rest, nil
+	}
+	return msgp.Skip(p)
+}
+
+func addMM(cur *[]uint64, id string) {
+	if h, ok := kvroute.MMIdentifierHash(id); ok {
+		*cur = append(*cur, h)
+	}
+}
+
+func isHexDigest(s []byte) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
