@@ -14,6 +14,16 @@ type Request struct {
 	Tokens []uint32
 	// LoRA is the LoRA adapter the request uses, empty for the base model.
 	LoRA string
+	// CacheSalt is the request's cache salt (vLLM's and SGLang's
+	// cache_salt), empty for none: its blocks are hashed under
+	// kvroute.Hasher.WithSalt, as the engines' events for it are, so that
+	// it shares cached blocks only with requests of the same salt.
+	CacheSalt string
+	// MM lists the prompt's multimodal items with their placeholder token
+	// ranges (see kvroute.MMObject and kvroute.MMIdentifierHash): blocks
+	// they overlap are hashed with them, so that prompts whose placeholder
+	// tokens are equal but whose images differ do not match.
+	MM []kvroute.MMObject
 	// Priority is the strict priority class in the admission queue.
 	Priority uint32
 	// PriorityJump moves the request ahead inside its class (see

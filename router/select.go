@@ -82,10 +82,13 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	if req.LoRA != "" {
 		h = h.WithLoRA(req.LoRA)
 	}
+	if req.CacheSalt != "" {
+		h = h.WithSalt(req.CacheSalt)
+	}
 	if r.approx != nil {
-		sc.blocks, sc.seqs = h.AppendHashes(sc.blocks[:0], sc.seqs[:0], req.Tokens)
+		sc.blocks, sc.seqs = h.AppendHashesMM(sc.blocks[:0], sc.seqs[:0], req.Tokens, req.MM)
 	} else {
-		sc.seqs = h.AppendSeqHashes(sc.seqs[:0], req.Tokens)
+		sc.seqs = h.AppendSeqHashesMM(sc.seqs[:0], req.Tokens, req.MM)
 	}
 	if r.approx != nil {
 		r.expireApprox()
