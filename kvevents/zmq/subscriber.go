@@ -121,6 +121,14 @@ type Stats struct {
 // numbered consecutively per worker by the subscriber, so that the
 // indexer's sequence checks hold across all of this.
 //
+// A batch that does not decode (or whose rank is out of range) is counted
+// in Stats.Malformed and skipped; it never resets the worker, so valid
+// state is never lost to bad input. Its own blocks are what it costs:
+// those it stored are missing until the engine stores them again, those
+// it removed stay indexed until removed or cleared again. Events the
+// converter leaves out (see kvevents.Converter) are counted in
+// Stats.Convert.
+//
 // A Subscriber does nothing until the host calls Run, and stops when Run's
 // context ends. Stats may be called from any goroutine.
 type Subscriber struct {
