@@ -1,0 +1,71 @@
+package kvprom_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/kvprom"
+	"github.com/kvroute/kvroute/kvevents/zmq"
+)
+
+type fixed zmq.Stats
+
+func (f fixed) Stats() zmq.Stats { return zmq.Stats(f) }
+
+func TestCollectorExportsEveryCounter(t *testing.T) {
+	c := kvprom.New("kvroute")
+	c.Add("e1", fixed{Received: 10, Malformed: 3, Resets: 1, UnknownParents: 2, Gaps: 4, Replayed: 5,
+		AppliedStored: 7, AppliedRemoved: 2, AppliedCleared: 1,
+		Convert: kvevents.ConvertStats{SkippedGroupEvents: 6, SkippedGroupBlocks: 60, BlockSizeRejects: 8, Rechunked: 9}})
+	c.Add("e2", fixed{})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP kvroute_kvevents_batches_malformed_total Batches that did not decode and were skipped (no reset).
+# TYPE kvroute_kvevents_batches_malformed_total counter
+kvroute_kvevents_batches_malformed_total{engine="e1"} 3
+kvroute_kvevents_batches_malformed_total{engine="e2"} 0
+# HELP kvroute_kvevents_events_applied_by_kind_total Events applied to the index, per kind.
+# TYPE kvroute_kvevents_events_applied_by_kind_total counter
+kvroute_kvevents_events_applied_by_kind_total{engine="e1",kind="cleared"} 1
+kvroute_kvevents_events_applied_by_kind_total{engine="e1",kind="removed"} 2
+kvroute_kvevents_events_applied_by_kind_total{engine="e1",kind="stored"} 7
+kvroute_kvevents_events_applied_by_kind_total{engine="e2",kind="cleared"} 0
+kvroute_kvevents_events_applied_by_kind_total{engine="e2",kind="removed"} 0
+kvroute_kvevents_events_applied_by_kind_total{engine="e2",kind="stored"} 0
+# HELP kvroute_kvevents_group_blocks_skipped_total Block hashes of skipped KV-cache group events.
+# TYPE kvroute_kvevents_group_blocks_skipped_total counter
+kvroute_kvevents_group_blocks_skipped_total{engine="e1"} 60
+kvroute_kvevents_group_blocks_skipped_total{engine="e2"} 0
+# HELP kvroute_kvevents_block_size_rejects_total Stored events rejected for their block size.
+# TYPE kvroute_kvevents_block_size_rejects_total counter
+kvroute_kvevents_block_size_rejects_total{engine="e1"} 8
+kvroute_kvevents_block_size_rejects_total{engine="e2"} 0
+# HELP kvroute_kvevents_gaps_total Sequence gaps seen.
+# TYPE kvroute_kvevents_gaps_total counter
+kvroute_kvevents_gaps_total{engine="e1"} 4
+kvroute_kvevents_gaps_total{engine="e2"} 0
+# HELP kvroute_kvevents_unknown_parents_total Stored events rejected for an unknown parent block.
+# TYPE kvroute_kvevents_unknown_parents_total counter
+kvroute_kvevents_unknown_parents_total{engine="e1"} 2
+kvroute_kvevents_unknown_parents_total{engine="e2"} 0
+# HELP kvroute_kvevents_worker_resets_total Worker resets sent to the index.
+# TYPE kvroute_kvevents_worker_resets_total counter
+kvroute_kvevents_worker_resets_total{engine="e1"} 1
+kvroute_kvevents_worker_resets_total{engine="e2"} 0
+`), "kvroute_kvevents_batches_malformed_total", "kvroute_kvevents_events_applied_by_kind_total",
+		"kvroute_kvevents_group_blocks_skipped_total", "kvroute_kvevents_block_size_rejects_total",
+		"kvroute_kvevents_gaps_total", "kvroute_kvevents_unknown_parents_total", "kvroute_kvevents_worker_resets_total"))
+	n, err := testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	require.Equal(t, 2*(22+3), n)
+	c.Remove("e2")
+	n, err = testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	require.Equal(t, 22+3, n)
+}
