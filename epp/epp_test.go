@@ -81,6 +81,14 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 			_ = sub.Run(ctx)
 		}()
 	}
+	// Ping each engine until its subscriber hears it, so that no batch of
+	// the test is published before the subscription.
+	for i, e := range c.engines {
+		require.Eventually(t, func() bool {
+			require.NoError(t, e.Ping())
+			return c.subs[i].Stats().Received > 0
+		}, 10*time.Second, 20*time.Millisecond)
+	}
 	o.cfg.Router, o.cfg.Endpoints = r, c.eps
 	if o.cfg.Tokenizer == nil {
 		o.cfg.Tokenizer = epp.TokenizerFunc(fakeengine.Words)
@@ -121,7 +129,15 @@ func (c *cluster) waitEvents() {
 			}
 		}
 		return true
-	}, 10*time.Second, 5*time.Millisecond)
+	}, 10*time.Second, 5*time.Millisecond, "events not applied: %v", c.eventStats())
+}
+
+func (c *cluster) eventStats() string {
+	var b strings.Builder
+	for i, e := range c.engines {
+		fmt.Fprintf(&b, "engine %d published %d, subscriber %+v; ", e.ID(), e.Published(), c.subs[i].Stats())
+	}
+	return b.String()
 }
 
 // balanced checks that every Select was balanced by one Done.
@@ -198,8 +214,12 @@ func (c *cluster) do(o envoyOpts) exchange {
 	body := []byte(o.body)
 	for len(body) > 0 {
 		n := min(o.chunk, len(body))
-		require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-			RequestBody: &extprocv3.HttpBody{Body: body[:n], EndOfStream: n == len(body)}}}))
+		err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: body[:n], EndOfStream: n == len(body)}}})
+		if err == io.EOF {
+			break // the picker answered early; Recv tells how
+		}
+		require.NoError(t, err)
 		body = body[n:]
 	}
 	var ex exchange

@@ -213,19 +213,35 @@ func (e *Engine) admit(tokens []uint32) (int, error) {
 		events = append(events, removed)
 	}
 	if len(events) > 0 {
-		payload, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: float64(time.Now().UnixNano()) / 1e9,
-			Events: events, RankSlot: true})
-		if err != nil {
+		if err := e.publish(events); err != nil {
 			return 0, err
 		}
-		e.buffer = append(e.buffer, payload)
-		// A PUB socket drops messages nobody subscribes to yet; the
-		// subscriber replays them.
-		_ = e.pub.Send(zmq4.NewMsgFrom([]byte(Topic), be64(e.seq), payload))
-		e.published.Add(int64(len(events)))
-		e.seq++
 	}
 	return cached * bs, nil
+}
+
+// Ping publishes a batch without events, so that a subscriber that
+// connected after the last batch learns the sequence it is at.
+func (e *Engine) Ping() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.publish(nil)
+}
+
+// publish sends one batch of events; e.mu is held.
+func (e *Engine) publish(events []kvevents.EngineEvent) error {
+	payload, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: float64(time.Now().UnixNano()) / 1e9,
+		Events: events, RankSlot: true})
+	if err != nil {
+		return err
+	}
+	e.buffer = append(e.buffer, payload)
+	// A PUB socket drops messages nobody subscribes to yet; the
+	// subscriber replays them.
+	_ = e.pub.Send(zmq4.NewMsgFrom([]byte(Topic), be64(e.seq), payload))
+	e.published.Add(int64(len(events)))
+	e.seq++
+	return nil
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
