@@ -46,9 +46,10 @@ type cluster struct {
 }
 
 type clusterOpts struct {
-	engines int
-	cfg     epp.Config    // Router, Endpoints, Tokenizer are filled in
-	router  router.Config // Hasher is filled in
+	engines  int
+	adapters []string      // served by every engine
+	cfg      epp.Config    // Router, Endpoints, Tokenizer are filled in
+	router   router.Config // Hasher is filled in
 }
 
 func newCluster(t *testing.T, o clusterOpts) *cluster {
@@ -64,7 +65,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		wg.Wait()
 	})
 	for i := range o.engines {
-		e, err := fakeengine.Start(fakeengine.Config{ID: kvroute.WorkerID(i + 1), BlockSize: blockSize, Capacity: 4096, Chunks: 3})
+		e, err := fakeengine.Start(fakeengine.Config{ID: kvroute.WorkerID(i + 1), BlockSize: blockSize, Capacity: 4096, Chunks: 3, Adapters: o.adapters})
 		require.NoError(t, err)
 		t.Cleanup(e.Close)
 		c.engines = append(c.engines, e)
@@ -519,4 +520,39 @@ func TestHealth(t *testing.T) {
 	c.srv.SetReady(true)
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, check(epp.ServiceReadiness))
 	require.Equal(t, healthpb.HealthCheckResponse_SERVING, check(""))
+}
+
+func TestAdaptersAndCacheSalt(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 2, adapters: []string{"support-lora"},
+		cfg: epp.Config{Adapters: map[string]string{"support": "support-lora"}}})
+	body := func(model, salt string) string {
+		var b strings.Builder
+		for w := range 40 {
+			fmt.Fprintf(&b, "w%d ", w)
+		}
+		return fmt.Sprintf(`{"model":%q,"prompt":%q,"cache_salt":%q}`, model, b.String(), salt)
+	}
+	tests := []struct {
+		name, model, salt string
+		cached            int // predicted and found
+	}{
+		{"adapter, first", "support", "", 0},
+		{"adapter again", "support", "", 32},
+		{"adapter by its own name", "support-lora", "", 32},
+		{"base model", "m", "", 0},
+		{"base model again", "m", "", 32},
+		{"salted", "m", "tenant-a", 0},
+		{"salted again", "m", "tenant-a", 32},
+		{"another salt", "m", "tenant-b", 0},
+	}
+	for _, tt := range tests {
+		before := c.srv.Stats()
+		ex := c.do(envoyOpts{body: body(tt.model, tt.salt)})
+		require.Equal(t, 200, ex.status, tt.name)
+		c.waitEvents()
+		after := c.srv.Stats()
+		require.EqualValues(t, tt.cached, after.PredictedCachedTokens-before.PredictedCachedTokens, tt.name)
+		require.EqualValues(t, tt.cached, after.ActualCachedTokens-before.ActualCachedTokens, tt.name)
+	}
+	c.balanced()
 }

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
@@ -49,12 +48,14 @@ type exchange struct {
 	subset    map[string]bool // nil: no hint
 	body      []byte
 	routed    bool // the headers and body responses are sent
+	rewritten bool // the body was changed
 	injected  bool // stream_options.include_usage was added
 
 	// The decision and what re-pinning it needs.
 	d      *router.Decision
 	tokens []uint32
 	lora   string
+	salt   string
 	picked []string // addresses, the first is the pick
 
 	// Response side.
@@ -225,8 +226,14 @@ func (e *exchange) route(eos, noBody bool) (bool, error) {
 			e.s.stats.badRequests.Add(1)
 			return true, e.reject(400, "invalid_request_error", err.Error())
 		}
-		rr.LoRA = cfg.Adapters[req.Model]
-		setCacheSalt(&rr, req.CacheSalt)
+		model := req.Model
+		if a, ok := cfg.Adapters[req.Model]; ok {
+			model = a
+		}
+		if e.s.adapters[model] {
+			rr.LoRA = model
+		}
+		rr.CacheSalt = req.CacheSalt
 		if rr.Tokens, err = cfg.Tokenizer.Tokenize(e.ctx, req, nil); err != nil {
 			if e.ctx.Err() != nil {
 				return true, nil
@@ -236,10 +243,14 @@ func (e *exchange) route(eos, noBody bool) (bool, error) {
 				"request_id", e.requestID, "model", req.Model, "err", err)
 			rr.Tokens = nil
 		}
-		if cfg.InjectUsage {
-			if nb, ok, err := req.WithIncludeUsage(); err == nil && ok {
-				body, e.injected = nb, true
-			}
+		nb, changed, err := req.Rewrite(model, cfg.InjectUsage)
+		if err != nil {
+			e.s.stats.badRequests.Add(1)
+			return true, e.reject(400, "invalid_request_error", err.Error())
+		}
+		if changed {
+			body, e.rewritten = nb, true
+			e.injected = cfg.InjectUsage && req.Stream && !req.IncludeUsage
 		}
 	}
 	var allowed int
@@ -260,7 +271,7 @@ func (e *exchange) route(eos, noBody bool) (bool, error) {
 		e.s.stats.unavailable.Add(1)
 		return true, e.reject(503, "service_unavailable", "no eligible endpoint")
 	}
-	e.d, e.tokens, e.lora = d, rr.Tokens, rr.LoRA
+	e.d, e.tokens, e.lora, e.salt = d, rr.Tokens, rr.LoRA, rr.CacheSalt
 	e.picked = append(e.picked[:0], primary)
 	e.picked = append(e.picked, e.fallbacks(d)...)
 	e.s.stats.routed.Add(1)
@@ -323,7 +334,7 @@ func (e *exchange) fallbacks(d *router.Decision) []string {
 func (e *exchange) headersResponse(body []byte, noBody bool) *extprocv3.ProcessingResponse {
 	value := strings.Join(e.picked, ",")
 	set := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: HeaderDestination, RawValue: []byte(value)}}}
-	if e.injected && !noBody {
+	if e.rewritten && !noBody {
 		set = append(set, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))}})
 	}
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{
@@ -411,7 +422,7 @@ func (e *exchange) checkServed(md *corev3.Metadata) {
 	e.s.stats.servedElsewhere.Add(1)
 	e.d.Done(router.Outcome{Err: fmt.Errorf("%w: %s", ErrServedElsewhere, served)})
 	e.picked = append(e.picked[:0], served)
-	d, err := e.s.cfg.Router.Select(e.ctx, &router.Request{Tokens: e.tokens, LoRA: e.lora, Pin: key, HasPin: true})
+	d, err := e.s.cfg.Router.Select(e.ctx, &router.Request{Tokens: e.tokens, LoRA: e.lora, CacheSalt: e.salt, Pin: key, HasPin: true})
 	if err != nil {
 		e.s.log.WarnContext(e.ctx, "epp: cannot track the request on the endpoint that served it",
 			"request_id", e.requestID, "served", served, "err", err)
@@ -517,5 +528,3 @@ func (e *exchange) finishCanceled() {
 	e.s.stats.canceled.Add(1)
 	e.d.Done(router.Outcome{Err: fmt.Errorf("epp: stream ended before the response: %w", context.Canceled)})
 }
-
-var _ = kvroute.WorkerKey{}

@@ -79,9 +79,12 @@ type Config struct {
 	Endpoints *Endpoints
 	// Tokenizer tokenizes completion and chat prompts. Required.
 	Tokenizer Tokenizer
-	// Adapters maps a request's model name to the LoRA adapter the
-	// engines cache its blocks under (router.Request.LoRA). A model not
-	// in the map is the base model.
+	// Adapters maps a request's model name to the LoRA adapter that
+	// serves it: the picker rewrites the body's "model" to the adapter's
+	// name and routes with its blocks (router.Request.LoRA), since engines
+	// cache an adapter's blocks apart from the base model's. A request
+	// naming an adapter (a value of the map) directly is routed as that
+	// adapter; any other model is the base model.
 	Adapters map[string]string
 	// Fallbacks is the number of endpoints listed after the picked one,
 	// cheapest first, for Envoy to retry on. Zero means DefaultFallbacks;
@@ -118,6 +121,8 @@ type Server struct {
 	health *health.Server
 	ready  atomic.Bool
 	stats  counters
+	// adapters is the set of LoRA adapter names (Config.Adapters' values).
+	adapters map[string]bool
 }
 
 // New returns a Server for cfg. It reports itself live but not ready:
@@ -138,12 +143,16 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Fallbacks < 0:
 		cfg.Fallbacks = 0
 	}
-	adapters := make(map[string]string, len(cfg.Adapters))
+	models := make(map[string]string, len(cfg.Adapters))
+	adapters := make(map[string]bool, len(cfg.Adapters))
 	for k, v := range cfg.Adapters {
-		adapters[k] = v
+		if v == "" {
+			return nil, fmt.Errorf("%w: model %q maps to an empty adapter name", ErrConfig, k)
+		}
+		models[k], adapters[v] = v, true
 	}
-	cfg.Adapters = adapters
-	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer()}
+	cfg.Adapters = models
+	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), adapters: adapters}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

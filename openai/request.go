@@ -268,29 +268,40 @@ func (r *Request) TextMessages() ([]Message, error) {
 	return out, nil
 }
 
-// WithIncludeUsage returns the request's body with
-// "stream_options": {"include_usage": true} added, so that the engine's
-// stream ends with a usage chunk (the cached tokens), and true; or nil and
-// false when nothing needs to change (the request does not stream, or
-// already asks for usage). Other stream options are kept.
-func (r *Request) WithIncludeUsage() ([]byte, bool, error) {
-	if !r.Stream || r.IncludeUsage {
-		return nil, false, nil
-	}
-	opts := map[string]json.RawMessage{}
-	if err := field(r.Fields, "stream_options", &opts); err != nil {
-		return nil, false, err
-	}
-	opts["include_usage"] = json.RawMessage("true")
-	rawOpts, err := json.Marshal(opts)
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: stream_options: %w", ErrBadRequest, err)
-	}
+// Rewrite returns the request's body with "model" replaced by model (when
+// not empty and different) and, when includeUsage is set for a streamed
+// request that did not ask for it, "stream_options": {"include_usage":
+// true} added (other stream options are kept), and whether anything
+// changed. Unchanged, it returns nil and false. Every other field is kept
+// as received.
+func (r *Request) Rewrite(model string, includeUsage bool) ([]byte, bool, error) {
 	fields := make(map[string]json.RawMessage, len(r.Fields)+1)
 	for k, v := range r.Fields {
 		fields[k] = v
 	}
-	fields["stream_options"] = rawOpts
+	changed := false
+	if model != "" && model != r.Model {
+		raw, err := json.Marshal(model)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: model: %w", ErrBadRequest, err)
+		}
+		fields["model"], changed = raw, true
+	}
+	if includeUsage && r.Stream && !r.IncludeUsage {
+		opts := map[string]json.RawMessage{}
+		if err := field(r.Fields, "stream_options", &opts); err != nil {
+			return nil, false, err
+		}
+		opts["include_usage"] = json.RawMessage("true")
+		raw, err := json.Marshal(opts)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: stream_options: %w", ErrBadRequest, err)
+		}
+		fields["stream_options"], changed = raw, true
+	}
+	if !changed {
+		return nil, false, nil
+	}
 	body, err := json.Marshal(fields)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrBadRequest, err)

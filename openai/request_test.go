@@ -88,20 +88,25 @@ func TestParseRequest(t *testing.T) {
 	}
 }
 
-func TestWithIncludeUsage(t *testing.T) {
-	r, err := openai.ParseRequest([]byte(`{"prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":false}}`), openai.KindCompletion)
+func TestRewrite(t *testing.T) {
+	r, err := openai.ParseRequest([]byte(`{"model":"m","prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":false}}`), openai.KindCompletion)
 	require.NoError(t, err)
-	body, changed, err := r.WithIncludeUsage()
+	body, changed, err := r.Rewrite("adapter-a", true)
 	require.NoError(t, err)
 	require.True(t, changed)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(body, &got))
 	require.Equal(t, map[string]any{"include_usage": true, "continuous_usage_stats": false}, got["stream_options"])
+	require.Equal(t, "adapter-a", got["model"])
+	require.Equal(t, "a", got["prompt"])
 	again, err := openai.ParseRequest(body, openai.KindCompletion)
 	require.NoError(t, err)
-	_, changed, err = again.WithIncludeUsage()
+	_, changed, err = again.Rewrite("adapter-a", true)
 	require.NoError(t, err)
-	require.False(t, changed, "already asks for usage")
+	require.False(t, changed, "already asks for usage, same model")
+	_, changed, err = again.Rewrite("", false)
+	require.NoError(t, err)
+	require.False(t, changed)
 }
 
 // FuzzParseRequest: any body gives a request or an error wrapping
@@ -134,10 +139,11 @@ func FuzzParseRequest(f *testing.F) {
 			require.NotEmpty(t, r.Messages)
 			_, _ = r.TextMessages()
 		}
-		if b, changed, err := r.WithIncludeUsage(); err == nil && changed {
+		if b, changed, err := r.Rewrite("x", true); err == nil && changed {
 			again, err := openai.ParseRequest(b, kind)
 			require.NoError(t, err)
-			require.True(t, again.IncludeUsage)
+			require.Equal(t, r.Stream, again.IncludeUsage)
+			require.Equal(t, "x", again.Model)
 		}
 	})
 }

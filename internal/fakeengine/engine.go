@@ -40,6 +40,9 @@ type Config struct {
 	Capacity  int           // cache size in blocks; zero means 1024
 	Chunks    int           // streamed chunks per response; zero means 4
 	Delay     time.Duration // between streamed chunks
+	// Adapters are the model names served as LoRA adapters: their blocks
+	// are hashed and published under the adapter's name.
+	Adapters []string
 }
 
 // Engine is a running fake engine on 127.0.0.1.
@@ -170,9 +173,17 @@ func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
 // admit runs a prompt through the cache: it returns the cached prefix in
 // tokens and publishes the blocks stored and evicted as one vLLM batch.
-func (e *Engine) admit(tokens []uint32) (int, error) {
-	bs := e.hasher.BlockSize()
-	seqs := e.hasher.AppendSeqHashes(nil, tokens)
+// Blocks of an adapter or under a cache salt are hashed with them.
+func (e *Engine) admit(tokens []uint32, model, salt string) (int, error) {
+	h, lora := e.hasher, ""
+	if slices.Contains(e.cfg.Adapters, model) {
+		h, lora = h.WithLoRA(model), model
+	}
+	if salt != "" {
+		h = h.WithSalt(salt)
+	}
+	bs := h.BlockSize()
+	seqs := h.AppendSeqHashes(nil, tokens)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	cached := 0
@@ -184,7 +195,11 @@ func (e *Engine) admit(tokens []uint32) (int, error) {
 	}
 	var events []kvevents.EngineEvent
 	if cached < len(seqs) {
-		stored := kvevents.EngineEvent{Type: kvevents.BlockStored, BlockSize: bs, TokenIDs: tokens[cached*bs : len(seqs)*bs]}
+		stored := kvevents.EngineEvent{Type: kvevents.BlockStored, BlockSize: bs, TokenIDs: tokens[cached*bs : len(seqs)*bs],
+			LoRAName: lora, CacheSalt: salt}
+		if salt != "" {
+			stored.Layout = kvevents.LayoutMap // the array layout carries no salt field
+		}
 		if cached > 0 {
 			stored.ParentBlockHash = kvevents.UintHash(uint64(seqs[cached-1]))
 		}
@@ -274,7 +289,7 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	cached, err := e.admit(tokens)
+	cached, err := e.admit(tokens, req.Model, req.CacheSalt)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
