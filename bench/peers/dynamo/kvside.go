@@ -1,0 +1,174 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+)
+
+// sectionResult is one side's measurement of one section. The JSON names
+// are those the Rust side prints.
+type sectionResult struct {
+	Name     string        `json:"name"`
+	Timed    bool          `json:"timed"`
+	Ops      int64         `json:"ops"`
+	BlockOps int64         `json:"block_ops"`
+	NS       int64         `json:"ns"`
+	Errors   int64         `json:"errors"`
+	Samples  [][][2]uint64 `json:"samples"`
+	FirstErr string        `json:"-"`
+	Digests  []uint64      `json:"-"`
+}
+
+// sideResult is one run of one side over one workload file.
+type sideResult struct {
+	Side     string          `json:"side"`
+	Sections []sectionResult `json:"sections"`
+}
+
+// per returns the section's time per unit of m, in nanoseconds.
+func (r *sectionResult) per(m metric) float64 {
+	n := r.Ops
+	if m == perBlockOp {
+		n = r.BlockOps
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(r.NS) / float64(n)
+}
+
+// kvOp is a workload operation in the form kvroute's API takes, built
+// before the clock starts.
+type kvOp struct {
+	kind   opKind
+	ev     kvroute.Event
+	seqs   []kvroute.SeqHash
+	tokens []uint32
+	slot   int
+}
+
+// prepareKV converts a section's operations for kvroute.
+func prepareKV(s *section) []kvOp {
+	out := make([]kvOp, len(s.Ops))
+	slot := 0
+	for i := range s.Ops {
+		o, k := &s.Ops[i], &out[i]
+		k.kind = o.Kind
+		switch o.Kind {
+		case opStored:
+			k.ev = kvroute.Event{
+				Kind: kvroute.EventStored, Worker: kvroute.WorkerKey{ID: kvroute.WorkerID(o.Worker)},
+				ID: o.EventID, HasParent: o.HasParent, Parent: o.Parent,
+				Blocks: make([]kvroute.StoredBlock, len(o.Blocks)),
+			}
+			for j, b := range o.Blocks {
+				k.ev.Blocks[j] = kvroute.StoredBlock{External: b.Ext, Hash: b.Local}
+			}
+		case opRemoved:
+			k.ev = kvroute.Event{
+				Kind: kvroute.EventRemoved, Worker: kvroute.WorkerKey{ID: kvroute.WorkerID(o.Worker)},
+				ID: o.EventID, Removed: o.Removed,
+			}
+		case opQuery:
+			k.seqs, k.slot = o.Seqs, slot
+			slot++
+		case opHash:
+			k.tokens, k.slot = o.Tokens, slot
+			slot++
+		}
+	}
+	return out
+}
+
+// matchDigest is scoresDigest of a MatchResult.
+func matchDigest(res *indexer.MatchResult) uint64 {
+	var d uint64
+	for _, m := range res.Workers {
+		if m.Blocks > 0 {
+			d += scoreTerm(uint64(m.Worker.ID), uint32(m.Blocks))
+		}
+	}
+	return d
+}
+
+// matchScores returns a MatchResult's overlaps sorted by worker.
+func matchScores(res *indexer.MatchResult) [][2]uint64 {
+	var out [][2]uint64
+	for _, m := range res.Workers {
+		if m.Blocks > 0 {
+			out = append(out, [2]uint64{uint64(m.Worker.ID), uint64(m.Blocks)})
+		}
+	}
+	slices.SortFunc(out, func(a, b [2]uint64) int { return int(a[0]) - int(b[0]) })
+	return out
+}
+
+// samples is how many queries per section keep their full scores.
+const samples = 3
+
+// runKV runs w on a new kvroute index on the calling goroutine, with procs
+// as GOMAXPROCS while it runs (0 leaves it alone).
+func runKV(w *workload, procs int) (*sideResult, error) {
+	h, err := kvroute.NewHasher(kvroute.HasherConfig{BlockSize: w.BlockSize})
+	if err != nil {
+		return nil, fmt.Errorf("peers: %w", err)
+	}
+	ix, err := indexer.New(indexer.Config{Hasher: h})
+	if err != nil {
+		return nil, fmt.Errorf("peers: %w", err)
+	}
+	if procs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+	}
+	out := &sideResult{Side: "kvroute"}
+	var res indexer.MatchResult
+	var dst []kvroute.SeqHash
+	for i := range w.Sections {
+		s := &w.Sections[i]
+		ops := prepareKV(s)
+		r := sectionResult{Name: s.Name, Timed: s.Timed}
+		for j := range s.Ops {
+			if s.Ops[j].answers() {
+				r.Digests = append(r.Digests, 0)
+			}
+			r.BlockOps += int64(s.Ops[j].blockOps())
+		}
+		r.Ops = int64(len(ops) * s.passes())
+		r.BlockOps *= int64(s.passes())
+		runtime.GC()
+
+		start := time.Now()
+		for pass := range s.passes() {
+			for j := range ops {
+				k := &ops[j]
+				switch k.kind {
+				case opStored, opRemoved:
+					if err := ix.Apply(&k.ev); err != nil {
+						if r.Errors == 0 {
+							r.FirstErr = err.Error()
+						}
+						r.Errors++
+					}
+				case opQuery:
+					ix.Match(k.seqs, &res)
+					r.Digests[k.slot] = matchDigest(&res)
+					if pass == 0 && k.slot < samples {
+						r.Samples = append(r.Samples, matchScores(&res))
+					}
+				case opHash:
+					dst = h.AppendSeqHashes(dst[:0], k.tokens)
+					r.Digests[k.slot] = seqDigest(dst)
+				}
+			}
+		}
+		r.NS = time.Since(start).Nanoseconds()
+		out.Sections = append(out.Sections, r)
+	}
+	runtime.KeepAlive(ix)
+	return out, nil
+}
