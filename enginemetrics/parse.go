@@ -1,0 +1,229 @@
+package enginemetrics
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// ErrMetrics is wrapped by errors about an engine's metrics text.
+var ErrMetrics = errors.New("enginemetrics: unreadable metrics")
+
+// Kind is the engine whose metric names are read.
+type Kind uint8
+
+// The engine kinds.
+const (
+	// KindAuto reads whichever of vLLM's and SGLang's names are present.
+	KindAuto Kind = iota
+	KindVLLM
+	KindSGLang
+)
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	switch k {
+	case KindAuto:
+		return "auto"
+	case KindVLLM:
+		return "vllm"
+	case KindSGLang:
+		return "sglang"
+	}
+	return fmt.Sprintf("Kind(%d)", k)
+}
+
+// ParseKind parses "auto", "vllm" or "sglang".
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "", "auto":
+		return KindAuto, nil
+	case "vllm":
+		return KindVLLM, nil
+	case "sglang":
+		return KindSGLang, nil
+	}
+	return 0, fmt.Errorf("enginemetrics: unknown engine kind %q (want auto, vllm or sglang)", s)
+}
+
+// Rank is one data-parallel rank's load as its engine reports it.
+type Rank struct {
+	Running int
+	Waiting int
+	// KVUsage is the fraction of the KV cache in use, 0 to 1.
+	KVUsage float64
+}
+
+// Metrics is what one scrape says about an engine.
+type Metrics struct {
+	// Kind is the engine the names were recognised as (never KindAuto
+	// when Ranks is not empty).
+	Kind Kind
+	// Ranks holds each data-parallel rank's load, by rank.
+	Ranks []Rank
+	// BlockSize and GPUBlocks are vLLM's cache_config_info labels, zero
+	// when the engine does not say.
+	BlockSize int
+	GPUBlocks int
+}
+
+// Load returns rank r's load as a router load report.
+func (m *Metrics) Load(r int) scheduling.Load {
+	if r < 0 || r >= len(m.Ranks) {
+		return scheduling.Load{}
+	}
+	rk := m.Ranks[r]
+	return scheduling.Load{
+		ActiveRequests:   rk.Running,
+		QueueDepth:       rk.Waiting,
+		KVUtilization:    rk.KVUsage,
+		KVCapacityBlocks: m.GPUBlocks,
+	}
+}
+
+// maxRanks bounds the rank labels read, as router.MaxDataParallelRanks
+// bounds workers.
+const maxRanks = router.MaxDataParallelRanks
+
+type gauge uint8
+
+const (
+	gRunning gauge = iota
+	gWaiting
+	gUsage
+)
+
+// names maps metric names to what they mean, per kind.
+var names = map[string]struct {
+	kind Kind
+	g    gauge
+}{
+	"vllm:num_requests_running": {KindVLLM, gRunning},
+	"vllm:num_requests_waiting": {KindVLLM, gWaiting},
+	"vllm:kv_cache_usage_perc":  {KindVLLM, gUsage},
+	"vllm:gpu_cache_usage_perc": {KindVLLM, gUsage},
+	"sglang:num_running_reqs":   {KindSGLang, gRunning},
+	"sglang:num_queue_reqs":     {KindSGLang, gWaiting},
+	"sglang:token_usage":        {KindSGLang, gUsage},
+}
+
+// Parse reads a Prometheus text exposition (format 0.0.4) of an engine of
+// the given kind. Errors wrap ErrMetrics; text with none of the engine's
+// metrics is an error too, since it is not an engine's.
+func Parse(in io.Reader, kind Kind) (Metrics, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(in)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("%w: %w", ErrMetrics, err)
+	}
+	var m Metrics
+	seen := false
+	for name, fam := range fams {
+		if name == "vllm:cache_config_info" && kind != KindSGLang {
+			m.readCacheConfig(fam)
+			continue
+		}
+		n, ok := names[name]
+		if !ok || (kind != KindAuto && n.kind != kind) {
+			continue
+		}
+		if m.Kind == KindAuto {
+			m.Kind = n.kind
+		} else if m.Kind != n.kind {
+			continue // both engines' names: keep the first kind seen
+		}
+		for _, s := range fam.GetMetric() {
+			v, ok := value(s)
+			if !ok {
+				continue
+			}
+			r, ok := rankOf(s)
+			if !ok {
+				continue
+			}
+			for len(m.Ranks) <= r {
+				m.Ranks = append(m.Ranks, Rank{})
+			}
+			seen = true
+			rk := &m.Ranks[r]
+			switch n.g {
+			case gRunning:
+				rk.Running += count(v)
+			case gWaiting:
+				rk.Waiting += count(v)
+			case gUsage:
+				rk.KVUsage = min(max(v, 0), 1)
+			}
+		}
+	}
+	if !seen {
+		return Metrics{}, fmt.Errorf("%w: no %s load metrics", ErrMetrics, kind)
+	}
+	return m, nil
+}
+
+// value returns a gauge's, counter's or untyped sample's value when it is
+// a finite number.
+func value(s *dto.Metric) (float64, bool) {
+	var v float64
+	switch {
+	case s.GetGauge() != nil:
+		v = s.GetGauge().GetValue()
+	case s.GetUntyped() != nil:
+		v = s.GetUntyped().GetValue()
+	case s.GetCounter() != nil:
+		v = s.GetCounter().GetValue()
+	default:
+		return 0, false
+	}
+	return v, !math.IsNaN(v) && !math.IsInf(v, 0)
+}
+
+// count turns a sample into a non-negative count.
+func count(v float64) int {
+	if v <= 0 {
+		return 0
+	}
+	return int(min(v, 1<<31))
+}
+
+// rankOf returns a sample's data-parallel rank: its "engine" (vLLM) or
+// "dp_rank" (SGLang) label, 0 without one; false for a label that is not
+// a rank.
+func rankOf(s *dto.Metric) (int, bool) {
+	for _, l := range s.GetLabel() {
+		if l.GetName() == "engine" || l.GetName() == "dp_rank" {
+			r, err := strconv.Atoi(l.GetValue())
+			return r, err == nil && r >= 0 && r < maxRanks
+		}
+	}
+	return 0, true
+}
+
+// readCacheConfig reads block_size and num_gpu_blocks from vLLM's info
+// metric.
+func (m *Metrics) readCacheConfig(fam *dto.MetricFamily) {
+	for _, s := range fam.GetMetric() {
+		for _, l := range s.GetLabel() {
+			n, err := strconv.Atoi(l.GetValue())
+			if err != nil || n < 0 {
+				continue
+			}
+			switch l.GetName() {
+			case "block_size":
+				m.BlockSize = n
+			case "num_gpu_blocks":
+				m.GPUBlocks = n
+			}
+		}
+	}
+}

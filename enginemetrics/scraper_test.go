@@ -1,0 +1,83 @@
+package enginemetrics_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/enginemetrics"
+	"github.com/kvroute/kvroute/internal/fakeengine"
+	"github.com/kvroute/kvroute/router"
+)
+
+func TestScraperFeedsHeartbeats(t *testing.T) {
+	e, err := fakeengine.Start(fakeengine.Config{ID: 3, BlockSize: 16, Capacity: 500})
+	require.NoError(t, err)
+	defer e.Close()
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	require.NoError(t, err)
+	s, err := enginemetrics.New(enginemetrics.Config{Router: r, Interval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	target := enginemetrics.Target{Worker: 3, URL: e.URL() + "/metrics"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := s.Verify(ctx, target)
+	require.NoError(t, err)
+	require.Equal(t, 16, m.BlockSize)
+	require.Equal(t, 500, m.GPUBlocks)
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 3, Block: 16}))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, target) }()
+	require.Eventually(t, func() bool {
+		for _, w := range r.Stats().Workers {
+			if w.Worker.ID == 3 && w.Reported.KVCapacityBlocks == 500 {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 5*time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+func TestVerifyBlockSizeMismatch(t *testing.T) {
+	e, err := fakeengine.Start(fakeengine.Config{ID: 4, BlockSize: 32})
+	require.NoError(t, err)
+	defer e.Close()
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	require.NoError(t, err)
+	s, err := enginemetrics.New(enginemetrics.Config{Router: r})
+	require.NoError(t, err)
+	_, err = s.Verify(context.Background(), enginemetrics.Target{Worker: 4, URL: e.URL() + "/metrics"})
+	require.ErrorIs(t, err, enginemetrics.ErrBlockSize)
+	var bse *enginemetrics.BlockSizeError
+	require.ErrorAs(t, err, &bse)
+	require.Equal(t, enginemetrics.BlockSizeError{Worker: 4, Engine: 32, Router: 16}, *bse)
+}
+
+func TestScrapeErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/broken" {
+			http.Error(w, "no", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "up 1")
+	}))
+	defer srv.Close()
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	s, err := enginemetrics.New(enginemetrics.Config{Router: r})
+	require.NoError(t, err)
+	_, err = s.Scrape(context.Background(), enginemetrics.Target{URL: srv.URL + "/broken"})
+	require.ErrorIs(t, err, enginemetrics.ErrScrape)
+	_, err = s.Scrape(context.Background(), enginemetrics.Target{URL: srv.URL + "/metrics"})
+	require.ErrorIs(t, err, enginemetrics.ErrMetrics)
+	_, err = enginemetrics.New(enginemetrics.Config{})
+	require.ErrorIs(t, err, enginemetrics.ErrConfig)
+}
