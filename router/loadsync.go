@@ -22,7 +22,8 @@ type LoadSync interface {
 	PrefillDone(id scheduling.RequestID)
 	// OutputTokens reports n more generated tokens of request id.
 	OutputTokens(id scheduling.RequestID, n int)
-	// Freed reports that request id ended.
+	// Freed reports that request id ended. It is called once per request
+	// the router tracked, also when the tracker had already dropped it.
 	Freed(id scheduling.RequestID)
 }
 
@@ -34,9 +35,12 @@ func (r *Router) track(id scheduling.RequestID, w kvroute.WorkerKey, blocks []kv
 	}
 }
 
-// untrack frees a request of this router and reports it to the load sync.
+// untrack frees a request of this router and reports it to the load sync,
+// even when the tracker no longer held it (its worker was removed or it
+// expired), so that the sync forgets it too.
 func (r *Router) untrack(id scheduling.RequestID) {
-	if r.tracker.Free(id) && r.loadSync != nil {
+	r.tracker.Free(id)
+	if r.loadSync != nil {
 		r.loadSync.Freed(id)
 	}
 }

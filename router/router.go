@@ -73,6 +73,10 @@ type Config struct {
 	Queue *scheduling.QueueConfig
 	// Tracker configures the active-request load tracker (request TTL).
 	Tracker scheduling.TrackerConfig
+	// LoadTracker, when set, is the tracker the router uses instead of
+	// making one from Tracker: a tracker it shares with a LoadSync that
+	// adds other replicas' requests to it (kvevents/natsx.Replica).
+	LoadTracker *scheduling.Tracker
 	// LoadSync, when set, receives the load of every request this router
 	// routes, to share it with other router replicas (see LoadSync).
 	LoadSync LoadSync
@@ -273,8 +277,10 @@ func New(cfg Config) (*Router, error) {
 	if tc.Clock == nil {
 		tc.Clock = r.clock
 	}
-	if r.tracker, err = scheduling.NewTracker(tc); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	if r.tracker = cfg.LoadTracker; r.tracker == nil {
+		if r.tracker, err = scheduling.NewTracker(tc); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 	}
 	if cfg.Queue != nil {
 		qc := *cfg.Queue

@@ -489,3 +489,7 @@ func (t *Tracker) Len() int {
 	}
 	return n
 }
+
+// TTL returns how long a request may go without an update before Expire
+// drops it (TrackerConfig.TTL, or its default).
+func (t *Tracker) TTL() time.Duration { return time.Duration(t.ttl) }

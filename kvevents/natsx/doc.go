@@ -7,23 +7,33 @@
 // One relay process per engine (or per cluster) and every router replica
 // share a NATS server and a subject prefix:
 //
-//  1. In the relay, create a [Publisher] and use it as the Sink of a
-//     kvevents/zmq Subscriber: each engine event becomes one message on
-//     "<prefix>.events", numbered per worker.
+//  1. In the relay, create a [Publisher], use it as the Sink of a
+//     kvevents/zmq Subscriber, and run [Publisher.Serve] on a goroutine of
+//     its own: each engine event becomes one message on
+//     "<prefix>.events", numbered per worker, and Serve answers replicas
+//     that lost some.
 //  2. In each router replica, create the local *indexer.Index and
-//     *scheduling.Tracker, then a [Replica] with a unique ID, and run
-//     [Replica.Run] on a goroutine of your own. Wait for [Replica.Ready]
-//     before routing (the replica has then loaded a peer's state).
-//  3. Route with the local index and tracker, and report each decision's
-//     load through [Replica.Add], [Replica.PrefillDone] and [Replica.Free]
-//     instead of calling the tracker: the replica applies them locally and
-//     shares them with its peers.
+//     *scheduling.Tracker, a [Replica] with a unique ID over both, and the
+//     router with the same index and tracker and the Replica as its
+//     router.Config.LoadSync. Run [Replica.Run] on a goroutine of your
+//     own and wait for [Replica.Ready] before routing (the replica has
+//     then loaded a peer's index).
+//  3. Route as usual: the router reports each decision's load to the
+//     Replica, which shares it; the peers' requests appear in the shared
+//     tracker, so Select counts every request of every replica once.
 //
 // In code:
 //
+//	tracker, _ := scheduling.NewTracker(scheduling.TrackerConfig{TTL: ttl})
+//	var r *router.Router
 //	rep, err := natsx.NewReplica(natsx.ReplicaConfig{
 //		Conn: nc, ID: "router-1", Index: index, Tracker: tracker,
+//		OnPeerLoad: func() { r.LoadChanged() },
 //	})
+//	if err != nil {
+//		return err
+//	}
+//	r, err = router.New(router.Config{Index: index, LoadTracker: tracker, LoadSync: rep})
 //	if err != nil {
 //		return err
 //	}
@@ -33,9 +43,16 @@
 // # Wire
 //
 // Events are Dynamo RouterEvents in named msgpack (see
-// kvevents.AppendDynamoEvent), one per message. Load operations travel in
-// batches [origin, ops]. A dump, requested on "<prefix>.dump" with the
-// requester's inbox as reply subject, arrives as numbered chunks ending
-// with a final one. Core NATS delivers at most once: a replica that misses
-// an event sees a gap in the worker's sequence and resyncs from a peer.
+// kvevents.AppendDynamoEvent), one per message, numbered per worker by the
+// Publisher. The Publisher keeps each worker's latest messages and
+// announces each worker's last ID on "<prefix>.heads"; replicas ask it for
+// lost ones on "<prefix>.replay". A replica that sees a gap asks its peers
+// on "<prefix>.have" which one is in sync with the worker and fetches that
+// worker's dump from it on "<prefix>.wdump.<peer>"; a starting replica
+// fetches a whole dump on "<prefix>.dump". Load operations travel in
+// numbered batches on "<prefix>.load", with heartbeats; a replica that
+// misses a batch fetches the origin's active requests on
+// "<prefix>.active.<origin>". Dumps and replays arrive as numbered chunks
+// ending with a final one. Core NATS delivers at most once: every loss is
+// found by a sequence number and repaired as above.
 package natsx

@@ -11,6 +11,7 @@ import (
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
 	"github.com/kvroute/kvroute/kvevents/natsx"
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
 
@@ -31,9 +32,17 @@ func Example() {
 	}
 	defer nc.Close()
 
+	// The router replica: index and tracker shared by the router and the
+	// Replica, which is the router's LoadSync.
 	index, _ := indexer.New(indexer.Config{})
 	tracker, _ := scheduling.NewTracker(scheduling.TrackerConfig{})
-	rep, err := natsx.NewReplica(natsx.ReplicaConfig{Conn: nc, ID: "router-1", Index: index, Tracker: tracker})
+	var r *router.Router
+	rep, err := natsx.NewReplica(natsx.ReplicaConfig{Conn: nc, ID: "router-1", Index: index, Tracker: tracker,
+		OnPeerLoad: func() { r.LoadChanged() }})
+	if err != nil {
+		panic(err)
+	}
+	r, err = router.New(router.Config{Index: index, LoadTracker: tracker, LoadSync: rep})
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +51,9 @@ func Example() {
 	go func() { done <- rep.Run(ctx) }()
 	<-rep.Ready()
 
+	// The relay: a Publisher (the Sink of the engine's event subscriber).
 	pub, _ := natsx.NewPublisher(natsx.PublisherConfig{Conn: nc})
+	go func() { _ = pub.Serve(ctx) }()
 	w := kvroute.WorkerKey{ID: 7}
 	_ = pub.Apply(&kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: 1,
 		Blocks: []kvroute.StoredBlock{{External: 1, Hash: 42}}})

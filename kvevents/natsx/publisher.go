@@ -1,9 +1,12 @@
 package natsx
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -27,6 +30,26 @@ const DefaultPrefix = "kvroute"
 func eventsSubject(prefix string) string { return prefix + ".events" }
 func loadSubject(prefix string) string   { return prefix + ".load" }
 func dumpSubject(prefix string) string   { return prefix + ".dump" }
+func headsSubject(prefix string) string  { return prefix + ".heads" }
+func replaySubject(prefix string) string { return prefix + ".replay" }
+func haveSubject(prefix string) string   { return prefix + ".have" }
+func workerDumpSubject(prefix, replica string) string {
+	return prefix + ".wdump." + replica
+}
+func activeSubject(prefix, replica string) string { return prefix + ".active." + replica }
+
+// Defaults of the Publisher's replay buffer and heads.
+const (
+	// DefaultReplayEvents is the per-worker replay buffer a zero
+	// PublisherConfig.ReplayEvents means.
+	DefaultReplayEvents = 8192
+	// DefaultHeadsInterval is the heads period a zero
+	// PublisherConfig.HeadsInterval means.
+	DefaultHeadsInterval = time.Second
+	// replayChunkBytes bounds the event bytes of one replay chunk, well
+	// under NATS's default 1 MB payload limit.
+	replayChunkBytes = 256 << 10
+)
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
@@ -38,6 +61,14 @@ type PublisherConfig struct {
 	// Hasher hashes the token ids of stored blocks that carry Tokens
 	// instead of a Hash. The zero Hasher rejects such events.
 	Hasher kvroute.Hasher
+	// ReplayEvents is how many of each worker's latest events the
+	// Publisher keeps to replay to replicas that lost them (Serve). Zero
+	// means DefaultReplayEvents; negative keeps none.
+	ReplayEvents int
+	// HeadsInterval is how often Serve announces each worker's last event
+	// ID, so that replicas notice events lost at the end of a burst. Zero
+	// means DefaultHeadsInterval.
+	HeadsInterval time.Duration
 	// Logger receives records of failed publishes. Nil discards.
 	Logger *slog.Logger
 }
@@ -46,24 +77,49 @@ type PublisherConfig struct {
 // Replica: it sits where an index would, behind a kvevents/zmq Subscriber
 // (or any other source), in one relay process per engine or per cluster.
 //
-// Each event is one message on "<prefix>.events": a Dynamo RouterEvent in
-// named msgpack (kvevents.AppendDynamoEvent), event_id = ID-1 (2^64-1 for
-// unsequenced events). ResetWorker is sent as an unsequenced Cleared event.
+// It numbers each worker's events itself, 1, 2, 3, ... for as long as it
+// lives, whatever numbering its source uses: each event is one message on
+// "<prefix>.events", a Dynamo RouterEvent in named msgpack
+// (kvevents.AppendDynamoEvent) with event_id = ID−1. The first message of
+// a worker is an unsequenced Cleared event (event_id 2^64−1), the marker
+// of a new sequence: replicas reset the worker. ResetWorker later on is a
+// sequenced Cleared event, so a replica that misses it sees the gap.
+//
+// It keeps each worker's last ReplayEvents messages, also those whose
+// publish failed (during a NATS reconnect), and Serve answers replicas'
+// replay requests from them and announces every worker's last ID.
 //
 // Calls must be serialised per worker, as for any Sink; a Publisher is
 // otherwise safe for concurrent use.
 type Publisher struct {
 	conn    *nats.Conn
+	prefix  string
 	subject string
 	hasher  kvroute.Hasher
+	keep    int
+	every   time.Duration
+	epoch   uint64
 	log     *slog.Logger
+
+	mu      sync.Mutex // guards workers and the published order
+	workers map[kvroute.WorkerKey]*pubWorker
+}
+
+// pubWorker is one worker's numbering and replay buffer.
+type pubWorker struct {
+	last uint64   // ID of the last event published
+	ring [][]byte // messages of IDs last−len(ring)+1 .. last, circular
+	head int      // index in ring of the oldest message
 }
 
 // NewPublisher returns a Publisher for cfg, or an error wrapping ErrConfig
-// when Conn is nil.
+// when Conn is nil or a duration is negative.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Conn == nil {
 		return nil, fmt.Errorf("%w: no NATS connection", ErrConfig)
+	}
+	if cfg.HeadsInterval < 0 {
+		return nil, fmt.Errorf("%w: heads interval %v", ErrConfig, cfg.HeadsInterval)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -72,33 +128,188 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Publisher{conn: cfg.Conn, subject: eventsSubject(cfg.Prefix), hasher: cfg.Hasher, log: log}, nil
+	keep := cfg.ReplayEvents
+	switch {
+	case keep == 0:
+		keep = DefaultReplayEvents
+	case keep < 0:
+		keep = 0
+	}
+	every := cfg.HeadsInterval
+	if every == 0 {
+		every = DefaultHeadsInterval
+	}
+	return &Publisher{conn: cfg.Conn, prefix: cfg.Prefix, subject: eventsSubject(cfg.Prefix), hasher: cfg.Hasher,
+		keep: keep, every: every, epoch: uint64(time.Now().UnixNano()), log: log,
+		workers: map[kvroute.WorkerKey]*pubWorker{}}, nil
 }
 
-// Apply publishes ev. It returns an error when ev is invalid, carries
-// tokens without a configured Hasher, or the connection refuses the
-// message (closed, or its buffer is full while reconnecting).
+// Apply numbers ev in its worker's sequence and publishes it (ev is not
+// modified). It returns an error when ev is invalid, carries tokens
+// without a configured Hasher, or the connection refuses the message
+// (closed, or its buffer is full while reconnecting); a refused message
+// stays in the replay buffer, so replicas recover it.
 func (p *Publisher) Apply(ev *kvroute.Event) error {
 	var d kvevents.DynamoEvent
 	if err := d.FromEvent(ev, p.hasher); err != nil {
 		return err
 	}
-	msg, err := kvevents.AppendDynamoEvent(nil, &d)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.publishLocked(ev.Worker, &d)
+}
+
+// ResetWorker tells the replicas to drop what they hold of w: a sequenced
+// Cleared event, or the new-sequence marker when w has no events yet.
+func (p *Publisher) ResetWorker(w kvroute.WorkerKey) {
+	ev := kvroute.Event{Kind: kvroute.EventCleared, Worker: w}
+	var d kvevents.DynamoEvent
+	if err := d.FromEvent(&ev, p.hasher); err != nil {
+		p.log.Warn("natsx: encoding a worker reset failed", "worker", w.String(), "err", err)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.publishLocked(w, &d); err != nil {
+		p.log.Warn("natsx: publishing a worker reset failed", "worker", w.String(), "err", err)
+	}
+}
+
+// publishLocked numbers d, keeps it for replay and publishes it, after the
+// new-sequence marker when w is new. p.mu is held.
+func (p *Publisher) publishLocked(w kvroute.WorkerKey, d *kvevents.DynamoEvent) error {
+	pw := p.workers[w]
+	if pw == nil {
+		pw = &pubWorker{}
+		p.workers[w] = pw
+		marker := kvevents.DynamoEvent{}
+		ev := kvroute.Event{Kind: kvroute.EventCleared, Worker: w}
+		if err := marker.FromEvent(&ev, p.hasher); err != nil {
+			return err
+		}
+		msg, err := kvevents.AppendDynamoEvent(nil, &marker)
+		if err != nil {
+			return err
+		}
+		if err := p.conn.Publish(p.subject, msg); err != nil {
+			p.log.Warn("natsx: publishing a new-sequence marker failed", "worker", w.String(), "err", err)
+		}
+		if d.Kind == kvevents.DynamoCleared {
+			return nil // the marker is the reset
+		}
+	}
+	d.EventID = pw.last // ID pw.last+1, as event_id = ID−1
+	msg, err := kvevents.AppendDynamoEvent(nil, d)
 	if err != nil {
 		return err
 	}
+	pw.last++
+	pw.keep(msg, p.keep)
 	if err := p.conn.Publish(p.subject, msg); err != nil {
 		return fmt.Errorf("natsx: publish: %w", err)
 	}
 	return nil
 }
 
-// ResetWorker publishes an unsequenced Cleared event for w, the reset
-// marker: replicas reset the worker in their index (its blocks and its
-// event sequence) and apply its following events as a new sequence.
-func (p *Publisher) ResetWorker(w kvroute.WorkerKey) {
-	ev := kvroute.Event{Kind: kvroute.EventCleared, Worker: w}
-	if err := p.Apply(&ev); err != nil {
-		p.log.Warn("natsx: publishing a worker reset failed", "worker", w.String(), "err", err)
+// keep stores msg as the newest of at most n messages.
+func (pw *pubWorker) keep(msg []byte, n int) {
+	switch {
+	case n == 0:
+	case len(pw.ring) < n:
+		pw.ring = append(pw.ring, msg)
+	default:
+		pw.ring[pw.head] = msg
+		pw.head = (pw.head + 1) % len(pw.ring)
+	}
+}
+
+// messages returns the kept messages of IDs from..to, or false when the
+// buffer does not hold all of them.
+func (pw *pubWorker) messages(from, to uint64) ([][]byte, bool) {
+	n := uint64(len(pw.ring))
+	if to > pw.last || n == 0 || from+n <= pw.last {
+		return nil, false
+	}
+	out := make([][]byte, 0, to-from+1)
+	first := pw.last - n + 1 // ID of ring[head]
+	for id := from; id <= to; id++ {
+		out = append(out, pw.ring[(pw.head+int(id-first))%len(pw.ring)])
+	}
+	return out, true
+}
+
+// Serve answers replicas' replay requests from the replay buffer and
+// announces each worker's last event ID every HeadsInterval, until ctx
+// ends; then it returns nil. It returns an error when subscribing fails.
+// A relay runs it on a goroutine of its own next to its event source.
+func (p *Publisher) Serve(ctx context.Context) error {
+	sub, err := p.conn.Subscribe(replaySubject(p.prefix), p.serveReplay)
+	if err != nil {
+		return fmt.Errorf("natsx: subscribe replay: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	var buf []byte
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		h := heads{epoch: p.epoch}
+		p.mu.Lock()
+		for w, pw := range p.workers {
+			h.last = append(h.last, workerID{w, pw.last})
+		}
+		p.mu.Unlock()
+		buf = appendHeads(buf[:0], &h)
+		if err := p.conn.Publish(headsSubject(p.prefix), buf); err != nil {
+			p.log.Debug("natsx: publishing heads failed", "err", err)
+		}
+	}
+}
+
+// serveReplay answers one replay request: the kept messages in chunks, or
+// a final chunk with ok false. Requests for workers this Publisher does not
+// know are left to other relays.
+func (p *Publisher) serveReplay(m *nats.Msg) {
+	req, err := decodeReplayReq(m.Data)
+	if err != nil || m.Reply == "" {
+		p.log.Debug("natsx: bad replay request", "err", err)
+		return
+	}
+	p.mu.Lock()
+	pw := p.workers[req.worker]
+	var msgs [][]byte
+	ok := false
+	if pw != nil {
+		msgs, ok = pw.messages(req.from, req.to)
+	}
+	p.mu.Unlock()
+	if pw == nil {
+		return
+	}
+	c := replayChunk{ok: ok}
+	size := 0
+	var buf []byte
+	for i, msg := range msgs {
+		c.msgs = append(c.msgs, msg)
+		size += len(msg)
+		if size < replayChunkBytes || i == len(msgs)-1 {
+			continue
+		}
+		buf = appendReplayChunk(buf[:0], &c)
+		if err := p.conn.Publish(m.Reply, buf); err != nil {
+			p.log.Debug("natsx: replay answer failed", "err", err)
+			return
+		}
+		c = replayChunk{index: c.index + 1, ok: ok}
+		size = 0
+	}
+	c.final = true
+	buf = appendReplayChunk(buf[:0], &c)
+	if err := p.conn.Publish(m.Reply, buf); err != nil {
+		p.log.Debug("natsx: replay answer failed", "err", err)
 	}
 }

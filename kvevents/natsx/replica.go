@@ -27,8 +27,14 @@ const (
 	// DefaultSyncTimeout is the wait for a peer's dump a zero
 	// ReplicaConfig.SyncTimeout means.
 	DefaultSyncTimeout = 2 * time.Second
-	// dumpChunkItems bounds the events and operations of one dump chunk,
-	// keeping chunks well under NATS's default 1 MB payload limit.
+	// DefaultLoadHeartbeat is the heartbeat period a zero
+	// ReplicaConfig.LoadHeartbeat means.
+	DefaultLoadHeartbeat = time.Second
+	// DefaultMaxPeerRequests is the bound a zero
+	// ReplicaConfig.MaxPeerRequests means.
+	DefaultMaxPeerRequests = 1 << 18
+	// dumpChunkItems bounds the events and requests of one chunk, keeping
+	// chunks well under NATS's default 1 MB payload limit.
 	dumpChunkItems = 256
 	// queueLen is the buffer of received messages; when it overflows NATS
 	// drops messages for this replica, which the event sequence reveals.
@@ -40,7 +46,6 @@ const (
 type Index interface {
 	Apply(ev *kvroute.Event) error
 	ResetWorker(w kvroute.WorkerKey)
-	LastEventID(w kvroute.WorkerKey) (uint64, bool)
 	Workers() []kvroute.WorkerKey
 	Dump(fn func(*kvroute.Event) error) error
 }
@@ -52,21 +57,41 @@ type ReplicaConfig struct {
 	// Prefix is the subject prefix shared with the Publisher and the other
 	// replicas. Empty means DefaultPrefix.
 	Prefix string
-	// ID names this router replica; it must differ between replicas.
+	// ID names this router replica; it must differ between replicas and
+	// be a valid NATS subject token (no spaces, dots or wildcards).
 	// Required.
 	ID string
 	// Index is the local index the replica keeps in step with the event
 	// stream. Required.
 	Index Index
-	// Tracker is the local active-request load tracker. Nil disables the
-	// load sync (Add, PrefillDone and Free then return errors / false).
+	// Tracker is the local load tracker, router.Router.Tracker() when the
+	// replica serves a router: the replica adds the other replicas'
+	// requests to it. Nil disables the load sync.
 	Tracker *scheduling.Tracker
+	// TTL is how long a request lives without an update, the same on every
+	// replica. Zero means Tracker.TTL(); set the routers' tracker TTL (and
+	// this) alike on every replica.
+	TTL time.Duration
+	// LoadHeartbeat is how often the replica tells its peers it is alive
+	// (and how far its load operations go). Zero means
+	// DefaultLoadHeartbeat.
+	LoadHeartbeat time.Duration
+	// PeerTimeout is how long after a peer's last message its requests are
+	// dropped. Zero means five LoadHeartbeats.
+	PeerTimeout time.Duration
+	// MaxPeerRequests bounds the requests kept per peer (and of this
+	// replica's own, to share). Zero means DefaultMaxPeerRequests.
+	MaxPeerRequests int
+	// OnPeerLoad, when set, is called after peers' requests finished their
+	// prefill or ended, from Run's goroutine: pass the router's
+	// LoadChanged so that queued requests look again.
+	OnPeerLoad func()
 	// SyncTimeout is how long Run waits for a peer's dump (or, once the
-	// dump started, for its next chunk) before it
-	// concludes that it is the first replica. Zero means
+	// dump started, for its next chunk) before it concludes that it is the
+	// first replica, and bounds each step of a worker's repair. Zero means
 	// DefaultSyncTimeout.
 	SyncTimeout time.Duration
-	// Logger receives records of gaps, resyncs and malformed messages.
+	// Logger receives records of gaps, repairs and malformed messages.
 	// Nil discards.
 	Logger *slog.Logger
 }
@@ -75,61 +100,75 @@ type ReplicaConfig struct {
 type ReplicaStats struct {
 	Events      uint64 // event messages received
 	Applied     uint64 // events applied to the index without error
-	ApplyErrs   uint64 // events the index rejected (other than gaps)
-	Gaps        uint64 // sequence gaps that forced a resync
-	Syncs       uint64 // dumps received and applied (or first-replica starts)
-	DumpsServed uint64 // dumps sent to other replicas
+	ApplyErrs   uint64 // events the index rejected
+	Gaps        uint64 // workers' sequence gaps seen (in the stream or in the relay's heads)
+	ByDump      uint64 // gaps repaired from a peer's dump of the worker
+	ByReplay    uint64 // gaps repaired from the relay's replay
+	Resets      uint64 // gaps neither could repair: the worker was reset
+	Syncs       uint64 // start-up dumps applied (or first-replica starts)
+	DumpsServed uint64 // dumps sent to other replicas (whole or one worker)
 	LoadOps     uint64 // load operations received from peers and applied
+	PeerResyncs uint64 // peers' active requests fetched after lost load messages
+	PeerDrops   uint64 // peers whose requests were dropped (silent, or restarted)
+	Overflow    uint64 // requests not shared or not kept: MaxPeerRequests reached
 	Malformed   uint64 // messages that did not decode
 }
 
-// activeReq is a request the load sync knows, kept to hand to a
-// restarting peer.
-type activeReq struct {
-	origin string
-	op     loadOp
+// ownReq is a request of this replica's router, kept to hand to peers.
+type ownReq struct {
+	op       loadOp
+	deadline time.Time
 }
 
 // Replica keeps one router replica's index and load in step with every
-// other replica's over NATS:
+// other replica's over NATS.
 //
-//   - it applies the events a Publisher sends on "<prefix>.events" to its
-//     Index, checking each worker's sequence;
-//   - it shares the active-request load: Add, PrefillDone and Free update
-//     the local Tracker at once and are broadcast on "<prefix>.load" in
-//     batches of up to MaxLoadBatch operations or LoadFlushInterval, tagged
-//     with the replica's ID; each replica applies the others' operations
-//     (and ignores its own echo) under the request id LocalID(origin, id),
-//     so all trackers hold the same requests under the same ids;
-//   - it starts (and recovers from a gap) by asking a peer for a dump of
-//     its state on "<prefix>.dump": the peer streams its index (as
-//     unsequenced events), each worker's last event ID and its active
-//     requests; events that arrive meanwhile are held back and applied
-//     after the dump, skipping those the dump already covers;
-//   - once in sync it serves dumps to other replicas (one replica of the
-//     queue group answers each request).
+// Index: it applies the events a Publisher sends on "<prefix>.events" to
+// its Index, checking each worker's sequence. A gap repairs that worker
+// only, while the others go on: from a peer's dump of the worker when a
+// peer is in sync with it, otherwise from the relay's replay buffer
+// (Publisher.Serve), and only when neither can, by resetting the worker
+// (counted in ReplicaStats.Resets). The event that revealed the gap, and
+// the worker's events that arrive meanwhile, are kept and applied after
+// the repair. The relay's periodic heads reveal events lost at the end of
+// a burst. At start the replica loads a whole dump from one peer.
 //
-// Run drives all of this on one goroutine; the load methods may be called
-// from any goroutine, before or while Run runs.
+// Load: the Replica is a router.LoadSync. The router adds its own requests
+// to its tracker and reports them here; the replica sends them to its
+// peers on "<prefix>.load" and adds the peers' requests to the same
+// tracker under LocalID(origin, id), so each router's Select counts every
+// request of every replica exactly once. Requests live TTL after their
+// last update on every replica (a joining replica gets the time each one
+// has left); a peer that stays silent for PeerTimeout, or restarts, has
+// its requests dropped; lost load messages are noticed by their sequence
+// numbers and repaired by fetching the peer's active requests.
+//
+// Run drives all of this on one goroutine; the LoadSync methods may be
+// called from any goroutine, before or while Run runs.
 type Replica struct {
-	cfg     ReplicaConfig
-	log     *slog.Logger
-	running atomic.Bool
-	ready   chan struct{}
-	once    sync.Once
+	cfg         ReplicaConfig
+	log         *slog.Logger
+	ttl         time.Duration
+	incarnation uint64
+	running     atomic.Bool
+	ready       chan struct{}
+	once        sync.Once
 
-	mu      sync.Mutex // guards pending and active
-	pending []loadOp   // local operations not yet published
-	active  map[scheduling.RequestID]activeReq
+	mu      sync.Mutex // guards pending, own and seq
+	pending []loadOp   // own operations not yet published
+	own     map[scheduling.RequestID]*ownReq
+	seq     uint64 // last load batch numbered
 	kick    chan struct{}
 
 	stats struct {
-		events, applied, applyErrs, gaps, syncs, dumps, loadOps, malformed atomic.Uint64
+		events, applied, applyErrs, gaps, byDump, byReplay, resets, syncs, dumps atomic.Uint64
+		loadOps, resyncs, drops, overflow, malformed                             atomic.Uint64
 	}
 }
 
 // NewReplica returns a Replica for cfg, or an error wrapping ErrConfig
-// when Conn, ID or Index is missing. It does not subscribe until Run.
+// when Conn, ID or Index is missing or a duration is negative. It does not
+// subscribe until Run.
 func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	switch {
 	case cfg.Conn == nil:
@@ -138,23 +177,48 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		return nil, fmt.Errorf("%w: no replica id", ErrConfig)
 	case cfg.Index == nil:
 		return nil, fmt.Errorf("%w: no index", ErrConfig)
+	case cfg.TTL < 0 || cfg.LoadHeartbeat < 0 || cfg.PeerTimeout < 0 || cfg.SyncTimeout < 0 || cfg.MaxPeerRequests < 0:
+		return nil, fmt.Errorf("%w: negative duration or bound", ErrConfig)
+	}
+	for _, c := range cfg.ID {
+		if c <= ' ' || c == '.' || c == '*' || c == '>' {
+			return nil, fmt.Errorf("%w: replica id %q is not a subject token", ErrConfig, cfg.ID)
+		}
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	if cfg.SyncTimeout <= 0 {
+	if cfg.SyncTimeout == 0 {
 		cfg.SyncTimeout = DefaultSyncTimeout
+	}
+	if cfg.LoadHeartbeat == 0 {
+		cfg.LoadHeartbeat = DefaultLoadHeartbeat
+	}
+	if cfg.PeerTimeout == 0 {
+		cfg.PeerTimeout = 5 * cfg.LoadHeartbeat
+	}
+	if cfg.MaxPeerRequests == 0 {
+		cfg.MaxPeerRequests = DefaultMaxPeerRequests
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	ttl := cfg.TTL
+	if ttl == 0 {
+		ttl = scheduling.DefaultRequestTTL
+		if cfg.Tracker != nil {
+			ttl = cfg.Tracker.TTL()
+		}
+	}
 	return &Replica{
-		cfg:    cfg,
-		log:    log.With("replica", cfg.ID),
-		ready:  make(chan struct{}),
-		active: make(map[scheduling.RequestID]activeReq),
-		kick:   make(chan struct{}, 1),
+		cfg:         cfg,
+		log:         log.With("replica", cfg.ID),
+		ttl:         ttl,
+		incarnation: uint64(time.Now().UnixNano()),
+		ready:       make(chan struct{}),
+		own:         make(map[scheduling.RequestID]*ownReq),
+		kick:        make(chan struct{}, 1),
 	}, nil
 }
 
@@ -166,73 +230,69 @@ func (r *Replica) Ready() <-chan struct{} { return r.ready }
 func (r *Replica) Stats() ReplicaStats {
 	return ReplicaStats{
 		Events: r.stats.events.Load(), Applied: r.stats.applied.Load(), ApplyErrs: r.stats.applyErrs.Load(),
-		Gaps: r.stats.gaps.Load(), Syncs: r.stats.syncs.Load(), DumpsServed: r.stats.dumps.Load(),
-		LoadOps: r.stats.loadOps.Load(), Malformed: r.stats.malformed.Load(),
+		Gaps: r.stats.gaps.Load(), ByDump: r.stats.byDump.Load(), ByReplay: r.stats.byReplay.Load(),
+		Resets: r.stats.resets.Load(), Syncs: r.stats.syncs.Load(), DumpsServed: r.stats.dumps.Load(),
+		LoadOps: r.stats.loadOps.Load(), PeerResyncs: r.stats.resyncs.Load(), PeerDrops: r.stats.drops.Load(),
+		Overflow: r.stats.overflow.Load(), Malformed: r.stats.malformed.Load(),
 	}
 }
 
-// ErrNoTracker is returned by Add when the replica has no Tracker.
-var ErrNoTracker = errors.New("natsx: replica has no tracker")
-
-// Add records a request this router sent to worker w (see
-// scheduling.Tracker.Add) under LocalID(ID, id) and shares it with the
-// other replicas. blocks is copied. It returns the Tracker's error, or
-// ErrNoTracker.
-func (r *Replica) Add(id scheduling.RequestID, w kvroute.WorkerKey, blocks []kvroute.SeqHash, prefillTokens int) error {
+// Added implements router.LoadSync: request id of this replica's router
+// went to worker w. blocks is copied.
+func (r *Replica) Added(id scheduling.RequestID, w kvroute.WorkerKey, blocks []kvroute.SeqHash, prefillTokens int) {
 	if r.cfg.Tracker == nil {
-		return ErrNoTracker
-	}
-	lid := LocalID(r.cfg.ID, id)
-	if err := r.cfg.Tracker.Add(lid, w, blocks, prefillTokens); err != nil {
-		return err
+		return
 	}
 	op := loadOp{op: opAdd, id: id, worker: w, prefillTokens: prefillTokens, blocks: append([]kvroute.SeqHash(nil), blocks...)}
 	r.mu.Lock()
-	r.active[lid] = activeReq{origin: r.cfg.ID, op: op}
-	r.mu.Unlock()
-	r.enqueue(op)
-	return nil
+	if len(r.own) >= r.cfg.MaxPeerRequests {
+		r.mu.Unlock()
+		r.stats.overflow.Add(1)
+		return
+	}
+	r.own[id] = &ownReq{op: op, deadline: time.Now().Add(r.ttl)}
+	r.enqueueLocked(op)
 }
 
-// PrefillDone records that request id of this router finished prefill
-// and shares it. It reports whether the request was tracked.
-func (r *Replica) PrefillDone(id scheduling.RequestID) bool {
-	if r.cfg.Tracker == nil {
-		return false
-	}
-	lid := LocalID(r.cfg.ID, id)
-	if !r.cfg.Tracker.PrefillDone(lid) {
-		return false
-	}
-	r.mu.Lock()
-	if a, ok := r.active[lid]; ok {
-		a.op.prefillDone = true
-		r.active[lid] = a
-	}
-	r.mu.Unlock()
-	r.enqueue(loadOp{op: opPrefillDone, id: id})
-	return true
+// PrefillDone implements router.LoadSync.
+func (r *Replica) PrefillDone(id scheduling.RequestID) {
+	r.update(id, loadOp{op: opPrefillDone, id: id}, func(o *ownReq) { o.op.prefillDone = true })
 }
 
-// Free records that request id of this router ended and shares it. It
-// reports whether the request was tracked.
-func (r *Replica) Free(id scheduling.RequestID) bool {
-	if r.cfg.Tracker == nil {
-		return false
+// OutputTokens implements router.LoadSync.
+func (r *Replica) OutputTokens(id scheduling.RequestID, n int) {
+	if n > 0 {
+		r.update(id, loadOp{op: opOutput, id: id, output: n}, func(o *ownReq) { o.op.output += n })
 	}
-	lid := LocalID(r.cfg.ID, id)
-	freed := r.cfg.Tracker.Free(lid)
-	r.mu.Lock()
-	delete(r.active, lid)
-	r.mu.Unlock()
-	if freed {
-		r.enqueue(loadOp{op: opFree, id: id})
-	}
-	return freed
 }
 
-func (r *Replica) enqueue(op loadOp) {
+// Freed implements router.LoadSync.
+func (r *Replica) Freed(id scheduling.RequestID) {
 	r.mu.Lock()
+	if _, ok := r.own[id]; !ok {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.own, id)
+	r.enqueueLocked(loadOp{op: opFree, id: id})
+}
+
+// update applies f to own request id and shares op, when the request is
+// known.
+func (r *Replica) update(id scheduling.RequestID, op loadOp, f func(*ownReq)) {
+	r.mu.Lock()
+	o := r.own[id]
+	if o == nil {
+		r.mu.Unlock()
+		return
+	}
+	f(o)
+	o.deadline = time.Now().Add(r.ttl)
+	r.enqueueLocked(op)
+}
+
+// enqueueLocked queues op for publishing and unlocks r.mu.
+func (r *Replica) enqueueLocked(op loadOp) {
 	r.pending = append(r.pending, op)
 	n := len(r.pending)
 	r.mu.Unlock()
@@ -244,170 +304,207 @@ func (r *Replica) enqueue(op loadOp) {
 	}
 }
 
-// syncState is Run's state while it waits for a dump.
-type syncState struct {
-	inbox    string
-	next     uint64 // next chunk index
-	chunks   []*dumpChunk
-	held     []*nats.Msg // events and load batches received meanwhile
-	deadline *time.Timer
-	reset    bool // drop the current state first (a resync, not the start)
+// takeBatchesLocked numbers and encodes the pending operations. r.mu is
+// held.
+func (r *Replica) takeBatchesLocked() [][]byte {
+	var out [][]byte
+	for ops := r.pending; len(ops) > 0; {
+		n := min(len(ops), MaxLoadBatch)
+		r.seq++
+		out = append(out, appendLoadBatch(nil, &loadBatch{origin: r.cfg.ID, incarnation: r.incarnation, seq: r.seq, ops: ops[:n]}))
+		ops = ops[n:]
+	}
+	r.pending = r.pending[:0]
+	return out
+}
+
+// publishAll publishes msgs on subject, logging failures (peers notice the
+// lost ones by their sequence numbers).
+func (r *Replica) publishAll(subject string, msgs [][]byte) {
+	for _, m := range msgs {
+		if err := r.cfg.Conn.Publish(subject, m); err != nil {
+			r.log.Debug("natsx: publish failed", "subject", subject, "err", err)
+		}
+	}
+}
+
+// flushLoad publishes the pending own operations.
+func (r *Replica) flushLoad() {
+	r.mu.Lock()
+	msgs := r.takeBatchesLocked()
+	r.mu.Unlock()
+	r.publishAll(loadSubject(r.cfg.Prefix), msgs)
+}
+
+// heartbeat publishes the pending operations and then a batch without
+// operations carrying the current sequence number; it also ends own
+// requests past their deadline (their router's tracker expires them too).
+func (r *Replica) heartbeat(now time.Time) {
+	r.mu.Lock()
+	for id, o := range r.own {
+		if now.After(o.deadline) {
+			delete(r.own, id)
+			r.pending = append(r.pending, loadOp{op: opFree, id: id})
+		}
+	}
+	msgs := r.takeBatchesLocked()
+	msgs = append(msgs, appendLoadBatch(nil, &loadBatch{origin: r.cfg.ID, incarnation: r.incarnation, seq: r.seq}))
+	r.mu.Unlock()
+	r.publishAll(loadSubject(r.cfg.Prefix), msgs)
+}
+
+// serveActive answers a peer's request for this replica's active requests:
+// the pending operations are published first, so the snapshot is exactly
+// the state after the last numbered batch.
+func (r *Replica) serveActive(reply string) {
+	now := time.Now()
+	r.mu.Lock()
+	msgs := r.takeBatchesLocked()
+	c := &activeChunk{incarnation: r.incarnation, seq: r.seq}
+	var chunks [][]byte
+	for _, o := range r.own {
+		c.reqs = append(c.reqs, activeReq{ttlMillis: max(o.deadline.Sub(now).Milliseconds(), 1), op: o.op})
+		if len(c.reqs) >= dumpChunkItems {
+			chunks = append(chunks, appendActiveChunk(nil, c))
+			c = &activeChunk{index: c.index + 1, incarnation: c.incarnation, seq: c.seq}
+		}
+	}
+	c.final = true
+	chunks = append(chunks, appendActiveChunk(nil, c))
+	r.mu.Unlock()
+	r.publishAll(loadSubject(r.cfg.Prefix), msgs)
+	r.publishAll(reply, chunks)
 }
 
 // Run subscribes, syncs from a peer and keeps the index and load in step
 // until ctx ends; then it unsubscribes, publishes pending load operations
-// and returns nil. It returns ErrRunning if already running, or an error
-// when subscribing fails.
+// and returns nil once the repairs it started have ended. It returns
+// ErrRunning if already running, or an error when subscribing fails.
 func (r *Replica) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
-	conn := r.cfg.Conn
-	ch := make(chan *nats.Msg, queueLen)
-	inboxBase := conn.NewRespInbox()
-	var subs []*nats.Subscription
-	var serving *nats.Subscription // the dump service, while in sync
+	ctx, cancel := context.WithCancel(ctx)
+	l := &loop{r: r, ctx: ctx, conn: r.cfg.Conn, ch: make(chan *nats.Msg, queueLen),
+		last: map[kvroute.WorkerKey]uint64{}, repairs: map[kvroute.WorkerKey]*repairState{},
+		peers: map[string]*peerState{}, repaired: make(chan repairResult, 16), resynced: make(chan resyncResult, 16)}
 	defer func() {
-		for _, s := range subs {
+		cancel()
+		l.wg.Wait()
+		for _, s := range l.subs {
 			_ = s.Unsubscribe()
 		}
-		if serving != nil {
-			_ = serving.Unsubscribe()
+		if l.serving != nil {
+			_ = l.serving.Unsubscribe()
 		}
 	}()
-	for _, subj := range []string{eventsSubject(r.cfg.Prefix), loadSubject(r.cfg.Prefix), inboxBase + ".*"} {
-		s, err := conn.ChanSubscribe(subj, ch)
-		if err != nil {
-			return fmt.Errorf("natsx: subscribe %s: %w", subj, err)
-		}
-		subs = append(subs, s)
+	return l.run()
+}
+
+// loop is the state of one Run, owned by its goroutine.
+type loop struct {
+	r       *Replica
+	ctx     context.Context
+	conn    *nats.Conn
+	ch      chan *nats.Msg
+	subs    []*nats.Subscription
+	serving *nats.Subscription // the whole-dump service, once in sync
+	inbox   string             // prefix of the start-up dump inboxes
+	wg      sync.WaitGroup     // repairs and resyncs in flight
+
+	start    *syncState                         // the start-up dump, until applied
+	last     map[kvroute.WorkerKey]uint64       // last event ID applied per worker
+	repairs  map[kvroute.WorkerKey]*repairState // workers being repaired
+	peers    map[string]*peerState
+	repaired chan repairResult
+	resynced chan resyncResult
+
+	ev    kvroute.Event
+	dyn   kvevents.DynamoEvent
+	batch loadBatch
+}
+
+// syncState is the start-up dump being received.
+type syncState struct {
+	inbox    string
+	attempt  int
+	next     uint64 // next chunk index
+	chunks   []*dumpChunk
+	held     []*nats.Msg // events received meanwhile
+	deadline *time.Timer
+}
+
+// repairState is a worker being repaired: need is the event ID the repair
+// must reach, held the worker's events received since the gap.
+type repairState struct {
+	need uint64
+	held [][]byte
+}
+
+// peerState is another replica's load as this one knows it.
+type peerState struct {
+	incarnation uint64
+	seq         uint64    // last load batch applied
+	heard       time.Time // last message
+	reqs        map[scheduling.RequestID]*peerReq
+	resyncing   bool
+	held        []loadBatch // batches received while resyncing
+}
+
+// peerReq is a peer's request in the local tracker.
+type peerReq struct {
+	deadline time.Time
+}
+
+func (l *loop) subscribe(subj string, queue string) (*nats.Subscription, error) {
+	var s *nats.Subscription
+	var err error
+	if queue == "" {
+		s, err = l.conn.ChanSubscribe(subj, l.ch)
+	} else {
+		s, err = l.conn.ChanQueueSubscribe(subj, queue, l.ch)
 	}
-	if err := conn.Flush(); err != nil {
+	if err != nil {
+		return nil, fmt.Errorf("natsx: subscribe %s: %w", subj, err)
+	}
+	return s, nil
+}
+
+func (l *loop) run() error {
+	r, p := l.r, l.r.cfg.Prefix
+	l.inbox = l.conn.NewRespInbox()
+	for _, subj := range []string{eventsSubject(p), loadSubject(p), headsSubject(p), haveSubject(p),
+		workerDumpSubject(p, r.cfg.ID), activeSubject(p, r.cfg.ID), l.inbox + ".*"} {
+		s, err := l.subscribe(subj, "")
+		if err != nil {
+			return err
+		}
+		l.subs = append(l.subs, s)
+	}
+	if err := l.conn.Flush(); err != nil {
 		return fmt.Errorf("natsx: flush: %w", err)
 	}
-	floors := make(map[kvroute.WorkerKey]uint64)
-	var attempt int
-	startSync := func(reset bool) *syncState {
-		if serving != nil {
-			// A replica that is syncing does not answer dump requests.
-			_ = serving.Unsubscribe()
-			serving = nil
-		}
-		attempt++
-		st := &syncState{inbox: inboxBase + "." + strconv.Itoa(attempt), reset: reset,
-			deadline: time.NewTimer(r.cfg.SyncTimeout)}
-		if err := conn.PublishRequest(dumpSubject(r.cfg.Prefix), st.inbox, []byte(r.cfg.ID)); err != nil {
-			r.log.Warn("natsx: dump request failed", "err", err)
-		}
-		return st
-	}
-	sync := startSync(false)
+	l.startSync(0)
 	flushTimer := time.NewTimer(time.Hour)
 	flushTimer.Stop()
 	defer flushTimer.Stop()
 	armed := false
-	var ops []loadOp
-	var ev kvroute.Event
-	var dyn kvevents.DynamoEvent
-
-	applyEvent := func(data []byte) (gap bool) {
-		r.stats.events.Add(1)
-		if _, err := kvevents.DecodeDynamoEvent(data, &dyn); err != nil {
-			r.stats.malformed.Add(1)
-			return false
-		}
-		if err := dyn.ToEvent(&ev); err != nil {
-			r.stats.malformed.Add(1)
-			return false
-		}
-		if ev.Kind == kvroute.EventCleared && ev.ID == 0 {
-			// A relay's worker reset (Publisher.ResetWorker): its events
-			// start a new sequence, whatever was applied before.
-			r.cfg.Index.ResetWorker(ev.Worker)
-			delete(floors, ev.Worker)
-			r.stats.applied.Add(1)
-			return false
-		}
-		if f, ok := floors[ev.Worker]; ok && ev.ID != 0 {
-			if ev.ID <= f {
-				return false // the dump covered it
-			}
-			delete(floors, ev.Worker)
-			if ev.ID != f+1 {
-				r.log.Info("natsx: gap after dump", "worker", ev.Worker.String(), "want", f+1, "got", ev.ID)
-				return true
-			}
-		}
-		err := r.cfg.Index.Apply(&ev)
-		switch {
-		case err == nil:
-			r.stats.applied.Add(1)
-		case errors.Is(err, indexer.ErrGap):
-			r.log.Info("natsx: event gap", "err", err)
-			return true
-		default:
-			r.stats.applyErrs.Add(1)
-		}
-		return false
-	}
-	applyLoad := func(data []byte) {
-		origin, got, err := decodeLoadBatch(data, ops[:0])
-		ops = got
-		if err != nil {
-			r.stats.malformed.Add(1)
-			return
-		}
-		if origin == r.cfg.ID {
-			return // our own echo
-		}
-		for i := range ops {
-			r.applyPeerOp(origin, &ops[i])
-		}
-	}
-	finishSync := func(st *syncState) {
-		st.deadline.Stop()
-		if st.reset {
-			for _, w := range r.cfg.Index.Workers() {
-				r.cfg.Index.ResetWorker(w)
-			}
-		}
-		clear(floors)
-		for _, c := range st.chunks {
-			for _, l := range c.last {
-				floors[l.worker] = l.id
-			}
-			for i := range c.events {
-				if err := c.events[i].ToEvent(&ev); err != nil {
-					r.stats.malformed.Add(1)
-					continue
-				}
-				if err := r.cfg.Index.Apply(&ev); err != nil {
-					r.stats.applyErrs.Add(1)
-				}
-			}
-			for i := range c.ops {
-				r.applyPeerOp(c.ops[i].origin, &c.ops[i].op)
-			}
-		}
-		r.stats.syncs.Add(1)
-		r.once.Do(func() { close(r.ready) })
-		r.log.Debug("natsx: synced", "chunks", len(st.chunks), "held", len(st.held))
-	}
-
-	var err error
+	tick := time.NewTicker(r.cfg.LoadHeartbeat)
+	defer tick.Stop()
 	for {
-		if sync == nil && serving == nil {
-			if serving, err = conn.ChanQueueSubscribe(dumpSubject(r.cfg.Prefix), "dump", ch); err != nil {
-				return fmt.Errorf("natsx: subscribe dump: %w", err)
+		if l.start == nil && l.serving == nil {
+			var err error
+			if l.serving, err = l.subscribe(dumpSubject(p), "dump"); err != nil {
+				return err
 			}
 		}
 		var deadline <-chan time.Time
-		if sync != nil {
-			deadline = sync.deadline.C
+		if l.start != nil {
+			deadline = l.start.deadline.C
 		}
 		select {
-		case <-ctx.Done():
+		case <-l.ctx.Done():
 			r.flushLoad()
 			return nil
 		case <-r.kick:
@@ -423,165 +520,488 @@ func (r *Replica) Run(ctx context.Context) error {
 		case <-flushTimer.C:
 			armed = false
 			r.flushLoad()
+		case now := <-tick.C:
+			r.heartbeat(now)
+			l.sweepPeers(now)
 		case <-deadline:
-			if len(sync.chunks) > 0 {
+			if len(l.start.chunks) > 0 {
 				r.log.Warn("natsx: dump incomplete, asking again")
-				held := sync.held
-				sync = startSync(sync.reset)
-				sync.held = held
+				l.startSync(l.start.attempt)
 				continue
 			}
-			// Nobody answered: we are the first replica.
-			st := sync
-			sync = nil
-			finishSync(st)
-			if rest, gap := r.replayHeld(st.held, applyEvent, applyLoad); gap {
-				sync = startSync(true)
-				sync.held = rest
-			}
-		case m := <-ch:
-			switch {
-			case m.Sub == serving:
-				if sync == nil && string(m.Data) != r.cfg.ID && m.Reply != "" {
-					r.serveDump(m.Reply)
-				}
-			case m.Sub == subs[0] || m.Sub == subs[1]:
-				if sync != nil {
-					sync.held = append(sync.held, m)
-					continue
-				}
-				if m.Sub == subs[1] {
-					applyLoad(m.Data)
-					continue
-				}
-				if applyEvent(m.Data) {
-					r.stats.gaps.Add(1)
-					sync = startSync(true)
-				}
-			default: // a dump chunk
-				if sync == nil || m.Subject != sync.inbox {
-					continue // a late reply to an earlier attempt
-				}
-				if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-					// No responders: no other replica is in sync yet, so
-					// this one starts from what it has.
-					st := sync
-					sync = nil
-					finishSync(st)
-					if rest, gap := r.replayHeld(st.held, applyEvent, applyLoad); gap {
-						sync = startSync(true)
-						sync.held = rest
-					}
-					continue
-				}
-				c, err := decodeDumpChunk(m.Data)
-				if err != nil || c.index != sync.next {
-					r.stats.malformed.Add(1)
-					r.log.Warn("natsx: bad dump chunk, asking again", "err", err)
-					held := sync.held
-					sync = startSync(sync.reset)
-					sync.held = held
-					continue
-				}
-				sync.next++
-				sync.chunks = append(sync.chunks, c)
-				// SyncTimeout bounds the silence between chunks, not the
-				// whole dump, which may be long for a large index.
-				if !sync.deadline.Stop() {
-					select {
-					case <-sync.deadline.C:
-					default:
-					}
-				}
-				sync.deadline.Reset(r.cfg.SyncTimeout)
-				if c.final {
-					st := sync
-					sync = nil
-					finishSync(st)
-					if rest, gap := r.replayHeld(st.held, applyEvent, applyLoad); gap {
-						sync = startSync(true)
-						sync.held = rest
-					}
-				}
-			}
+			l.finishSync() // nobody answered: the first replica
+		case res := <-l.repaired:
+			l.finishRepair(res)
+		case res := <-l.resynced:
+			l.finishResync(res)
+		case m := <-l.ch:
+			l.dispatch(m)
 		}
 	}
 }
 
-// replayHeld applies what arrived during a sync, in order. On a gap it
-// returns the messages after it, to be held by the resync it must start.
-func (r *Replica) replayHeld(held []*nats.Msg, applyEvent func([]byte) bool, applyLoad func([]byte)) (rest []*nats.Msg, gap bool) {
-	for i, m := range held {
-		if m.Subject == loadSubject(r.cfg.Prefix) {
-			applyLoad(m.Data)
-			continue
+func (l *loop) dispatch(m *nats.Msg) {
+	r := l.r
+	switch {
+	case m.Sub == l.subs[0]: // events
+		r.stats.events.Add(1)
+		if l.start != nil {
+			l.start.held = append(l.start.held, m)
+			return
 		}
-		if applyEvent(m.Data) {
-			r.stats.gaps.Add(1)
-			return held[i+1:], true
+		l.handleEvent(m.Data)
+	case m.Sub == l.subs[1]: // load
+		l.handleLoad(m.Data)
+	case m.Sub == l.subs[2]: // heads
+		if l.start == nil {
+			l.handleHeads(m.Data)
 		}
+	case m.Sub == l.subs[3]: // have
+		h, err := decodeHaveReq(m.Data)
+		if err != nil {
+			r.stats.malformed.Add(1)
+			return
+		}
+		if h.from != r.cfg.ID && m.Reply != "" {
+			// "+id" when in sync with the worker, "-" when not, so the
+			// asker need not wait for a timeout to try the relay.
+			answer := "-"
+			if l.inSync(h.want.worker, h.want.id) {
+				answer = "+" + r.cfg.ID
+			}
+			_ = m.Respond([]byte(answer))
+		}
+	case m.Sub == l.subs[4]: // a worker's dump
+		ws, err := readWorkerIDsMsg(m.Data)
+		if err != nil || len(ws) != 1 || m.Reply == "" {
+			r.stats.malformed.Add(1)
+			return
+		}
+		l.serveDump(m.Reply, &ws[0].worker)
+	case m.Sub == l.subs[5]: // our active requests
+		if m.Reply != "" {
+			r.serveActive(m.Reply)
+		}
+	case l.serving != nil && m.Sub == l.serving: // a whole dump
+		if string(m.Data) != r.cfg.ID && m.Reply != "" {
+			l.serveDump(m.Reply, nil)
+		}
+	case m.Sub == l.subs[6]: // a chunk of the start-up dump
+		l.handleStartChunk(m)
 	}
-	return nil, false
 }
 
-// applyPeerOp applies another router's load operation to the local
-// tracker.
-func (r *Replica) applyPeerOp(origin string, op *loadOp) {
-	if r.cfg.Tracker == nil {
+// readWorkerIDsMsg decodes a message that is a list of worker IDs.
+func readWorkerIDsMsg(p []byte) ([]workerID, error) {
+	ws, _, err := readWorkerIDs(p)
+	return ws, err
+}
+
+// inSync reports whether this replica has applied w's events through id
+// and is not repairing w.
+func (l *loop) inSync(w kvroute.WorkerKey, id uint64) bool {
+	if l.start != nil || l.repairs[w] != nil {
+		return false
+	}
+	last, ok := l.last[w]
+	return ok && last >= id
+}
+
+// decodeEvent decodes an event message into l.ev.
+func (l *loop) decodeEvent(data []byte) bool {
+	if _, err := kvevents.DecodeDynamoEvent(data, &l.dyn); err != nil {
+		l.r.stats.malformed.Add(1)
+		return false
+	}
+	if err := l.dyn.ToEvent(&l.ev); err != nil {
+		l.r.stats.malformed.Add(1)
+		return false
+	}
+	return true
+}
+
+// handleEvent applies one event message, or holds it while its worker is
+// being repaired, or starts a repair when it reveals a gap.
+func (l *loop) handleEvent(data []byte) {
+	r := l.r
+	if !l.decodeEvent(data) {
 		return
 	}
-	lid := LocalID(origin, op.id)
-	r.stats.loadOps.Add(1)
-	switch op.op {
-	case opAdd:
-		if err := r.cfg.Tracker.Add(lid, op.worker, op.blocks, op.prefillTokens); err != nil {
-			return // already known (a dump and a live add of one request)
+	ev := &l.ev
+	w := ev.Worker
+	if rep := l.repairs[w]; rep != nil {
+		rep.held = append(rep.held, data)
+		return
+	}
+	if ev.ID == 0 {
+		if ev.Kind == kvroute.EventCleared {
+			// The relay's new-sequence marker: its events of w start at 1.
+			r.cfg.Index.ResetWorker(w)
+			l.last[w] = 0
+			r.stats.applied.Add(1)
+			return
 		}
-		if op.prefillDone {
-			r.cfg.Tracker.PrefillDone(lid)
+		l.apply(ev)
+		return
+	}
+	last := l.last[w]
+	switch {
+	case ev.ID <= last:
+		return // a duplicate, or covered by a dump
+	case ev.ID > last+1:
+		r.stats.gaps.Add(1)
+		r.log.Info("natsx: event gap", "worker", w.String(), "want", last+1, "got", ev.ID)
+		l.startRepair(w, ev.ID-1)
+		l.repairs[w].held = append(l.repairs[w].held, data)
+		return
+	}
+	l.apply(ev)
+	l.last[w] = ev.ID
+}
+
+// apply applies ev to the index. The replica checks sequences itself, so a
+// gap the index reports (its own sequence was reset) is applied anew.
+func (l *loop) apply(ev *kvroute.Event) {
+	r := l.r
+	err := r.cfg.Index.Apply(ev)
+	if errors.Is(err, indexer.ErrGap) || errors.Is(err, indexer.ErrDuplicate) {
+		r.cfg.Index.ResetWorker(ev.Worker)
+		err = r.cfg.Index.Apply(ev)
+	}
+	if err == nil {
+		r.stats.applied.Add(1)
+		return
+	}
+	r.stats.applyErrs.Add(1)
+	r.log.Debug("natsx: index rejected event", "event", ev.String(), "err", err)
+}
+
+// handleHeads starts a repair of every worker the relay has published
+// more events of than this replica applied (events lost at the end of a
+// burst show no gap in the stream).
+func (l *loop) handleHeads(data []byte) {
+	h, err := decodeHeads(data)
+	if err != nil {
+		l.r.stats.malformed.Add(1)
+		return
+	}
+	for _, x := range h.last {
+		if x.id > l.last[x.worker] && l.repairs[x.worker] == nil {
+			l.r.stats.gaps.Add(1)
+			l.r.log.Info("natsx: events lost at the tail", "worker", x.worker.String(), "have", l.last[x.worker], "head", x.id)
+			l.startRepair(x.worker, x.id)
 		}
-		r.mu.Lock()
-		r.active[lid] = activeReq{origin: origin, op: *op}
-		r.mu.Unlock()
-	case opPrefillDone:
-		r.cfg.Tracker.PrefillDone(lid)
-		r.mu.Lock()
-		if a, ok := r.active[lid]; ok {
-			a.op.prefillDone = true
-			r.active[lid] = a
-		}
-		r.mu.Unlock()
-	case opFree:
-		r.cfg.Tracker.Free(lid)
-		r.mu.Lock()
-		delete(r.active, lid)
-		r.mu.Unlock()
 	}
 }
 
-// flushLoad publishes the pending local load operations.
-func (r *Replica) flushLoad() {
-	r.mu.Lock()
-	ops := r.pending
-	r.pending = nil
-	r.mu.Unlock()
-	for len(ops) > 0 {
-		n := min(len(ops), MaxLoadBatch)
-		msg := appendLoadBatch(nil, r.cfg.ID, ops[:n])
-		if err := r.cfg.Conn.Publish(loadSubject(r.cfg.Prefix), msg); err != nil {
-			r.log.Warn("natsx: publishing load failed", "err", err)
+// repairKind says how a repair ended.
+type repairKind uint8
+
+const (
+	byReset repairKind = iota
+	byDump
+	byReplay
+)
+
+// repairResult is what a repair goroutine fetched for worker.
+type repairResult struct {
+	worker kvroute.WorkerKey
+	kind   repairKind
+	last   uint64                 // byDump: the peer's last event ID
+	events []kvevents.DynamoEvent // byDump: the worker's blocks
+	msgs   [][]byte               // byReplay: the event messages
+}
+
+// startRepair marks w as being repaired up to need and fetches, on a
+// goroutine, a peer's dump of w or the relay's replay.
+func (l *loop) startRepair(w kvroute.WorkerKey, need uint64) {
+	l.repairs[w] = &repairState{need: need}
+	have, peers := l.last[w], len(l.peers)
+	l.wg.Go(func() {
+		res := l.r.repair(l.ctx, w, have, need, peers)
+		select {
+		case l.repaired <- res:
+		case <-l.ctx.Done():
 		}
-		ops = ops[n:]
+	})
+}
+
+// repair fetches what worker w needs to go from event have to need: a
+// dump from an in-sync peer, else the relay's replay, else nothing (the
+// worker will be reset). peers is the number of peers known from the load
+// sync: once that many said they are not in sync, the relay is asked
+// without waiting longer.
+func (r *Replica) repair(ctx context.Context, w kvroute.WorkerKey, have, need uint64, peers int) repairResult {
+	p := r.cfg.Prefix
+	res := repairResult{worker: w}
+	if peer := r.findPeer(ctx, w, need, peers); peer != "" {
+		var last uint64
+		var events []kvevents.DynamoEvent
+		err := r.fetch(ctx, workerDumpSubject(p, peer), appendWorkerIDs(nil, []workerID{{worker: w}}),
+			func(data []byte) (uint64, bool, error) {
+				c, err := decodeDumpChunk(data)
+				if err != nil {
+					return 0, false, err
+				}
+				if c.index == 0 {
+					if len(c.last) != 1 || c.last[0].worker != w {
+						return 0, false, errNotAvailable // the peer fell out of sync
+					}
+					last = c.last[0].id
+				}
+				events = append(events, c.events...)
+				return c.index, c.final, nil
+			})
+		if err == nil && last >= need {
+			res.kind, res.last, res.events = byDump, last, events
+			return res
+		}
+		r.log.Debug("natsx: peer dump failed", "worker", w.String(), "err", err)
+	}
+	if ctx.Err() != nil {
+		return res
+	}
+	var msgs [][]byte
+	err := r.fetch(ctx, replaySubject(p), appendReplayReq(nil, &replayReq{worker: w, from: have + 1, to: need}),
+		func(data []byte) (uint64, bool, error) {
+			c, err := decodeReplayChunk(data)
+			if err != nil {
+				return 0, false, err
+			}
+			if !c.ok {
+				return 0, false, errNotAvailable
+			}
+			for _, m := range c.msgs {
+				msgs = append(msgs, append([]byte(nil), m...))
+			}
+			return c.index, c.final, nil
+		})
+	if err == nil && uint64(len(msgs)) == need-have {
+		res.kind, res.msgs = byReplay, msgs
+		return res
+	}
+	r.log.Info("natsx: no replay for worker", "worker", w.String(), "from", have+1, "to", need, "err", err)
+	return res
+}
+
+// findPeer asks the peers which of them is in sync with w through event
+// need and returns the first that is, or "" when none says so in time.
+func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64, peers int) string {
+	wait := r.cfg.SyncTimeout
+	if peers == 0 {
+		wait /= 4 // no peer known: a short look, for peers not heard yet
+	}
+	inbox := r.cfg.Conn.NewRespInbox()
+	sub, err := r.cfg.Conn.SubscribeSync(inbox)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := r.cfg.Conn.PublishRequest(haveSubject(r.cfg.Prefix), inbox,
+		appendHaveReq(nil, &haveReq{from: r.cfg.ID, want: workerID{w, need}})); err != nil {
+		return ""
+	}
+	ctx = withTimeout(ctx, wait)
+	for no := 0; peers == 0 || no < peers; {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return ""
+		}
+		if len(m.Data) > 1 && m.Data[0] == '+' {
+			return string(m.Data[1:])
+		}
+		no++
+	}
+	return ""
+}
+
+// withTimeout returns ctx bounded by d; the bound's resources are freed
+// when ctx ends or d passes.
+func withTimeout(ctx context.Context, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(ctx, d)
+	context.AfterFunc(c, cancel)
+	return c
+}
+
+// fetch sends req on subject with a fresh inbox as reply subject and feeds
+// the chunks that come back, in order, to chunk (which returns the chunk's
+// index and whether it is the last) until the final one. Each chunk must
+// come within SyncTimeout.
+func (r *Replica) fetch(ctx context.Context, subject string, req []byte, chunk func([]byte) (uint64, bool, error)) error {
+	inbox := r.cfg.Conn.NewRespInbox()
+	sub, err := r.cfg.Conn.SubscribeSync(inbox)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := r.cfg.Conn.PublishRequest(subject, inbox, req); err != nil {
+		return err
+	}
+	for next := uint64(0); ; next++ {
+		m, err := sub.NextMsgWithContext(withTimeout(ctx, r.cfg.SyncTimeout))
+		if err != nil {
+			return err
+		}
+		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+			return nats.ErrNoResponders
+		}
+		i, final, err := chunk(m.Data)
+		if err != nil {
+			return err
+		}
+		if i != next {
+			return fmt.Errorf("%w: chunk %d, want %d", kvevents.ErrMalformed, i, next)
+		}
+		if final {
+			return nil
+		}
 	}
 }
 
-// serveDump streams the index, the last event IDs and the active requests
-// to reply, in chunks.
-func (r *Replica) serveDump(reply string) {
+// finishRepair applies a repair's result, then the worker's held events.
+func (l *loop) finishRepair(res repairResult) {
+	r := l.r
+	w := res.worker
+	rep := l.repairs[w]
+	if rep == nil {
+		return
+	}
+	delete(l.repairs, w)
+	switch res.kind {
+	case byDump:
+		r.cfg.Index.ResetWorker(w)
+		for i := range res.events {
+			if err := res.events[i].ToEvent(&l.ev); err != nil || l.ev.Worker != w {
+				r.stats.malformed.Add(1)
+				continue
+			}
+			l.ev.ID = 0
+			l.apply(&l.ev)
+		}
+		l.last[w] = res.last
+		r.stats.byDump.Add(1)
+	case byReplay:
+		for _, m := range res.msgs {
+			if !l.decodeEvent(m) || l.ev.Worker != w || l.ev.ID != l.last[w]+1 {
+				r.stats.malformed.Add(1)
+				continue
+			}
+			l.apply(&l.ev)
+			l.last[w] = l.ev.ID
+		}
+		r.stats.byReplay.Add(1)
+	default:
+		// Neither a peer nor the relay has the lost events: start the
+		// worker afresh from the next one.
+		r.cfg.Index.ResetWorker(w)
+		l.last[w] = rep.need
+		r.stats.resets.Add(1)
+		r.log.Warn("natsx: worker reset after a gap nothing could repair", "worker", w.String(), "next", rep.need+1)
+	}
+	for _, data := range rep.held {
+		l.handleEvent(data)
+	}
+}
+
+// startSync asks a peer for a whole dump (attempt counts the asks).
+func (l *loop) startSync(attempt int) {
+	var held []*nats.Msg
+	if l.start != nil {
+		held = l.start.held
+		l.start.deadline.Stop()
+	}
+	attempt++
+	l.start = &syncState{inbox: l.inbox + "." + strconv.Itoa(attempt), attempt: attempt, held: held,
+		deadline: time.NewTimer(l.r.cfg.SyncTimeout)}
+	if err := l.conn.PublishRequest(dumpSubject(l.r.cfg.Prefix), l.start.inbox, []byte(l.r.cfg.ID)); err != nil {
+		l.r.log.Warn("natsx: dump request failed", "err", err)
+	}
+}
+
+// handleStartChunk takes one chunk of the start-up dump.
+func (l *loop) handleStartChunk(m *nats.Msg) {
+	st := l.start
+	if st == nil || m.Subject != st.inbox {
+		return // a late reply to an earlier attempt
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		l.finishSync() // no responders: no other replica is in sync yet
+		return
+	}
+	c, err := decodeDumpChunk(m.Data)
+	if err != nil || c.index != st.next {
+		l.r.stats.malformed.Add(1)
+		l.r.log.Warn("natsx: bad dump chunk, asking again", "err", err)
+		l.startSync(st.attempt)
+		return
+	}
+	st.next++
+	st.chunks = append(st.chunks, c)
+	// SyncTimeout bounds the silence between chunks, not the whole dump.
+	if !st.deadline.Stop() {
+		select {
+		case <-st.deadline.C:
+		default:
+		}
+	}
+	st.deadline.Reset(l.r.cfg.SyncTimeout)
+	if c.final {
+		l.finishSync()
+	}
+}
+
+// finishSync applies the start-up dump (if any) and the events held
+// meanwhile.
+func (l *loop) finishSync() {
+	r, st := l.r, l.start
+	l.start = nil
+	st.deadline.Stop()
+	for _, c := range st.chunks {
+		for _, x := range c.last {
+			l.last[x.worker] = x.id
+		}
+		for i := range c.events {
+			if err := c.events[i].ToEvent(&l.ev); err != nil {
+				r.stats.malformed.Add(1)
+				continue
+			}
+			l.ev.ID = 0
+			l.apply(&l.ev)
+		}
+	}
+	r.stats.syncs.Add(1)
+	r.once.Do(func() { close(r.ready) })
+	r.log.Debug("natsx: synced", "chunks", len(st.chunks), "held", len(st.held))
+	for _, m := range st.held {
+		l.handleEvent(m.Data)
+	}
+}
+
+// errStop ends a dump early.
+var errStop = errors.New("natsx: stop")
+
+// serveDump streams the index of worker *only (or of every worker not
+// being repaired, when only is nil) with the last event IDs to reply, in
+// chunks. A worker this replica is not in sync with gets a first chunk
+// without last IDs.
+func (l *loop) serveDump(reply string, only *kvroute.WorkerKey) {
+	r := l.r
 	c := &dumpChunk{}
-	for _, w := range r.cfg.Index.Workers() {
-		if id, ok := r.cfg.Index.LastEventID(w); ok {
-			c.last = append(c.last, lastID{w, id})
+	switch {
+	case only != nil:
+		if last, ok := l.last[*only]; ok && l.inSync(*only, last) {
+			c.last = append(c.last, workerID{*only, last})
+		} else {
+			c.final = true
+			buf, _ := appendDumpChunk(nil, c)
+			_ = r.cfg.Conn.Publish(reply, buf)
+			return
+		}
+	default:
+		for w, id := range l.last {
+			if l.repairs[w] == nil {
+				c.last = append(c.last, workerID{w, id})
+			}
 		}
 	}
 	var buf []byte
@@ -597,7 +1017,18 @@ func (r *Replica) serveDump(reply string) {
 		c = &dumpChunk{index: c.index + 1}
 		return nil
 	}
+	seen := false
 	err := r.cfg.Index.Dump(func(ev *kvroute.Event) error {
+		switch {
+		case only != nil && ev.Worker != *only:
+			if seen {
+				return errStop // workers come one by one: done
+			}
+			return nil
+		case only == nil && l.repairs[ev.Worker] != nil:
+			return nil // the peer repairs it itself
+		}
+		seen = true
 		var d kvevents.DynamoEvent
 		if err := d.FromEvent(ev, kvroute.Hasher{}); err != nil {
 			return err
@@ -608,19 +1039,7 @@ func (r *Replica) serveDump(reply string) {
 		}
 		return nil
 	})
-	if err == nil {
-		r.mu.Lock()
-		for _, a := range r.active {
-			c.ops = append(c.ops, originOp{origin: a.origin, op: a.op})
-			if len(c.ops) >= dumpChunkItems {
-				if err = send(false); err != nil {
-					break
-				}
-			}
-		}
-		r.mu.Unlock()
-	}
-	if err == nil {
+	if err == nil || errors.Is(err, errStop) {
 		err = send(true)
 	}
 	if err != nil {
@@ -628,4 +1047,226 @@ func (r *Replica) serveDump(reply string) {
 		return
 	}
 	r.stats.dumps.Add(1)
+}
+
+// handleLoad applies a peer's load batch, in sequence; a gap, an unknown
+// peer that is already under way, or a restarted peer starts a resync of
+// its requests.
+func (l *loop) handleLoad(data []byte) {
+	r := l.r
+	if err := decodeLoadBatch(data, &l.batch); err != nil {
+		r.stats.malformed.Add(1)
+		return
+	}
+	b := &l.batch
+	if b.origin == r.cfg.ID || r.cfg.Tracker == nil {
+		return // our own echo
+	}
+	ps := l.peers[b.origin]
+	switch {
+	case ps != nil && b.incarnation < ps.incarnation:
+		return // from before the peer restarted
+	case ps != nil && b.incarnation > ps.incarnation:
+		l.dropPeer(b.origin, ps) // the peer restarted: its old requests are gone
+		ps = nil
+	}
+	if ps == nil {
+		ps = &peerState{incarnation: b.incarnation, reqs: map[scheduling.RequestID]*peerReq{}}
+		l.peers[b.origin] = ps
+	}
+	ps.heard = time.Now()
+	switch {
+	case ps.resyncing:
+		if len(b.ops) > 0 {
+			ps.held = append(ps.held, cloneBatch(b))
+		}
+	case len(b.ops) == 0: // a heartbeat
+		if b.seq > ps.seq {
+			l.startResync(b.origin, ps)
+		}
+	case b.seq <= ps.seq:
+	case b.seq == ps.seq+1:
+		l.applyPeerOps(b.origin, ps, b.ops)
+		ps.seq = b.seq
+	default:
+		l.startResync(b.origin, ps)
+		ps.held = append(ps.held, cloneBatch(b))
+	}
+}
+
+func cloneBatch(b *loadBatch) loadBatch {
+	c := *b
+	c.ops = append([]loadOp(nil), b.ops...)
+	return c
+}
+
+// applyPeerOps applies a peer's operations to the local tracker.
+func (l *loop) applyPeerOps(origin string, ps *peerState, ops []loadOp) {
+	r, tr := l.r, l.r.cfg.Tracker
+	now := time.Now()
+	eased := false
+	for i := range ops {
+		op := &ops[i]
+		r.stats.loadOps.Add(1)
+		lid := LocalID(origin, op.id)
+		switch op.op {
+		case opAdd:
+			if ps.reqs[op.id] != nil {
+				continue
+			}
+			if len(ps.reqs) >= r.cfg.MaxPeerRequests {
+				r.stats.overflow.Add(1)
+				continue
+			}
+			if err := tr.Add(lid, op.worker, op.blocks, op.prefillTokens); err != nil {
+				continue
+			}
+			if op.prefillDone {
+				tr.PrefillDone(lid)
+			}
+			if op.output > 0 {
+				tr.AddOutputTokens(lid, op.output)
+			}
+			ps.reqs[op.id] = &peerReq{deadline: now.Add(r.ttl)}
+		case opPrefillDone:
+			if pr := ps.reqs[op.id]; pr != nil {
+				tr.PrefillDone(lid)
+				pr.deadline = now.Add(r.ttl)
+				eased = true
+			}
+		case opOutput:
+			if pr := ps.reqs[op.id]; pr != nil {
+				tr.AddOutputTokens(lid, op.output)
+				pr.deadline = now.Add(r.ttl)
+			}
+		case opFree:
+			if ps.reqs[op.id] != nil {
+				tr.Free(lid)
+				delete(ps.reqs, op.id)
+				eased = true
+			}
+		}
+	}
+	if eased && r.cfg.OnPeerLoad != nil {
+		r.cfg.OnPeerLoad()
+	}
+}
+
+// dropPeer frees every request of peer origin and forgets it.
+func (l *loop) dropPeer(origin string, ps *peerState) {
+	for id := range ps.reqs {
+		l.r.cfg.Tracker.Free(LocalID(origin, id))
+	}
+	delete(l.peers, origin)
+	l.r.stats.drops.Add(1)
+	if len(ps.reqs) > 0 && l.r.cfg.OnPeerLoad != nil {
+		l.r.cfg.OnPeerLoad()
+	}
+}
+
+// sweepPeers drops silent peers and peers' requests past their deadline.
+func (l *loop) sweepPeers(now time.Time) {
+	r := l.r
+	eased := false
+	for origin, ps := range l.peers {
+		if now.Sub(ps.heard) > r.cfg.PeerTimeout {
+			r.log.Info("natsx: peer silent, dropping its requests", "peer", origin, "requests", len(ps.reqs))
+			l.dropPeer(origin, ps)
+			continue
+		}
+		for id, pr := range ps.reqs {
+			if now.After(pr.deadline) {
+				r.cfg.Tracker.Free(LocalID(origin, id))
+				delete(ps.reqs, id)
+				eased = true
+			}
+		}
+	}
+	if eased && r.cfg.OnPeerLoad != nil {
+		r.cfg.OnPeerLoad()
+	}
+}
+
+// resyncResult is a peer's active-request snapshot, or the error that
+// prevented it.
+type resyncResult struct {
+	origin      string
+	incarnation uint64
+	seq         uint64
+	reqs        []activeReq
+	err         error
+}
+
+// startResync fetches peer origin's active requests on a goroutine.
+func (l *loop) startResync(origin string, ps *peerState) {
+	if ps.resyncing {
+		return
+	}
+	ps.resyncing = true
+	l.r.stats.resyncs.Add(1)
+	l.wg.Go(func() {
+		res := resyncResult{origin: origin}
+		res.err = l.r.fetch(l.ctx, activeSubject(l.r.cfg.Prefix, origin), nil, func(data []byte) (uint64, bool, error) {
+			c, err := decodeActiveChunk(data)
+			if err != nil {
+				return 0, false, err
+			}
+			res.incarnation, res.seq = c.incarnation, c.seq
+			res.reqs = append(res.reqs, c.reqs...)
+			return c.index, c.final, nil
+		})
+		select {
+		case l.resynced <- res:
+		case <-l.ctx.Done():
+		}
+	})
+}
+
+// finishResync replaces a peer's requests by its snapshot and applies the
+// batches held meanwhile.
+func (l *loop) finishResync(res resyncResult) {
+	r := l.r
+	ps := l.peers[res.origin]
+	if ps == nil {
+		return
+	}
+	ps.resyncing = false
+	held := ps.held
+	ps.held = nil
+	if res.err != nil || res.incarnation != ps.incarnation {
+		// The next heartbeat tries again.
+		r.log.Info("natsx: peer resync failed", "peer", res.origin, "err", res.err)
+		ps.seq = 0
+		return
+	}
+	tr := r.cfg.Tracker
+	for id := range ps.reqs {
+		tr.Free(LocalID(res.origin, id))
+	}
+	clear(ps.reqs)
+	now := time.Now()
+	for i := range res.reqs {
+		a := &res.reqs[i]
+		l.applyPeerOps(res.origin, ps, []loadOp{a.op})
+		if pr := ps.reqs[a.op.id]; pr != nil {
+			pr.deadline = now.Add(time.Duration(a.ttlMillis) * time.Millisecond)
+		}
+	}
+	ps.seq = res.seq
+	for i := range held {
+		b := &held[i]
+		switch {
+		case b.seq <= ps.seq:
+		case b.seq == ps.seq+1:
+			l.applyPeerOps(res.origin, ps, b.ops)
+			ps.seq = b.seq
+		default:
+			l.startResync(res.origin, ps)
+			ps.held = append(ps.held, held[i:]...)
+			return
+		}
+	}
+	if r.cfg.OnPeerLoad != nil {
+		r.cfg.OnPeerLoad()
+	}
 }

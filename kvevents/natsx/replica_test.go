@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,9 +15,15 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/natsx"
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
+
+const bs = 4
+
+var hasher = kvroute.MustHasher(kvroute.HasherConfig{BlockSize: bs})
 
 // startNATS runs an in-process NATS server on a random loopback port.
 func startNATS(t *testing.T) string {
@@ -29,39 +36,72 @@ func startNATS(t *testing.T) string {
 	return s.ClientURL()
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
+// connect opens a connection that reconnects for ever, quickly.
+func connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectJitter(0, 0), nats.Timeout(2*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc
 }
 
-// node is one router replica under test.
+// nodeConfig tunes a router replica under test.
+type nodeConfig struct {
+	ttl, heartbeat, peerTimeout, syncTimeout time.Duration
+}
+
+func (c nodeConfig) withDefaults() nodeConfig {
+	if c.ttl == 0 {
+		c.ttl = time.Hour
+	}
+	if c.heartbeat == 0 {
+		c.heartbeat = 50 * time.Millisecond
+	}
+	if c.syncTimeout == 0 {
+		c.syncTimeout = 2 * time.Second
+	}
+	return c
+}
+
+// node is one router replica: a router whose index and tracker a Replica
+// keeps in step with the others.
 type node struct {
+	id      string
+	nc      *nats.Conn
 	ix      *indexer.Index
 	tracker *scheduling.Tracker
+	rt      *router.Router
 	rep     *natsx.Replica
 	cancel  context.CancelFunc
 	done    chan error
 }
 
-func startNode(t *testing.T, url, id string) *node {
+func startNode(t testing.TB, url, id string, cfg nodeConfig, workers ...kvroute.WorkerID) *node {
 	t.Helper()
-	ix, err := indexer.New(indexer.Config{})
+	cfg = cfg.withDefaults()
+	ix, err := indexer.New(indexer.Config{Hasher: hasher})
 	require.NoError(t, err)
-	tr, err := scheduling.NewTracker(scheduling.TrackerConfig{TTL: time.Hour})
+	tr, err := scheduling.NewTracker(scheduling.TrackerConfig{TTL: cfg.ttl, BlockSize: bs})
 	require.NoError(t, err)
-	rep, err := natsx.NewReplica(natsx.ReplicaConfig{Conn: connect(t, url), ID: id, Index: ix, Tracker: tr,
-		SyncTimeout: 2 * time.Second})
+	n := &node{id: id, nc: connect(t, url), ix: ix, tracker: tr, done: make(chan error, 1)}
+	n.rep, err = natsx.NewReplica(natsx.ReplicaConfig{Conn: n.nc, ID: id, Index: ix, Tracker: tr,
+		LoadHeartbeat: cfg.heartbeat, PeerTimeout: cfg.peerTimeout, SyncTimeout: cfg.syncTimeout,
+		OnPeerLoad: func() { n.rt.LoadChanged() }})
 	require.NoError(t, err)
+	n.rt, err = router.New(router.Config{Hasher: hasher, Index: ix, LoadTracker: tr, LoadSync: n.rep,
+		Selector: scheduling.SelectorConfig{Seed: 1}})
+	require.NoError(t, err)
+	for _, w := range workers {
+		require.NoError(t, n.rt.AddWorker(router.StaticWorker{WorkerID: w, Block: bs}))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{ix: ix, tracker: tr, rep: rep, cancel: cancel, done: make(chan error, 1)}
-	go func() { n.done <- rep.Run(ctx) }()
+	n.cancel = cancel
+	go func() { n.done <- n.rep.Run(ctx) }()
 	t.Cleanup(n.stop)
 	select {
-	case <-rep.Ready():
-	case <-time.After(10 * time.Second):
+	case <-n.rep.Ready():
+	case <-time.After(20 * time.Second):
 		t.Fatalf("replica %s never synced", id)
 	}
 	return n
@@ -72,24 +112,29 @@ func (n *node) stop() {
 		n.cancel()
 		<-n.done
 		n.cancel = nil
+		n.nc.Close()
 	}
+}
+
+// blocks returns the sorted sequence hashes n's index holds for w.
+func (n *node) blocks(w kvroute.WorkerKey) []kvroute.SeqHash {
+	b := n.ix.AppendWorkerBlocks(w, nil)
+	slices.Sort(b)
+	return b
 }
 
 // state is everything two replicas must agree on.
 func (n *node) state(workers []kvroute.WorkerKey) string {
 	out := ""
 	for _, w := range workers {
-		blocks := n.ix.AppendWorkerBlocks(w, nil)
-		slices.Sort(blocks)
-		last, _ := n.ix.LastEventID(w)
-		out += fmt.Sprintf("%s last=%d blocks=%v load=%+v\n", w, last, blocks, n.tracker.Load(w))
+		out += fmt.Sprintf("%s blocks=%v load=%+v\n", w, n.blocks(w), n.tracker.Load(w))
 	}
 	return out
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -98,16 +143,33 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// burst publishes n stored/removed events over the workers, numbered per
-// worker from next.
-func burst(t *testing.T, pub *natsx.Publisher, rng *rand.Rand, workers []kvroute.WorkerKey, next map[kvroute.WorkerKey]uint64,
+// startRelay returns a Publisher on conn with its Serve running, and the
+// function that stops Serve (also called at cleanup).
+func startRelay(t testing.TB, nc *nats.Conn, replay int) (*natsx.Publisher, func()) {
+	t.Helper()
+	pub, err := natsx.NewPublisher(natsx.PublisherConfig{Conn: nc, ReplayEvents: replay, HeadsInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pub.Serve(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return pub, stop
+}
+
+// burst publishes n stored/removed events over the workers.
+func burst(t *testing.T, pub *natsx.Publisher, rng *rand.Rand, workers []kvroute.WorkerKey,
 	held map[kvroute.WorkerKey][]kvroute.ExternalHash, n int) {
 	t.Helper()
-	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
 	for range n {
 		w := workers[rng.IntN(len(workers))]
-		next[w]++
-		ev := kvroute.Event{Worker: w, ID: next[w]}
+		ev := kvroute.Event{Worker: w}
 		if len(held[w]) > 0 && rng.IntN(4) == 0 {
 			ev.Kind = kvroute.EventRemoved
 			i := rng.IntN(len(held[w]))
@@ -116,7 +178,7 @@ func burst(t *testing.T, pub *natsx.Publisher, rng *rand.Rand, workers []kvroute
 		} else {
 			ev.Kind = kvroute.EventStored
 			ext := kvroute.ExternalHash(rng.Uint64())
-			ev.Blocks = []kvroute.StoredBlock{{External: ext, Hash: h.HashBlock([]uint32{rng.Uint32(), 1, 2, 3})}}
+			ev.Blocks = []kvroute.StoredBlock{{External: ext, Hash: hasher.HashBlock([]uint32{rng.Uint32(), 1, 2, 3})}}
 			held[w] = append(held[w], ext)
 		}
 		require.NoError(t, pub.Apply(&ev))
@@ -125,55 +187,216 @@ func burst(t *testing.T, pub *natsx.Publisher, rng *rand.Rand, workers []kvroute
 
 func TestReplicasConvergeAndRestart(t *testing.T) {
 	url := startNATS(t)
-	pubConn := connect(t, url)
-	pub, err := natsx.NewPublisher(natsx.PublisherConfig{Conn: pubConn})
-	require.NoError(t, err)
+	pub, _ := startRelay(t, connect(t, url), 0)
 	workers := []kvroute.WorkerKey{{ID: 1}, {ID: 2}, {ID: 2, Rank: 1}}
-	next := map[kvroute.WorkerKey]uint64{}
 	held := map[kvroute.WorkerKey][]kvroute.ExternalHash{}
 	rng := rand.New(rand.NewPCG(3, 4))
 
-	a := startNode(t, url, "router-a")
-	b := startNode(t, url, "router-b")
-
-	// A burst of events and routing decisions on both replicas.
-	burst(t, pub, rng, workers, next, held, 2000)
-	for i := range 300 {
-		n, id := a, scheduling.RequestID(i)
-		if i%2 == 1 {
-			n = b // the same request ids on both routers: they must not collide
-			id = scheduling.RequestID(i - 1)
-		}
-		w := workers[i%len(workers)]
-		require.NoError(t, n.rep.Add(id, w, []kvroute.SeqHash{kvroute.SeqHash(i), kvroute.SeqHash(i + 1)}, 64))
-		if i%3 == 0 {
-			require.True(t, n.rep.PrefillDone(id), "request %d", i)
-		}
-		if i%5 == 0 {
-			require.True(t, n.rep.Free(id))
-		}
-	}
-	want := func() string { return a.state(workers) }
+	a := startNode(t, url, "router-a", nodeConfig{}, 1, 2)
+	b := startNode(t, url, "router-b", nodeConfig{}, 1, 2)
+	burst(t, pub, rng, workers, held, 2000)
 	eventually(t, "a and b to converge", func() bool {
-		return a.state(workers) == b.state(workers) && a.rep.Stats().Applied == 2000
+		return a.state(workers) == b.state(workers) && a.rep.Stats().Applied >= 2000
 	})
-	require.Equal(t, 300-60, a.tracker.Len())
 	require.Zero(t, a.rep.Stats().Gaps)
 
 	// A replica that restarts rebuilds everything from a peer's dump, and
 	// then follows the stream with the others.
 	b.stop()
-	burst(t, pub, rng, workers, next, held, 500)
-	c := startNode(t, url, "router-b")
+	burst(t, pub, rng, workers, held, 500)
+	c := startNode(t, url, "router-b", nodeConfig{}, 1, 2)
 	require.Positive(t, a.rep.Stats().DumpsServed)
-	burst(t, pub, rng, workers, next, held, 500)
-	require.True(t, a.rep.Free(2))
-	eventually(t, "the restarted replica to converge", func() bool { return c.state(workers) == want() })
-	for _, w := range workers {
-		last, _ := c.ix.LastEventID(w)
-		require.Equal(t, next[w], last)
+	burst(t, pub, rng, workers, held, 500)
+	complete := func(n *node) bool {
+		for _, w := range workers {
+			if len(n.blocks(w)) != len(held[w]) {
+				return false
+			}
+		}
+		return true
 	}
-	require.Equal(t, a.tracker.Len(), c.tracker.Len())
+	eventually(t, "the restarted replica to converge", func() bool {
+		return complete(a) && complete(c) && c.state(workers) == a.state(workers)
+	})
+	require.Zero(t, c.rep.Stats().Resets)
+}
+
+// Two routers route known loads; each one's tracker counts every request
+// of both exactly once, and both empty when the requests end.
+func TestTwoRoutersShareLoadOnce(t *testing.T) {
+	url := startNATS(t)
+	a := startNode(t, url, "a", nodeConfig{}, 1, 2)
+	b := startNode(t, url, "b", nodeConfig{}, 1, 2)
+	w1, w2 := kvroute.WorkerKey{ID: 1}, kvroute.WorkerKey{ID: 2}
+	ctx := context.Background()
+	prompt := func(i int) []uint32 {
+		out := make([]uint32, 4*bs) // 4 blocks, 16 prefill tokens
+		for j := range out {
+			out[j] = uint32(1000*i + j)
+		}
+		return out
+	}
+	var decisions []*router.Decision
+	route := func(n *node, w kvroute.WorkerKey, i int) {
+		d, err := n.rt.Select(ctx, &router.Request{Tokens: prompt(i), Pin: w, HasPin: true})
+		require.NoError(t, err)
+		decisions = append(decisions, d)
+	}
+	for i := range 3 {
+		route(a, w1, i)
+	}
+	route(b, w1, 10)
+	route(b, w1, 11)
+	route(b, w2, 12)
+	want := map[kvroute.WorkerKey]scheduling.WorkerLoad{
+		w1: {ActiveRequests: 5, ActivePrefillTokens: 5 * 16, ActiveBlocks: 5 * 4},
+		w2: {ActiveRequests: 1, ActivePrefillTokens: 16, ActiveBlocks: 4},
+	}
+	for _, n := range []*node{a, b} {
+		eventually(t, n.id+" to see both routers' load", func() bool {
+			return n.tracker.Load(w1) == want[w1] && n.tracker.Load(w2) == want[w2]
+		})
+	}
+	// Select sees the shared load: an unpinned request avoids worker 1.
+	d, err := a.rt.Select(ctx, &router.Request{Tokens: prompt(99), Explain: true})
+	require.NoError(t, err)
+	require.Equal(t, w2, d.Worker)
+	for _, c := range d.Candidates {
+		require.Equal(t, want[c.Worker].ActivePrefillTokens, c.Load.ActivePrefillTokens, "%s", c.Worker)
+	}
+	d.Done(router.Outcome{})
+	for _, d := range decisions {
+		d.PrefillDone()
+		d.AddOutputTokens(2 * bs)
+	}
+	for _, n := range []*node{a, b} {
+		eventually(t, n.id+" to see the prefills done and the output", func() bool {
+			l := n.tracker.Load(w1)
+			return l.ActivePrefillTokens == 0 && l.ActiveRequests == 5 && l.ActiveBlocks == 5*4+5*2
+		})
+	}
+	for _, d := range decisions {
+		d.Done(router.Outcome{})
+	}
+	for _, n := range []*node{a, b} {
+		eventually(t, n.id+" to drain", func() bool { return n.tracker.Len() == 0 })
+	}
+}
+
+// dropEvent returns a drop function for the proxy that drops the event
+// messages of worker w with the given IDs.
+func dropEvent(w kvroute.WorkerKey, ids ...uint64) dropFunc {
+	return func(subject string, payload []byte, toClient bool) bool {
+		if subject != natsx.DefaultPrefix+".events" {
+			return false
+		}
+		var d kvevents.DynamoEvent
+		if _, err := kvevents.DecodeDynamoEvent(payload, &d); err != nil {
+			return false
+		}
+		return kvroute.WorkerID(d.WorkerID) == w.ID && slices.Contains(ids, d.EventID+1)
+	}
+}
+
+// A gap on one worker repairs that worker only: from a peer, else the
+// relay's replay, else a reset of that worker alone; the event that
+// revealed the gap is applied after the repair.
+func TestGapRepairsOnlyThatWorker(t *testing.T) {
+	w1, w2 := kvroute.WorkerKey{ID: 1}, kvroute.WorkerKey{ID: 2}
+	tests := []struct {
+		name        string
+		replay      int  // Publisher.ReplayEvents
+		peer        bool // a second replica that saw everything
+		tail        bool // the lost event is the last one
+		wantBlocks1 int
+		want        func(natsx.ReplicaStats) uint64
+	}{
+		{"peer dump", -1, true, false, 7, func(s natsx.ReplicaStats) uint64 { return s.ByDump }},
+		{"relay replay", 0, false, false, 7, func(s natsx.ReplicaStats) uint64 { return s.ByReplay }},
+		{"reset of that worker", -1, false, false, 1, func(s natsx.ReplicaStats) uint64 { return s.Resets }},
+		{"tail loss found by the heads", 0, false, true, 6, func(s natsx.ReplicaStats) uint64 { return s.ByReplay }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := startNATS(t)
+			proxy := startProxy(t, url[len("nats://"):])
+			proxy.setDrop(dropEvent(w1, 6))
+			x := startNode(t, proxy.URL(), "x", nodeConfig{syncTimeout: time.Second}, 1, 2)
+			var y *node
+			if tt.peer {
+				y = startNode(t, url, "y", nodeConfig{syncTimeout: time.Second}, 1, 2)
+			}
+			pub, _ := startRelay(t, connect(t, url), tt.replay)
+			store := func(w kvroute.WorkerKey, i uint32) {
+				ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w,
+					Blocks: []kvroute.StoredBlock{{External: kvroute.ExternalHash(i), Hash: hasher.HashBlock([]uint32{i, 1, 2, 3})}}}
+				require.NoError(t, pub.Apply(&ev))
+			}
+			for i := range uint32(5) {
+				store(w1, 10+i)
+				store(w2, 20+i)
+			}
+			eventually(t, "5 blocks each", func() bool { return len(x.blocks(w1)) == 5 && len(x.blocks(w2)) == 5 })
+			if y != nil {
+				eventually(t, "the peer", func() bool { return len(y.blocks(w1)) == 5 && len(y.blocks(w2)) == 5 })
+			}
+			store(w1, 15) // event 6: lost on the way to x
+			if !tt.tail {
+				store(w1, 16) // event 7 reveals the gap
+			}
+			eventually(t, "the repair", func() bool { return tt.want(x.rep.Stats()) == 1 })
+			eventually(t, "worker 1's blocks", func() bool { return len(x.blocks(w1)) == tt.wantBlocks1 })
+			require.Len(t, x.blocks(w2), 5, "the other worker was touched")
+			st := x.rep.Stats()
+			require.Equal(t, uint64(1), st.ByDump+st.ByReplay+st.Resets, "%+v", st)
+			require.Positive(t, proxy.dropped.Load())
+			if y != nil {
+				require.Equal(t, y.blocks(w1), x.blocks(w1))
+			}
+		})
+	}
+}
+
+// A peer that stops without freeing its requests has them dropped after
+// PeerTimeout; a joining replica gets each request with the time it has
+// left, not a fresh TTL; a router's expired requests leave every replica.
+func TestPeerRequestsAreBounded(t *testing.T) {
+	url := startNATS(t)
+	w := kvroute.WorkerKey{ID: 1}
+	cfg := nodeConfig{ttl: 3 * time.Second, heartbeat: 50 * time.Millisecond, peerTimeout: 500 * time.Millisecond}
+	a := startNode(t, url, "a", cfg, 1)
+	b := startNode(t, url, "b", cfg, 1)
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	start := time.Now()
+	_, err := a.rt.Select(context.Background(), &router.Request{Tokens: tokens}) // never Done
+	require.NoError(t, err)
+	eventually(t, "b to see a's request", func() bool { return b.tracker.Load(w).ActiveRequests == 1 })
+
+	// c joins half way through the request's TTL.
+	time.Sleep(time.Until(start.Add(cfg.ttl / 2)))
+	c := startNode(t, url, "c", cfg, 1)
+	eventually(t, "c to see a's request", func() bool { return c.tracker.Load(w).ActiveRequests == 1 })
+	// a's own tracker expires it (the host's CheckHealth), and the
+	// replicas drop it on the same TTL.
+	for _, n := range []*node{a, b, c} {
+		eventually(t, n.id+" to drop the expired request", func() bool {
+			a.rt.CheckHealth()
+			return n.tracker.Len() == 0
+		})
+	}
+	require.Less(t, time.Since(start), cfg.ttl+cfg.ttl/2, "a fresh TTL on joining")
+
+	// A router that dies with a request in flight: its peers drop it.
+	_, err = a.rt.Select(context.Background(), &router.Request{Tokens: tokens})
+	require.NoError(t, err)
+	eventually(t, "b and c to see the request", func() bool {
+		return b.tracker.Len() == 1 && c.tracker.Len() == 1
+	})
+	a.stop()
+	for _, n := range []*node{b, c} {
+		eventually(t, n.id+" to drop the dead peer's request", func() bool { return n.tracker.Len() == 0 })
+		require.Positive(t, n.rep.Stats().PeerDrops)
+	}
 }
 
 func TestLocalIDAndConfig(t *testing.T) {
@@ -184,39 +407,42 @@ func TestLocalIDAndConfig(t *testing.T) {
 	require.ErrorIs(t, err, natsx.ErrConfig)
 	ix, err := indexer.New(indexer.Config{})
 	require.NoError(t, err)
-	for _, cfg := range []natsx.ReplicaConfig{{ID: "x", Index: ix}, {Conn: &nats.Conn{}, Index: ix}, {Conn: &nats.Conn{}, ID: "x"}} {
+	for _, cfg := range []natsx.ReplicaConfig{
+		{ID: "x", Index: ix}, {Conn: &nats.Conn{}, Index: ix}, {Conn: &nats.Conn{}, ID: "x"},
+		{Conn: &nats.Conn{}, ID: "a.b", Index: ix}, {Conn: &nats.Conn{}, ID: "x", Index: ix, PeerTimeout: -1},
+	} {
 		_, err := natsx.NewReplica(cfg)
 		require.ErrorIs(t, err, natsx.ErrConfig)
 	}
 }
 
 // A relay that restarts numbers its workers' events from 1 again, after a
-// reset marker; replicas must apply the new sequence, not drop it as
-// duplicates of the old one.
+// new-sequence marker; replicas apply the new sequence, not drop it as
+// duplicates of the old one. A reset of a worker later on is an event of
+// its sequence.
 func TestReplicaFollowsARestartedRelay(t *testing.T) {
 	url := startNATS(t)
-	a := startNode(t, url, "a")
-	pubConn := connect(t, url)
-	pub, err := natsx.NewPublisher(natsx.PublisherConfig{Conn: pubConn})
-	require.NoError(t, err)
+	a := startNode(t, url, "a", nodeConfig{}, 3)
 	w := kvroute.WorkerKey{ID: 3}
-	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
-	store := func(id uint64, ext kvroute.ExternalHash, tok uint32) {
-		ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: id,
-			Blocks: []kvroute.StoredBlock{{External: ext, Hash: h.HashBlock([]uint32{tok, 1, 2, 3})}}}
+	store := func(pub *natsx.Publisher, ext kvroute.ExternalHash, tok uint32) {
+		ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: 99,
+			Blocks: []kvroute.StoredBlock{{External: ext, Hash: hasher.HashBlock([]uint32{tok, 1, 2, 3})}}}
 		require.NoError(t, pub.Apply(&ev))
 	}
-	for id := uint64(1); id <= 5; id++ {
-		store(id, kvroute.ExternalHash(id), uint32(id))
+	pub, stop := startRelay(t, connect(t, url), 0)
+	for id := range uint32(5) {
+		store(pub, kvroute.ExternalHash(id), id)
 	}
-	require.NoError(t, pubConn.Flush())
-	eventually(t, "the first sequence", func() bool { last, _ := a.ix.LastEventID(w); return last == 5 })
-
-	// The relay restarts: reset marker, then IDs from 1.
+	eventually(t, "the first sequence", func() bool { return len(a.blocks(w)) == 5 })
 	pub.ResetWorker(w)
-	store(1, 101, 101)
-	store(2, 102, 102)
-	require.NoError(t, pubConn.Flush())
-	eventually(t, "the new sequence", func() bool { last, ok := a.ix.LastEventID(w); return ok && last == 2 })
-	require.Len(t, a.ix.AppendWorkerBlocks(w, nil), 2, "the reset dropped the old blocks")
+	store(pub, 50, 50)
+	eventually(t, "the reset", func() bool { return len(a.blocks(w)) == 1 })
+
+	// The relay restarts: marker, then IDs from 1.
+	stop()
+	pub2, _ := startRelay(t, connect(t, url), 0)
+	store(pub2, 101, 101)
+	store(pub2, 102, 102)
+	eventually(t, "the new sequence", func() bool { return len(a.blocks(w)) == 2 })
+	require.Zero(t, a.rep.Stats().Resets)
 }

@@ -1,6 +1,7 @@
 package natsx
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
@@ -11,11 +12,15 @@ import (
 	"github.com/kvroute/kvroute/scheduling"
 )
 
+// Every message below is a msgpack array; decoders check lengths against
+// the bytes left before allocating, and wrap kvevents.ErrMalformed.
+
 // Load operations carried on the load subject.
 const (
 	opAdd         = 1
 	opPrefillDone = 2
 	opFree        = 3
+	opOutput      = 4
 )
 
 // loadOp is one change to the active-request load, as a router made it.
@@ -24,14 +29,16 @@ type loadOp struct {
 	id            scheduling.RequestID // the origin router's request id
 	worker        kvroute.WorkerKey    // opAdd only
 	prefillTokens int                  // opAdd only
-	prefillDone   bool                 // opAdd in a dump: its prefill already completed
+	prefillDone   bool                 // opAdd in a snapshot: its prefill already completed
+	output        int                  // opOutput: new tokens; opAdd in a snapshot: tokens so far
 	blocks        []kvroute.SeqHash    // opAdd only
 }
 
 // LocalID maps a request id of router origin to the RequestID every
-// replica's tracker uses for it: XXH3-64 of the origin and the id. Request
-// ids of different routers may collide; their local ids practically do
-// not.
+// other replica's tracker uses for it: XXH3-64 of the origin and the id.
+// Request ids of different routers may collide; their local ids
+// practically do not, nor do they collide with a router's own small
+// sequential ids.
 func LocalID(origin string, id scheduling.RequestID) scheduling.RequestID {
 	var b [8]byte
 	for i := range b {
@@ -40,25 +47,102 @@ func LocalID(origin string, id scheduling.RequestID) scheduling.RequestID {
 	return scheduling.RequestID(xxh3.HashSeed(b[:], xxh3.HashString(origin)))
 }
 
-// appendLoadBatch encodes [origin, [[op, id, worker, rank, prefill, done, [blocks]], ...]].
-func appendLoadBatch(dst []byte, origin string, ops []loadOp) []byte {
-	dst = msgp.AppendArrayHeader(dst, 2)
-	dst = msgp.AppendString(dst, origin)
-	dst = msgp.AppendArrayHeader(dst, uint32(len(ops)))
-	for i := range ops {
-		dst = appendLoadOp(dst, &ops[i])
+// malformed wraps kvevents.ErrMalformed with what was being read.
+func malformed(what string, err error) error {
+	if err == nil {
+		return fmt.Errorf("%w: %s", kvevents.ErrMalformed, what)
+	}
+	return fmt.Errorf("%w: %s: %w", kvevents.ErrMalformed, what, err)
+}
+
+// arrayOf reads an array header of exactly n elements.
+func arrayOf(p []byte, n uint32, what string) ([]byte, error) {
+	m, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return p, malformed(what, err)
+	}
+	if m != n {
+		return p, malformed(what, fmt.Errorf("%d elements, want %d", m, n))
+	}
+	return p, nil
+}
+
+// listOf reads an array header whose elements take at least min bytes each.
+func listOf(p []byte, min int, what string) (uint32, []byte, error) {
+	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return 0, p, malformed(what, err)
+	}
+	if int64(n)*int64(min) > int64(len(p)) {
+		return 0, p, malformed(what, fmt.Errorf("%d elements in %d bytes", n, len(p)))
+	}
+	return n, p, nil
+}
+
+func appendWorker(dst []byte, w kvroute.WorkerKey) []byte {
+	dst = msgp.AppendUint64(dst, uint64(w.ID))
+	return msgp.AppendUint32(dst, uint32(w.Rank))
+}
+
+func readWorker(p []byte) (kvroute.WorkerKey, []byte, error) {
+	id, p, err := msgp.ReadUint64Bytes(p)
+	if err != nil {
+		return kvroute.WorkerKey{}, p, malformed("worker id", err)
+	}
+	rank, p, err := msgp.ReadUint32Bytes(p)
+	if err != nil {
+		return kvroute.WorkerKey{}, p, malformed("worker rank", err)
+	}
+	return kvroute.WorkerKey{ID: kvroute.WorkerID(id), Rank: kvroute.DPRank(rank)}, p, nil
+}
+
+// workerID is a worker and an event ID: its last one, or the one asked for.
+type workerID struct {
+	worker kvroute.WorkerKey
+	id     uint64
+}
+
+func appendWorkerIDs(dst []byte, l []workerID) []byte {
+	dst = msgp.AppendArrayHeader(dst, uint32(len(l)))
+	for _, x := range l {
+		dst = msgp.AppendArrayHeader(dst, 3)
+		dst = appendWorker(dst, x.worker)
+		dst = msgp.AppendUint64(dst, x.id)
 	}
 	return dst
 }
 
+func readWorkerIDs(p []byte) ([]workerID, []byte, error) {
+	n, p, err := listOf(p, 4, "worker ids")
+	if err != nil {
+		return nil, p, err
+	}
+	out := make([]workerID, 0, n)
+	for range n {
+		var x workerID
+		if p, err = arrayOf(p, 3, "worker id entry"); err != nil {
+			return nil, p, err
+		}
+		if x.worker, p, err = readWorker(p); err != nil {
+			return nil, p, err
+		}
+		if x.id, p, err = msgp.ReadUint64Bytes(p); err != nil {
+			return nil, p, malformed("event id", err)
+		}
+		out = append(out, x)
+	}
+	return out, p, nil
+}
+
+// appendLoadOp encodes [op, id, worker, rank, prefill, done, output, [blocks]].
 func appendLoadOp(dst []byte, o *loadOp) []byte {
-	dst = msgp.AppendArrayHeader(dst, 7)
+	dst = msgp.AppendArrayHeader(dst, 8)
 	dst = msgp.AppendUint8(dst, o.op)
 	dst = msgp.AppendUint64(dst, uint64(o.id))
-	dst = msgp.AppendUint64(dst, uint64(o.worker.ID))
-	dst = msgp.AppendUint32(dst, uint32(o.worker.Rank))
+	dst = appendWorker(dst, o.worker)
 	dst = msgp.AppendInt(dst, o.prefillTokens)
 	dst = msgp.AppendBool(dst, o.prefillDone)
+	dst = msgp.AppendInt(dst, o.output)
 	dst = msgp.AppendArrayHeader(dst, uint32(len(o.blocks)))
 	for _, b := range o.blocks {
 		dst = msgp.AppendUint64(dst, uint64(b))
@@ -66,72 +150,44 @@ func appendLoadOp(dst []byte, o *loadOp) []byte {
 	return dst
 }
 
-func decodeLoadBatch(p []byte, ops []loadOp) (string, []loadOp, error) {
-	n, p, err := msgp.ReadArrayHeaderBytes(p)
-	if err != nil || n != 2 {
-		return "", ops, fmt.Errorf("%w: load batch", kvevents.ErrMalformed)
-	}
-	origin, p, err := msgp.ReadStringBytes(p)
-	if err != nil {
-		return "", ops, fmt.Errorf("%w: load batch origin: %w", kvevents.ErrMalformed, err)
-	}
-	ops, _, err = readLoadOps(p, ops)
-	return origin, ops, err
-}
-
-func readLoadOps(p []byte, ops []loadOp) ([]loadOp, []byte, error) {
-	n, p, err := msgp.ReadArrayHeaderBytes(p)
-	if err != nil {
-		return ops, p, fmt.Errorf("%w: load ops: %w", kvevents.ErrMalformed, err)
-	}
-	if int64(n)*8 > int64(len(p)) {
-		return ops, p, fmt.Errorf("%w: %d load ops in %d bytes", kvevents.ErrMalformed, n, len(p))
-	}
-	for range n {
-		var o loadOp
-		if o, p, err = readLoadOp(p); err != nil {
-			return ops, p, err
-		}
-		ops = append(ops, o)
-	}
-	return ops, p, nil
-}
-
 func readLoadOp(p []byte) (loadOp, []byte, error) {
 	var o loadOp
-	n, p, err := msgp.ReadArrayHeaderBytes(p)
-	if err != nil || n != 7 {
-		return o, p, fmt.Errorf("%w: load op", kvevents.ErrMalformed)
+	p, err := arrayOf(p, 8, "load op")
+	if err != nil {
+		return o, p, err
 	}
-	var id, wid uint64
-	var rank uint32
-	var nb uint32
+	var id uint64
 	if o.op, p, err = msgp.ReadUint8Bytes(p); err == nil {
-		if id, p, err = msgp.ReadUint64Bytes(p); err == nil {
-			if wid, p, err = msgp.ReadUint64Bytes(p); err == nil {
-				if rank, p, err = msgp.ReadUint32Bytes(p); err == nil {
-					if o.prefillTokens, p, err = msgp.ReadIntBytes(p); err == nil {
-						if o.prefillDone, p, err = msgp.ReadBoolBytes(p); err == nil {
-							nb, p, err = msgp.ReadArrayHeaderBytes(p)
-						}
-					}
-				}
-			}
+		id, p, err = msgp.ReadUint64Bytes(p)
+	}
+	if err != nil {
+		return o, p, malformed("load op", err)
+	}
+	if o.worker, p, err = readWorker(p); err != nil {
+		return o, p, err
+	}
+	if o.prefillTokens, p, err = msgp.ReadIntBytes(p); err == nil {
+		if o.prefillDone, p, err = msgp.ReadBoolBytes(p); err == nil {
+			o.output, p, err = msgp.ReadIntBytes(p)
 		}
 	}
 	if err != nil {
-		return o, p, fmt.Errorf("%w: load op: %w", kvevents.ErrMalformed, err)
+		return o, p, malformed("load op", err)
 	}
-	if int64(nb) > int64(len(p)) {
-		return o, p, fmt.Errorf("%w: %d blocks in %d bytes", kvevents.ErrMalformed, nb, len(p))
+	if o.op < opAdd || o.op > opOutput || o.prefillTokens < 0 || o.output < 0 {
+		return o, p, malformed("load op", fmt.Errorf("op %d, prefill %d, output %d", o.op, o.prefillTokens, o.output))
 	}
-	o.id, o.worker = scheduling.RequestID(id), kvroute.WorkerKey{ID: kvroute.WorkerID(wid), Rank: kvroute.DPRank(rank)}
-	if nb > 0 {
-		o.blocks = make([]kvroute.SeqHash, nb)
+	o.id = scheduling.RequestID(id)
+	n, p, err := listOf(p, 1, "load op blocks")
+	if err != nil {
+		return o, p, err
+	}
+	if n > 0 {
+		o.blocks = make([]kvroute.SeqHash, n)
 		for i := range o.blocks {
 			var b uint64
 			if b, p, err = msgp.ReadUint64Bytes(p); err != nil {
-				return o, p, fmt.Errorf("%w: load op block: %w", kvevents.ErrMalformed, err)
+				return o, p, malformed("load op block", err)
 			}
 			o.blocks[i] = kvroute.SeqHash(b)
 		}
@@ -139,38 +195,145 @@ func readLoadOp(p []byte) (loadOp, []byte, error) {
 	return o, p, nil
 }
 
-// A dump is sent as chunks to the requester's inbox, each
-// [index, final, [[worker, rank, lastID], ...], [event, ...], [[origin, loadOp], ...]].
-// Only chunk 0 carries last IDs.
-type lastID struct {
-	worker kvroute.WorkerKey
-	id     uint64
+// loadBatch is one message on the load subject: the operations a router
+// made since its last batch, numbered by seq per incarnation. A batch
+// without operations is a heartbeat carrying the current seq.
+type loadBatch struct {
+	origin      string
+	incarnation uint64
+	seq         uint64
+	ops         []loadOp
 }
 
-type originOp struct {
-	origin string
-	op     loadOp
+func appendLoadBatch(dst []byte, b *loadBatch) []byte {
+	dst = msgp.AppendArrayHeader(dst, 4)
+	dst = msgp.AppendString(dst, b.origin)
+	dst = msgp.AppendUint64(dst, b.incarnation)
+	dst = msgp.AppendUint64(dst, b.seq)
+	dst = msgp.AppendArrayHeader(dst, uint32(len(b.ops)))
+	for i := range b.ops {
+		dst = appendLoadOp(dst, &b.ops[i])
+	}
+	return dst
 }
 
-type dumpChunk struct {
-	index  uint64
-	final  bool
-	last   []lastID
-	events []kvevents.DynamoEvent
-	ops    []originOp
+// decodeLoadBatch decodes p into b, reusing b.ops.
+func decodeLoadBatch(p []byte, b *loadBatch) error {
+	p, err := arrayOf(p, 4, "load batch")
+	if err != nil {
+		return err
+	}
+	if b.origin, p, err = msgp.ReadStringBytes(p); err != nil {
+		return malformed("load batch origin", err)
+	}
+	if b.incarnation, p, err = msgp.ReadUint64Bytes(p); err == nil {
+		b.seq, p, err = msgp.ReadUint64Bytes(p)
+	}
+	if err != nil {
+		return malformed("load batch", err)
+	}
+	n, p, err := listOf(p, 9, "load ops")
+	if err != nil {
+		return err
+	}
+	b.ops = b.ops[:0]
+	for range n {
+		var o loadOp
+		if o, p, err = readLoadOp(p); err != nil {
+			return err
+		}
+		b.ops = append(b.ops, o)
+	}
+	return nil
 }
 
-func appendDumpChunk(dst []byte, c *dumpChunk) ([]byte, error) {
+// activeReq is a request in an active snapshot: its operation as an add
+// (with its prefill state and output so far) and the time it has left
+// before it expires.
+type activeReq struct {
+	ttlMillis int64
+	op        loadOp
+}
+
+// activeChunk is one chunk of a router's active-request snapshot, the
+// answer to a request on "<prefix>.active.<origin>".
+type activeChunk struct {
+	index       uint64
+	final       bool
+	incarnation uint64
+	seq         uint64 // the last load batch the snapshot includes
+	reqs        []activeReq
+}
+
+func appendActiveChunk(dst []byte, c *activeChunk) []byte {
 	dst = msgp.AppendArrayHeader(dst, 5)
 	dst = msgp.AppendUint64(dst, c.index)
 	dst = msgp.AppendBool(dst, c.final)
-	dst = msgp.AppendArrayHeader(dst, uint32(len(c.last)))
-	for _, l := range c.last {
-		dst = msgp.AppendArrayHeader(dst, 3)
-		dst = msgp.AppendUint64(dst, uint64(l.worker.ID))
-		dst = msgp.AppendUint32(dst, uint32(l.worker.Rank))
-		dst = msgp.AppendUint64(dst, l.id)
+	dst = msgp.AppendUint64(dst, c.incarnation)
+	dst = msgp.AppendUint64(dst, c.seq)
+	dst = msgp.AppendArrayHeader(dst, uint32(len(c.reqs)))
+	for i := range c.reqs {
+		dst = msgp.AppendArrayHeader(dst, 2)
+		dst = msgp.AppendInt64(dst, c.reqs[i].ttlMillis)
+		dst = appendLoadOp(dst, &c.reqs[i].op)
 	}
+	return dst
+}
+
+func decodeActiveChunk(p []byte) (*activeChunk, error) {
+	c := &activeChunk{}
+	p, err := arrayOf(p, 5, "active chunk")
+	if err != nil {
+		return nil, err
+	}
+	if c.index, p, err = msgp.ReadUint64Bytes(p); err == nil {
+		if c.final, p, err = msgp.ReadBoolBytes(p); err == nil {
+			if c.incarnation, p, err = msgp.ReadUint64Bytes(p); err == nil {
+				c.seq, p, err = msgp.ReadUint64Bytes(p)
+			}
+		}
+	}
+	if err != nil {
+		return nil, malformed("active chunk", err)
+	}
+	n, p, err := listOf(p, 10, "active requests")
+	if err != nil {
+		return nil, err
+	}
+	for range n {
+		var a activeReq
+		if p, err = arrayOf(p, 2, "active request"); err != nil {
+			return nil, err
+		}
+		if a.ttlMillis, p, err = msgp.ReadInt64Bytes(p); err != nil {
+			return nil, malformed("active request ttl", err)
+		}
+		if a.op, p, err = readLoadOp(p); err != nil {
+			return nil, err
+		}
+		if a.op.op != opAdd {
+			return nil, malformed("active request", fmt.Errorf("op %d", a.op.op))
+		}
+		c.reqs = append(c.reqs, a)
+	}
+	return c, nil
+}
+
+// dumpChunk is one chunk of an index dump: of every worker (a starting
+// replica's request on "<prefix>.dump") or of one (a repair's request on
+// "<prefix>.wdump.<peer>"). Only chunk 0 carries the last event IDs.
+type dumpChunk struct {
+	index  uint64
+	final  bool
+	last   []workerID
+	events []kvevents.DynamoEvent
+}
+
+func appendDumpChunk(dst []byte, c *dumpChunk) ([]byte, error) {
+	dst = msgp.AppendArrayHeader(dst, 4)
+	dst = msgp.AppendUint64(dst, c.index)
+	dst = msgp.AppendBool(dst, c.final)
+	dst = appendWorkerIDs(dst, c.last)
 	dst = msgp.AppendArrayHeader(dst, uint32(len(c.events)))
 	for i := range c.events {
 		var err error
@@ -178,61 +341,27 @@ func appendDumpChunk(dst []byte, c *dumpChunk) ([]byte, error) {
 			return dst, err
 		}
 	}
-	dst = msgp.AppendArrayHeader(dst, uint32(len(c.ops)))
-	for i := range c.ops {
-		dst = msgp.AppendArrayHeader(dst, 2)
-		dst = msgp.AppendString(dst, c.ops[i].origin)
-		dst = appendLoadOp(dst, &c.ops[i].op)
-	}
 	return dst, nil
 }
 
 func decodeDumpChunk(p []byte) (*dumpChunk, error) {
-	bad := func(err error) (*dumpChunk, error) {
-		return nil, fmt.Errorf("%w: dump chunk: %w", kvevents.ErrMalformed, err)
-	}
 	c := &dumpChunk{}
-	n, p, err := msgp.ReadArrayHeaderBytes(p)
+	p, err := arrayOf(p, 4, "dump chunk")
 	if err != nil {
-		return bad(err)
+		return nil, err
 	}
-	if n != 5 {
-		return bad(fmt.Errorf("%d elements", n))
+	if c.index, p, err = msgp.ReadUint64Bytes(p); err == nil {
+		c.final, p, err = msgp.ReadBoolBytes(p)
 	}
-	if c.index, p, err = msgp.ReadUint64Bytes(p); err != nil {
-		return bad(err)
+	if err != nil {
+		return nil, malformed("dump chunk", err)
 	}
-	if c.final, p, err = msgp.ReadBoolBytes(p); err != nil {
-		return bad(err)
+	if c.last, p, err = readWorkerIDs(p); err != nil {
+		return nil, err
 	}
-	if n, p, err = msgp.ReadArrayHeaderBytes(p); err != nil {
-		return bad(err)
-	}
-	if int64(n)*4 > int64(len(p)) {
-		return bad(fmt.Errorf("%d last ids in %d bytes", n, len(p)))
-	}
-	for range n {
-		var m, rank uint32
-		var wid, id uint64
-		if m, p, err = msgp.ReadArrayHeaderBytes(p); err != nil || m != 3 {
-			return bad(fmt.Errorf("last id entry"))
-		}
-		if wid, p, err = msgp.ReadUint64Bytes(p); err != nil {
-			return bad(err)
-		}
-		if rank, p, err = msgp.ReadUint32Bytes(p); err != nil {
-			return bad(err)
-		}
-		if id, p, err = msgp.ReadUint64Bytes(p); err != nil {
-			return bad(err)
-		}
-		c.last = append(c.last, lastID{kvroute.WorkerKey{ID: kvroute.WorkerID(wid), Rank: kvroute.DPRank(rank)}, id})
-	}
-	if n, p, err = msgp.ReadArrayHeaderBytes(p); err != nil {
-		return bad(err)
-	}
-	if int64(n) > int64(len(p)) {
-		return bad(fmt.Errorf("%d events in %d bytes", n, len(p)))
+	n, p, err := listOf(p, 1, "dump events")
+	if err != nil {
+		return nil, err
 	}
 	c.events = make([]kvevents.DynamoEvent, n)
 	for i := range c.events {
@@ -240,25 +369,153 @@ func decodeDumpChunk(p []byte) (*dumpChunk, error) {
 			return nil, err
 		}
 	}
-	if n, p, err = msgp.ReadArrayHeaderBytes(p); err != nil {
-		return bad(err)
+	return c, nil
+}
+
+// haveReq asks the peers on "<prefix>.have" which of them holds worker's
+// events through id, for a repair; those that do answer with their ID.
+type haveReq struct {
+	from string // the asking replica
+	want workerID
+}
+
+func appendHaveReq(dst []byte, h *haveReq) []byte {
+	dst = msgp.AppendArrayHeader(dst, 2)
+	dst = msgp.AppendString(dst, h.from)
+	return appendWorkerIDs(dst, []workerID{h.want})
+}
+
+func decodeHaveReq(p []byte) (haveReq, error) {
+	var h haveReq
+	p, err := arrayOf(p, 2, "have request")
+	if err != nil {
+		return h, err
 	}
-	if int64(n) > int64(len(p)) {
-		return bad(fmt.Errorf("%d ops in %d bytes", n, len(p)))
+	if h.from, p, err = msgp.ReadStringBytes(p); err != nil {
+		return h, malformed("have request", err)
+	}
+	l, _, err := readWorkerIDs(p)
+	if err != nil {
+		return h, err
+	}
+	if len(l) != 1 {
+		return h, malformed("have request", fmt.Errorf("%d workers", len(l)))
+	}
+	h.want = l[0]
+	return h, nil
+}
+
+// heads is the relay's periodic announcement on "<prefix>.heads" of the
+// last event ID it published per worker, so that replicas notice events
+// lost at the end of a burst; epoch identifies the Publisher instance.
+type heads struct {
+	epoch uint64
+	last  []workerID
+}
+
+func appendHeads(dst []byte, h *heads) []byte {
+	dst = msgp.AppendArrayHeader(dst, 2)
+	dst = msgp.AppendUint64(dst, h.epoch)
+	return appendWorkerIDs(dst, h.last)
+}
+
+func decodeHeads(p []byte) (heads, error) {
+	var h heads
+	p, err := arrayOf(p, 2, "heads")
+	if err != nil {
+		return h, err
+	}
+	if h.epoch, p, err = msgp.ReadUint64Bytes(p); err != nil {
+		return h, malformed("heads epoch", err)
+	}
+	h.last, _, err = readWorkerIDs(p)
+	return h, err
+}
+
+// replayReq asks the relay on "<prefix>.replay" for worker's events with
+// IDs from..to (inclusive).
+type replayReq struct {
+	worker   kvroute.WorkerKey
+	from, to uint64
+}
+
+func appendReplayReq(dst []byte, r *replayReq) []byte {
+	dst = msgp.AppendArrayHeader(dst, 4)
+	dst = appendWorker(dst, r.worker)
+	dst = msgp.AppendUint64(dst, r.from)
+	return msgp.AppendUint64(dst, r.to)
+}
+
+func decodeReplayReq(p []byte) (replayReq, error) {
+	var r replayReq
+	p, err := arrayOf(p, 4, "replay request")
+	if err != nil {
+		return r, err
+	}
+	if r.worker, p, err = readWorker(p); err != nil {
+		return r, err
+	}
+	if r.from, p, err = msgp.ReadUint64Bytes(p); err == nil {
+		r.to, _, err = msgp.ReadUint64Bytes(p)
+	}
+	if err != nil {
+		return r, malformed("replay request", err)
+	}
+	if r.from == 0 || r.to < r.from {
+		return r, malformed("replay request", fmt.Errorf("range %d..%d", r.from, r.to))
+	}
+	return r, nil
+}
+
+// replayChunk is one chunk of the relay's answer: the event messages as
+// published, in order. ok is false when the relay no longer holds the
+// range (then the chunk is final and empty).
+type replayChunk struct {
+	index uint64
+	final bool
+	ok    bool
+	msgs  [][]byte
+}
+
+func appendReplayChunk(dst []byte, c *replayChunk) []byte {
+	dst = msgp.AppendArrayHeader(dst, 4)
+	dst = msgp.AppendUint64(dst, c.index)
+	dst = msgp.AppendBool(dst, c.final)
+	dst = msgp.AppendBool(dst, c.ok)
+	dst = msgp.AppendArrayHeader(dst, uint32(len(c.msgs)))
+	for _, m := range c.msgs {
+		dst = msgp.AppendBytes(dst, m)
+	}
+	return dst
+}
+
+func decodeReplayChunk(p []byte) (*replayChunk, error) {
+	c := &replayChunk{}
+	p, err := arrayOf(p, 4, "replay chunk")
+	if err != nil {
+		return nil, err
+	}
+	if c.index, p, err = msgp.ReadUint64Bytes(p); err == nil {
+		if c.final, p, err = msgp.ReadBoolBytes(p); err == nil {
+			c.ok, p, err = msgp.ReadBoolBytes(p)
+		}
+	}
+	if err != nil {
+		return nil, malformed("replay chunk", err)
+	}
+	n, p, err := listOf(p, 1, "replay messages")
+	if err != nil {
+		return nil, err
 	}
 	for range n {
-		var m uint32
-		if m, p, err = msgp.ReadArrayHeaderBytes(p); err != nil || m != 2 {
-			return bad(fmt.Errorf("op entry"))
+		var m []byte
+		if m, p, err = msgp.ReadBytesZC(p); err != nil {
+			return nil, malformed("replay message", err)
 		}
-		var oo originOp
-		if oo.origin, p, err = msgp.ReadStringBytes(p); err != nil {
-			return bad(err)
-		}
-		if oo.op, p, err = readLoadOp(p); err != nil {
-			return nil, err
-		}
-		c.ops = append(c.ops, oo)
+		c.msgs = append(c.msgs, m)
 	}
 	return c, nil
 }
+
+// errNotAvailable is a repair step that could not get what it asked for.
+var errNotAvailable = errors.New("natsx: not available")

@@ -1,0 +1,87 @@
+package natsx
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/kvevents"
+)
+
+// wireSeeds returns one valid encoding of every message the package
+// decodes.
+func wireSeeds(t testing.TB) [][]byte {
+	w := kvroute.WorkerKey{ID: 7, Rank: 1}
+	add := loadOp{op: opAdd, id: 9, worker: w, prefillTokens: 64, prefillDone: true, output: 3, blocks: []kvroute.SeqHash{1, 2}}
+	ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: 4,
+		Blocks: []kvroute.StoredBlock{{External: 5, Hash: 6}}, HasParent: true, Parent: 3}
+	var d kvevents.DynamoEvent
+	require.NoError(t, d.FromEvent(&ev, kvroute.Hasher{}))
+	msg, err := kvevents.AppendDynamoEvent(nil, &d)
+	require.NoError(t, err)
+	dump, err := appendDumpChunk(nil, &dumpChunk{index: 1, final: true, last: []workerID{{w, 4}}, events: []kvevents.DynamoEvent{d}})
+	require.NoError(t, err)
+	return [][]byte{
+		appendLoadBatch(nil, &loadBatch{origin: "a", incarnation: 2, seq: 3, ops: []loadOp{add, {op: opFree, id: 9}, {op: opOutput, id: 9, output: 4}}}),
+		appendActiveChunk(nil, &activeChunk{index: 0, final: true, incarnation: 2, seq: 3, reqs: []activeReq{{ttlMillis: 500, op: add}}}),
+		dump,
+		appendHaveReq(nil, &haveReq{from: "b", want: workerID{w, 4}}),
+		appendHeads(nil, &heads{epoch: 1, last: []workerID{{w, 4}, {kvroute.WorkerKey{ID: 8}, 2}}}),
+		appendReplayReq(nil, &replayReq{worker: w, from: 2, to: 4}),
+		appendReplayChunk(nil, &replayChunk{index: 0, final: true, ok: true, msgs: [][]byte{msg}}),
+	}
+}
+
+// decodeAll runs every decoder on p and returns how many accepted it; a
+// rejection must wrap kvevents.ErrMalformed.
+func decodeAll(t testing.TB, p []byte) int {
+	ok := 0
+	check := func(err error) {
+		if err == nil {
+			ok++
+			return
+		}
+		if !errors.Is(err, kvevents.ErrMalformed) {
+			t.Fatalf("error not wrapping ErrMalformed: %v", err)
+		}
+	}
+	var b loadBatch
+	check(decodeLoadBatch(p, &b))
+	_, err := decodeActiveChunk(p)
+	check(err)
+	_, err = decodeDumpChunk(p)
+	check(err)
+	_, err = decodeHaveReq(p)
+	check(err)
+	_, err = decodeHeads(p)
+	check(err)
+	_, err = decodeReplayReq(p)
+	check(err)
+	_, err = decodeReplayChunk(p)
+	check(err)
+	return ok
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	for i, p := range wireSeeds(t) {
+		require.GreaterOrEqual(t, decodeAll(t, p), 1, "seed %d decodes", i)
+		for cut := range p { // every truncation is rejected cleanly
+			decodeAll(t, p[:cut])
+		}
+	}
+	var b loadBatch
+	require.NoError(t, decodeLoadBatch(wireSeeds(t)[0], &b))
+	require.Equal(t, "a", b.origin)
+	require.Len(t, b.ops, 3)
+	require.Equal(t, []kvroute.SeqHash{1, 2}, b.ops[0].blocks)
+	require.Equal(t, 4, b.ops[2].output)
+}
+
+func FuzzWire(f *testing.F) {
+	for _, p := range wireSeeds(f) {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p []byte) { decodeAll(t, p) })
+}
