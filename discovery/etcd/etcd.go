@@ -1,0 +1,209 @@
+// Package etcd discovers inference engines registered under an etcd key
+// prefix: each engine (or a sidecar next to it) keeps a key alive with a
+// lease, and a Watcher feeds the set of keys to a discovery.Sink. When an
+// engine dies, its lease expires, its key goes and the Sink drops it.
+//
+// # Usage
+//
+// On the engine's side, Register puts prefix+name with the engine's JSON
+// description (discovery.Engine) under a lease of the given TTL and keeps
+// it alive until its context ends, then revokes it:
+//
+//	go etcd.Register(ctx, client, "/kvroute/pool-a/", discovery.Engine{
+//		Name: "vllm-0", Host: "10.0.0.7", Ports: []int{8000}, Ready: true,
+//		Events: "tcp://10.0.0.7:5557", Metrics: "http://10.0.0.7:8000/metrics",
+//	}, 10*time.Second)
+//
+// On the router's side, a Watcher lists the prefix, calls Sync with every
+// engine, then follows the prefix's changes and calls Sync again after
+// each:
+//
+//	w := &etcd.Watcher{Client: client, Prefix: "/kvroute/pool-a/"}
+//	return w.Run(ctx, pool) // a *discovery.Pool
+//
+// A value that is not a valid description is logged and left out; the
+// other engines stay. When the watch breaks (compaction, a lost
+// connection) the Watcher lists the prefix again.
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvroute/kvroute/discovery"
+)
+
+// ErrConfig is wrapped by errors about a Watcher's or Register's
+// arguments.
+var ErrConfig = errors.New("etcd: invalid configuration")
+
+// Watcher feeds the engines registered under an etcd key prefix to a
+// discovery.Sink.
+type Watcher struct {
+	// Client is the etcd client. Required.
+	Client *clientv3.Client
+	// Prefix is the key prefix, such as "/kvroute/pool-a/". Required.
+	Prefix string
+	// Logger receives invalid values and broken watches. Nil discards.
+	Logger *slog.Logger
+	// Backoff is the wait before listing again after an error. Zero
+	// means one second.
+	Backoff time.Duration
+}
+
+// Run lists the prefix, syncs the sink, and follows changes until ctx ends;
+// it then returns ctx's error.
+func (w *Watcher) Run(ctx context.Context, sink discovery.Sink) error {
+	if w.Client == nil || w.Prefix == "" || sink == nil {
+		return fmt.Errorf("%w: Client, Prefix and a sink are required", ErrConfig)
+	}
+	log := w.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	backoff := w.Backoff
+	if backoff <= 0 {
+		backoff = time.Second
+	}
+	for {
+		err := w.session(ctx, sink, log)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.WarnContext(ctx, "etcd: watch broke, listing again", "prefix", w.Prefix, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// session lists the prefix once and follows it until the watch fails.
+func (w *Watcher) session(ctx context.Context, sink discovery.Sink, log *slog.Logger) error {
+	resp, err := w.Client.Get(ctx, w.Prefix, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	state := map[string]discovery.Engine{}
+	for _, kv := range resp.Kvs {
+		w.put(ctx, state, string(kv.Key), kv.Value, log)
+	}
+	sink.Sync(ctx, sorted(state))
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range w.Client.Watch(wctx, w.Prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			key := string(ev.Kv.Key)
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(state, key)
+			} else {
+				w.put(ctx, state, key, ev.Kv.Value, log)
+			}
+		}
+		sink.Sync(ctx, sorted(state))
+	}
+	return errors.New("etcd: watch channel closed")
+}
+
+// put decodes one value into state; an invalid one removes the key.
+func (w *Watcher) put(ctx context.Context, state map[string]discovery.Engine, key string, value []byte, log *slog.Logger) {
+	e, err := Decode(strings.TrimPrefix(key, w.Prefix), value)
+	if err != nil {
+		delete(state, key)
+		log.WarnContext(ctx, "etcd: invalid engine description", "key", key, "err", err)
+		return
+	}
+	state[key] = e
+}
+
+// Decode reads an engine description stored under name. The name is the
+// engine's name unless the value gives one. Errors wrap
+// discovery.ErrEngine.
+func Decode(name string, value []byte) (discovery.Engine, error) {
+	var e discovery.Engine
+	if err := json.Unmarshal(value, &e); err != nil {
+		return e, fmt.Errorf("%w: %s: %w", discovery.ErrEngine, name, err)
+	}
+	if e.Name == "" {
+		e.Name = name
+	}
+	return e, e.Validate()
+}
+
+func sorted(state map[string]discovery.Engine) []discovery.Engine {
+	out := make([]discovery.Engine, 0, len(state))
+	for _, k := range slices.Sorted(maps.Keys(state)) {
+		out = append(out, state[k])
+	}
+	return out
+}
+
+// Register puts prefix+e.Name with e's JSON description under a lease of
+// ttl (rounded up to whole seconds, at least 2) and keeps the lease alive
+// until ctx ends, then revokes it so the engine leaves at once. If the
+// lease is lost (etcd unreachable longer than ttl) it registers again.
+// It returns ctx's error.
+func Register(ctx context.Context, c *clientv3.Client, prefix string, e discovery.Engine, ttl time.Duration) error {
+	if c == nil || prefix == "" {
+		return fmt.Errorf("%w: a client and a prefix are required", ErrConfig)
+	}
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	value, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("%w: %w", discovery.ErrEngine, err)
+	}
+	secs := max(int64((ttl+time.Second-1)/time.Second), 2)
+	for {
+		err := register(ctx, c, prefix+e.Name, string(value), secs)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		_ = err // lost the lease or etcd: try again after a pause
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func register(ctx context.Context, c *clientv3.Client, key, value string, secs int64) error {
+	lease, err := c.Grant(ctx, secs)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_, _ = c.Revoke(rctx, lease.ID)
+	}()
+	if _, err := c.Put(ctx, key, value, clientv3.WithLease(lease.ID)); err != nil {
+		return err
+	}
+	alive, err := c.KeepAlive(ctx, lease.ID)
+	if err != nil {
+		return err
+	}
+	for range alive {
+	}
+	return errors.New("etcd: lease keep-alive ended")
+}

@@ -1,0 +1,338 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/enginemetrics"
+	"github.com/kvroute/kvroute/kvevents/zmq"
+	"github.com/kvroute/kvroute/router"
+)
+
+// ErrEngine is wrapped by errors about an engine's description.
+var ErrEngine = errors.New("discovery: invalid engine")
+
+// Engine is one inference engine as a discovery source reports it. The
+// JSON names are those of the etcd value and the documented annotations.
+type Engine struct {
+	// Name identifies the engine in its source (pod namespace/name, etcd
+	// key). Required.
+	Name string `json:"name"`
+	// ID is its worker id in the router; zero means WorkerIDOf(Name).
+	ID kvroute.WorkerID `json:"id,omitempty"`
+	// Host is the engine's IP address (or host name).
+	Host string `json:"host"`
+	// Ports are its HTTP ports, one per data-parallel rank. Required.
+	Ports []int `json:"ports"`
+	// Ready engines are routed to; others are treated as absent.
+	Ready bool `json:"ready"`
+	// Events is rank 0's ZMQ KV-event PUB endpoint ("tcp://ip:5557");
+	// rank r publishes on the port plus r. Empty: no events.
+	Events string `json:"events,omitempty"`
+	// Replay is rank 0's ZMQ replay endpoint; rank r's is the port plus
+	// r. Empty disables replay.
+	Replay string `json:"replay,omitempty"`
+	// Topic is the KV-event topic; empty receives every topic.
+	Topic string `json:"topic,omitempty"`
+	// Metrics is the engine's Prometheus metrics URL; empty for none.
+	Metrics string `json:"metrics,omitempty"`
+	// Kind names the engine's metrics ("vllm", "sglang", empty: auto).
+	Kind string `json:"kind,omitempty"`
+}
+
+// WorkerIDOf returns the worker id derived from an engine's name:
+// XXH3-64 of the name, so that every router replica gives an engine the
+// same id.
+func WorkerIDOf(name string) kvroute.WorkerID {
+	id := xxh3.HashString(name)
+	if id == 0 {
+		id = 1
+	}
+	return kvroute.WorkerID(id)
+}
+
+// Address returns rank r's "host:port".
+func (e *Engine) Address(r int) string {
+	return net.JoinHostPort(e.Host, strconv.Itoa(e.Ports[r]))
+}
+
+// Validate checks the engine's fields.
+func (e *Engine) Validate() error {
+	if e.Name == "" {
+		return fmt.Errorf("%w: no name", ErrEngine)
+	}
+	if e.Host == "" {
+		return fmt.Errorf("%w: %s: no host", ErrEngine, e.Name)
+	}
+	if len(e.Ports) == 0 || len(e.Ports) > router.MaxDataParallelRanks {
+		return fmt.Errorf("%w: %s: %d ports, want 1 to %d", ErrEngine, e.Name, len(e.Ports), router.MaxDataParallelRanks)
+	}
+	for _, p := range e.Ports {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("%w: %s: port %d out of range", ErrEngine, e.Name, p)
+		}
+	}
+	if e.Replay != "" && e.Events == "" {
+		return fmt.Errorf("%w: %s: replay endpoint without an events endpoint", ErrEngine, e.Name)
+	}
+	for r := range e.Ports {
+		for _, ep := range []string{e.Events, e.Replay} {
+			if _, err := RankEndpoint(ep, r); err != nil {
+				return fmt.Errorf("%w: %s: %w", ErrEngine, e.Name, err)
+			}
+		}
+	}
+	if _, err := enginemetrics.ParseKind(e.Kind); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrEngine, e.Name, err)
+	}
+	return nil
+}
+
+// RankEndpoint returns data-parallel rank r's ZMQ endpoint: the
+// endpoint's port plus r. Rank 0 and an empty endpoint are returned as is.
+func RankEndpoint(ep string, r int) (string, error) {
+	if ep == "" || r == 0 {
+		return ep, nil
+	}
+	i := strings.LastIndexByte(ep, ':')
+	if i < 0 {
+		return "", fmt.Errorf("endpoint %q has no port to offset for rank %d", ep, r)
+	}
+	port, err := strconv.Atoi(ep[i+1:])
+	if err != nil || port+r > 65535 {
+		return "", fmt.Errorf("endpoint %q has no port to offset for rank %d", ep, r)
+	}
+	return ep[:i+1] + strconv.Itoa(port+r), nil
+}
+
+// AddressBook receives each cache domain's address; *epp.Endpoints is one.
+type AddressBook interface {
+	Set(key kvroute.WorkerKey, addr string) error
+	DeleteWorker(id kvroute.WorkerID)
+}
+
+// Sink receives the full set of engines each time it changes; *Pool is
+// one. Sync is called from one goroutine at a time.
+type Sink interface {
+	Sync(ctx context.Context, engines []Engine)
+}
+
+// PoolConfig configures a Pool.
+type PoolConfig struct {
+	// Router receives AddWorker and RemoveWorker calls. Required.
+	Router *router.Router
+	// Addresses receives each cache domain's address; nil for none.
+	Addresses AddressBook
+	// Scraper, when set, verifies each engine's block size before it is
+	// registered and reports its load until it leaves. Engines without a
+	// metrics URL are registered unchecked.
+	Scraper *enginemetrics.Scraper
+	// Subscriber is the template of each engine's KV-event subscriber
+	// (timeouts, logger); the endpoints, topic, converter worker, block
+	// size and sink are filled in per rank.
+	Subscriber zmq.Config
+	// Worker builds the router's description of an engine; nil means a
+	// router.StaticWorker with the engine's ranks and the router's block
+	// size.
+	Worker func(e *Engine) router.Worker
+	// Logger receives a record per engine added, removed or rejected.
+	// Nil discards.
+	Logger *slog.Logger
+}
+
+// member is a registered engine and the goroutines serving it.
+type member struct {
+	engine Engine
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// Pool reconciles a router with a discovered set of engines. Sync,
+// Members, Rejected and Close are safe for concurrent use.
+type Pool struct {
+	cfg PoolConfig
+	log *slog.Logger
+	ctx context.Context
+	end context.CancelFunc
+
+	// mu protects members, rejected and closed, and serialises Sync.
+	mu       sync.Mutex
+	members  map[string]*member
+	rejected map[string]error
+	closed   bool
+}
+
+// NewPool returns an empty Pool.
+func NewPool(cfg PoolConfig) (*Pool, error) {
+	if cfg.Router == nil {
+		return nil, fmt.Errorf("%w: PoolConfig.Router is required", ErrEngine)
+	}
+	p := &Pool{cfg: cfg, log: cfg.Logger, members: map[string]*member{}, rejected: map[string]error{}}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.ctx, p.end = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// Sync makes the pool's members the ready engines among engines: it adds
+// the new ones, removes those gone or not ready, and re-adds those whose
+// description changed. Invalid engines and engines that fail their block
+// size check are left out (see Rejected).
+func (p *Pool) Sync(ctx context.Context, engines []Engine) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	want := map[string]Engine{}
+	clear(p.rejected)
+	for _, e := range engines {
+		if !e.Ready {
+			continue
+		}
+		if e.ID == 0 {
+			e.ID = WorkerIDOf(e.Name)
+		}
+		if err := e.Validate(); err != nil {
+			p.reject(ctx, e.Name, err)
+			continue
+		}
+		want[e.Name] = e
+	}
+	for name, m := range p.members {
+		if e, ok := want[name]; !ok || !equalEngines(&e, &m.engine) {
+			p.remove(ctx, m)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := p.members[name]; !ok {
+			e := want[name]
+			if err := p.add(ctx, &e); err != nil {
+				p.reject(ctx, name, err)
+			}
+		}
+	}
+}
+
+func equalEngines(a, b *Engine) bool {
+	return a.ID == b.ID && a.Host == b.Host && slices.Equal(a.Ports, b.Ports) && a.Events == b.Events &&
+		a.Replay == b.Replay && a.Topic == b.Topic && a.Metrics == b.Metrics && a.Kind == b.Kind
+}
+
+func (p *Pool) reject(ctx context.Context, name string, err error) {
+	p.rejected[name] = err
+	p.log.WarnContext(ctx, "discovery: engine left out", "engine", name, "err", err)
+}
+
+// add registers e and starts its subscribers and scraper.
+func (p *Pool) add(ctx context.Context, e *Engine) error {
+	kind, _ := enginemetrics.ParseKind(e.Kind)
+	target := enginemetrics.Target{Worker: e.ID, URL: e.Metrics, Kind: kind, Ranks: len(e.Ports)}
+	if p.cfg.Scraper != nil && e.Metrics != "" {
+		if _, err := p.cfg.Scraper.Verify(ctx, target); err != nil {
+			return err
+		}
+	}
+	var w router.Worker = router.StaticWorker{WorkerID: e.ID, Ranks: len(e.Ports), Block: p.cfg.Router.Hasher().BlockSize()}
+	if p.cfg.Worker != nil {
+		w = p.cfg.Worker(e)
+	}
+	subs := make([]*zmq.Subscriber, 0, len(e.Ports))
+	if e.Events != "" {
+		for r := range e.Ports {
+			sc := p.cfg.Subscriber
+			sc.Endpoint, _ = RankEndpoint(e.Events, r)
+			sc.ReplayEndpoint, _ = RankEndpoint(e.Replay, r)
+			sc.Topic = e.Topic
+			sc.Converter.Worker, sc.Converter.BlockSize = e.ID, p.cfg.Router.Hasher().BlockSize()
+			sc.Sink = p.cfg.Router.Index()
+			sub, err := zmq.New(sc)
+			if err != nil {
+				return err
+			}
+			subs = append(subs, sub)
+		}
+	}
+	if err := p.cfg.Router.AddWorker(w); err != nil {
+		return err
+	}
+	if p.cfg.Addresses != nil {
+		for r := range e.Ports {
+			if err := p.cfg.Addresses.Set(kvroute.WorkerKey{ID: e.ID, Rank: kvroute.DPRank(r)}, e.Address(r)); err != nil {
+				p.cfg.Addresses.DeleteWorker(e.ID)
+				p.cfg.Router.RemoveWorker(e.ID)
+				return err
+			}
+		}
+	}
+	mctx, cancel := context.WithCancel(p.ctx)
+	m := &member{engine: *e, cancel: cancel}
+	for _, sub := range subs {
+		m.done.Go(func() { _ = sub.Run(mctx) })
+	}
+	if p.cfg.Scraper != nil && e.Metrics != "" {
+		m.done.Go(func() { _ = p.cfg.Scraper.Run(mctx, target) })
+	}
+	p.members[e.Name] = m
+	p.log.InfoContext(ctx, "discovery: engine added", "engine", e.Name, "worker", uint64(e.ID), "ranks", len(e.Ports), "host", e.Host)
+	return nil
+}
+
+// remove stops a member's goroutines first (so that no event re-registers
+// its blocks), then unregisters it.
+func (p *Pool) remove(ctx context.Context, m *member) {
+	m.cancel()
+	m.done.Wait()
+	if p.cfg.Addresses != nil {
+		p.cfg.Addresses.DeleteWorker(m.engine.ID)
+	}
+	p.cfg.Router.RemoveWorker(m.engine.ID)
+	delete(p.members, m.engine.Name)
+	p.log.InfoContext(ctx, "discovery: engine removed", "engine", m.engine.Name, "worker", uint64(m.engine.ID))
+}
+
+// Members returns the registered engines, sorted by name.
+func (p *Pool) Members() []Engine {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Engine, 0, len(p.members))
+	for _, name := range slices.Sorted(maps.Keys(p.members)) {
+		out = append(out, p.members[name].engine)
+	}
+	return out
+}
+
+// Rejected returns the engines the last Sync left out, with why.
+func (p *Pool) Rejected() map[string]error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.rejected)
+}
+
+// Close removes every member and stops their goroutines. Later Syncs do
+// nothing.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	for _, m := range p.members {
+		p.remove(context.Background(), m)
+	}
+	p.end()
+	return nil
+}

@@ -1,0 +1,87 @@
+package discovery_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/enginemetrics"
+	"github.com/kvroute/kvroute/epp"
+	"github.com/kvroute/kvroute/internal/fakeengine"
+	"github.com/kvroute/kvroute/kvevents/zmq"
+	"github.com/kvroute/kvroute/router"
+)
+
+// describe returns the discovery view of a fake engine.
+func describe(t *testing.T, name string, e *fakeengine.Engine, ready bool) discovery.Engine {
+	host, port, err := net.SplitHostPort(e.Addr())
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	return discovery.Engine{Name: name, Host: host, Ports: []int{p}, Ready: ready, Events: e.Events(), Replay: e.Replay(),
+		Topic: fakeengine.Topic, Metrics: e.URL() + "/metrics", Kind: "vllm"}
+}
+
+func TestPoolSync(t *testing.T) {
+	ctx := context.Background()
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	require.NoError(t, err)
+	eps := &epp.Endpoints{}
+	scraper, err := enginemetrics.New(enginemetrics.Config{Router: r, Interval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, Addresses: eps, Scraper: scraper,
+		Subscriber: zmq.Config{IdleTimeout: 200 * time.Millisecond}})
+	require.NoError(t, err)
+	defer pool.Close()
+
+	var engines []*fakeengine.Engine
+	for i, bs := range []int{16, 16, 32} {
+		e, err := fakeengine.Start(fakeengine.Config{ID: kvroute.WorkerID(i + 1), BlockSize: bs})
+		require.NoError(t, err)
+		defer e.Close()
+		engines = append(engines, e)
+	}
+	a, b, wrong := describe(t, "ns/a", engines[0], true), describe(t, "ns/b", engines[1], true), describe(t, "ns/wrong", engines[2], true)
+	idA, idB := discovery.WorkerIDOf("ns/a"), discovery.WorkerIDOf("ns/b")
+
+	pool.Sync(ctx, []discovery.Engine{a, b, wrong, {Name: "ns/bad", Host: "x", Ready: true}})
+	require.ElementsMatch(t, []kvroute.WorkerKey{{ID: idA}, {ID: idB}}, r.Workers())
+	addr, ok := eps.Address(kvroute.WorkerKey{ID: idA})
+	require.True(t, ok)
+	require.Equal(t, engines[0].Addr(), addr)
+	rej := pool.Rejected()
+	require.ErrorIs(t, rej["ns/wrong"], enginemetrics.ErrBlockSize)
+	require.ErrorIs(t, rej["ns/bad"], discovery.ErrEngine)
+	// The scraper reports the engines' load.
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, w := range r.Stats().Workers {
+			if w.Reported.KVCapacityBlocks == 1024 {
+				n++
+			}
+		}
+		return n == 2
+	}, 5*time.Second, 5*time.Millisecond)
+
+	// b stops being ready; a moves to another port.
+	b.Ready = false
+	moved := a
+	moved.Ports = describe(t, "x", engines[1], true).Ports
+	pool.Sync(ctx, []discovery.Engine{moved, b})
+	require.Equal(t, []kvroute.WorkerKey{{ID: idA}}, r.Workers())
+	addr, _ = eps.Address(kvroute.WorkerKey{ID: idA})
+	require.Equal(t, engines[1].Addr(), addr)
+	_, ok = eps.Address(kvroute.WorkerKey{ID: idB})
+	require.False(t, ok)
+	require.Len(t, pool.Members(), 1)
+
+	require.NoError(t, pool.Close())
+	require.Empty(t, r.Workers())
+	require.Zero(t, eps.Len())
+}
