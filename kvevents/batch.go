@@ -84,6 +84,11 @@ type EngineEvent struct {
 	// on the wire (or are to be encoded; zero means all known fields).
 	// It is zero for map-layout events.
 	Fields int
+	// WideMap reports that a map-layout event came with a map16 header
+	// although it has fewer than 16 entries, as msgspec writes structs
+	// that declare more than 15 fields (vLLM's BlockStored from 0.33 on);
+	// the encoder then writes one too.
+	WideMap bool
 
 	// BlockHashes are the stored or removed blocks' hashes.
 	BlockHashes []Hash

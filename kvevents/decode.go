@@ -251,6 +251,7 @@ func decodeArrayEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) ([]byte, bo
 }
 
 func decodeMapEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) ([]byte, bool, error) {
+	wide := len(p) > 0 && p[0] == 0xde
 	n, p, err := msgp.ReadMapHeaderBytes(p)
 	if err != nil {
 		return p, false, malformed("event", err)
@@ -259,6 +260,7 @@ func decodeMapEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) ([]byte, bool
 		return p, false, fmt.Errorf("%w: %d map entries in %d bytes", ErrMalformed, n, len(p))
 	}
 	ev.Layout = LayoutMap
+	ev.WideMap = wide && n < 16
 	sawType := false
 	for range n {
 		var key []byte

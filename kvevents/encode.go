@@ -20,13 +20,13 @@ import (
 //
 // Re-encoding a decoded batch gives a batch that decodes to the same value
 // (DecodeBatch(AppendBatch(b)) equals b), not always the same bytes: the
-// output uses the smallest msgpack headers (a producer may write a map16
-// header for a small map), drops unknown map keys and array fields beyond
-// the known ones, writes map keys in vLLM's declaration order (SGLang
-// declares cache_salt before lora_name), and batch elements beyond the
-// third are not kept. For a batch whose
-// producer follows those rules (vLLM's and SGLang's msgspec output of the
-// fields kvroute knows), the bytes are equal.
+// output uses the smallest msgpack headers (except the map16 header of
+// events decoded with one, see EngineEvent.WideMap), drops unknown map
+// keys and array fields beyond the known ones, writes map keys in vLLM's
+// declaration order (SGLang declares cache_salt before lora_name and omits
+// a nil medium) and keeps no batch element beyond the third. vLLM's
+// batches re-encode byte for byte (checked on batches captured from
+// vLLM 0.33's publisher).
 //
 // It returns an error for an event of an unknown type or an array layout
 // with more fields than the type has.
@@ -134,7 +134,11 @@ func appendMapEvent(dst []byte, ev *EngineEvent) []byte {
 			n++
 		}
 	}
-	dst = msgp.AppendMapHeader(dst, uint32(n))
+	if ev.WideMap && n < 1<<16 {
+		dst = append(dst, 0xde, byte(n>>8), byte(n))
+	} else {
+		dst = msgp.AppendMapHeader(dst, uint32(n))
+	}
 	dst = msgp.AppendString(dst, "type")
 	dst = msgp.AppendString(dst, ev.Type.String())
 	for _, mf := range fields {
