@@ -26,6 +26,7 @@ import (
 	"github.com/kvroute/kvroute/internal/fakeengine"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/zmq"
+	"github.com/kvroute/kvroute/render"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -91,7 +92,10 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		}, 10*time.Second, 20*time.Millisecond)
 	}
 	o.cfg.Router, o.cfg.Endpoints = r, c.eps
-	if o.cfg.Tokenizer == nil {
+	switch {
+	case o.tokenizer != nil:
+		o.cfg.Tokenizer = o.tokenizer(c.engines)
+	case o.cfg.Tokenizer == nil:
 		o.cfg.Tokenizer = epp.TokenizerFunc(fakeengine.Words)
 	}
 	c.srv, err = epp.New(o.cfg)
@@ -555,4 +559,40 @@ func TestAdaptersAndCacheSalt(t *testing.T) {
 		require.EqualValues(t, tt.cached, after.ActualCachedTokens-before.ActualCachedTokens, tt.name)
 	}
 	c.balanced()
+}
+
+func TestAgenticChatNeedsTheEnginesTemplate(t *testing.T) {
+	chat := func(turn int) string {
+		return `{"model":"m","tools":[{"type":"function","function":{"name":"search","description":"search the web for pages about a topic and return the ten best","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}],` +
+			`"messages":[{"role":"system","content":"you are an agent that plans, calls tools and answers briefly"},{"role":"user","content":"turn ` + strconv.Itoa(turn) + `"}]}`
+	}
+	for _, tt := range []struct {
+		name      string
+		renderer  bool
+		predicted bool
+	}{
+		{"text-only tokenizer misses", false, false},
+		{"renderer finds the prefix", true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := clusterOpts{engines: 2}
+			if tt.renderer {
+				o.tokenizer = func(es []*fakeengine.Engine) epp.Tokenizer { return &render.Client{URL: es[0].URL()} }
+			}
+			c := newCluster(t, o)
+			for turn := range 3 {
+				ex := c.do(envoyOpts{path: "/v1/chat/completions", body: chat(turn)})
+				require.Equal(t, 200, ex.status)
+				c.waitEvents()
+			}
+			c.balanced()
+			st := c.srv.Stats()
+			require.NotZero(t, st.ActualCachedTokens, "the engines reuse the tools and system prompt")
+			if tt.predicted {
+				require.Equal(t, st.ActualCachedTokens, st.PredictedCachedTokens)
+			} else {
+				require.Zero(t, st.PredictedCachedTokens, "tools dropped: the ids match nothing the engines cached")
+			}
+		})
+	}
 }

@@ -31,7 +31,7 @@ func Example() {
 		Router:    r,
 		Endpoints: eps,
 		Tokenizer: epp.TokenizerFunc(func(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error) {
-			return fakeengine.Words(ctx, req, dst) // use package render with real engines
+			return fakeengine.Words(ctx, req, dst) // with real engines: &render.Client{URL: ...}
 		}),
 		Adapters: map[string]string{"support-bot": "support-lora-v3"},
 	})

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
@@ -56,6 +57,7 @@ type exchange struct {
 	tokens []uint32
 	lora   string
 	salt   string
+	mm     []kvroute.MMObject
 	picked []string // addresses, the first is the pick
 
 	// Response side.
@@ -226,24 +228,26 @@ func (e *exchange) route(eos, noBody bool) (bool, error) {
 			e.s.stats.badRequests.Add(1)
 			return true, e.reject(400, "invalid_request_error", err.Error())
 		}
-		model := req.Model
 		if a, ok := cfg.Adapters[req.Model]; ok {
-			model = a
+			if err := req.SetModel(a); err != nil {
+				e.s.stats.badRequests.Add(1)
+				return true, e.reject(400, "invalid_request_error", err.Error())
+			}
 		}
-		if e.s.adapters[model] {
-			rr.LoRA = model
+		if e.s.adapters[req.Model] {
+			rr.LoRA = req.Model
 		}
 		rr.CacheSalt = req.CacheSalt
-		if rr.Tokens, err = cfg.Tokenizer.Tokenize(e.ctx, req, nil); err != nil {
+		if rr.Tokens, rr.MM, err = tokenize(e.ctx, cfg.Tokenizer, req); err != nil {
 			if e.ctx.Err() != nil {
 				return true, nil
 			}
 			e.s.stats.tokenizeErrors.Add(1)
 			e.s.log.WarnContext(e.ctx, "epp: cannot tokenize, routing by load alone",
 				"request_id", e.requestID, "model", req.Model, "err", err)
-			rr.Tokens = nil
+			rr.Tokens, rr.MM = nil, nil
 		}
-		nb, changed, err := req.Rewrite(model, cfg.InjectUsage)
+		nb, changed, err := req.Rewrite(cfg.InjectUsage)
 		if err != nil {
 			e.s.stats.badRequests.Add(1)
 			return true, e.reject(400, "invalid_request_error", err.Error())
@@ -271,7 +275,7 @@ func (e *exchange) route(eos, noBody bool) (bool, error) {
 		e.s.stats.unavailable.Add(1)
 		return true, e.reject(503, "service_unavailable", "no eligible endpoint")
 	}
-	e.d, e.tokens, e.lora, e.salt = d, rr.Tokens, rr.LoRA, rr.CacheSalt
+	e.d, e.tokens, e.lora, e.salt, e.mm = d, rr.Tokens, rr.LoRA, rr.CacheSalt, rr.MM
 	e.picked = append(e.picked[:0], primary)
 	e.picked = append(e.picked, e.fallbacks(d)...)
 	e.s.stats.routed.Add(1)
@@ -422,7 +426,7 @@ func (e *exchange) checkServed(md *corev3.Metadata) {
 	e.s.stats.servedElsewhere.Add(1)
 	e.d.Done(router.Outcome{Err: fmt.Errorf("%w: %s", ErrServedElsewhere, served)})
 	e.picked = append(e.picked[:0], served)
-	d, err := e.s.cfg.Router.Select(e.ctx, &router.Request{Tokens: e.tokens, LoRA: e.lora, CacheSalt: e.salt, Pin: key, HasPin: true})
+	d, err := e.s.cfg.Router.Select(e.ctx, &router.Request{Tokens: e.tokens, LoRA: e.lora, CacheSalt: e.salt, MM: e.mm, Pin: key, HasPin: true})
 	if err != nil {
 		e.s.log.WarnContext(e.ctx, "epp: cannot track the request on the endpoint that served it",
 			"request_id", e.requestID, "served", served, "err", err)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/router"
 )
@@ -60,6 +61,24 @@ var ErrConfig = errors.New("epp: invalid configuration")
 // called concurrently, once per routed request.
 type Tokenizer interface {
 	Tokenize(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error)
+}
+
+// MMTokenizer is an optional interface of a Tokenizer that also reports
+// the prompt's multimodal items (images and the placeholder tokens they
+// occupy), which the engines hash into their blocks. The picker uses it
+// when the Tokenizer has it.
+type MMTokenizer interface {
+	TokenizeMM(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, []kvroute.MMObject, error)
+}
+
+// tokenize calls the tokenizer, with its multimodal items when it knows
+// them.
+func tokenize(ctx context.Context, t Tokenizer, req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
+	if mt, ok := t.(MMTokenizer); ok {
+		return mt.TokenizeMM(ctx, req, nil)
+	}
+	ids, err := t.Tokenize(ctx, req, nil)
+	return ids, nil, err
 }
 
 // TokenizerFunc adapts a function to Tokenizer.

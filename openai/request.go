@@ -83,8 +83,11 @@ type Request struct {
 	// MaxTokens is "max_tokens" or "max_completion_tokens", zero when
 	// absent.
 	MaxTokens int
-	// Fields holds every top-level field as received.
+	// Fields holds every top-level field as received (with the model set
+	// by SetModel).
 	Fields map[string]json.RawMessage
+
+	modelSet bool // SetModel changed the model
 }
 
 // maxMessages bounds the messages of a chat request, so that a hostile
@@ -268,25 +271,46 @@ func (r *Request) TextMessages() ([]Message, error) {
 	return out, nil
 }
 
-// Rewrite returns the request's body with "model" replaced by model (when
-// not empty and different) and, when includeUsage is set for a streamed
-// request that did not ask for it, "stream_options": {"include_usage":
-// true} added (other stream options are kept), and whether anything
-// changed. Unchanged, it returns nil and false. Every other field is kept
-// as received.
-func (r *Request) Rewrite(model string, includeUsage bool) ([]byte, bool, error) {
+// SetModel replaces the request's model (and its "model" field), as when
+// a model name maps to a LoRA adapter; Rewrite then includes it.
+func (r *Request) SetModel(model string) error {
+	if model == r.Model {
+		return nil
+	}
+	raw, err := json.Marshal(model)
+	if err != nil {
+		return fmt.Errorf("%w: model: %w", ErrBadRequest, err)
+	}
 	fields := make(map[string]json.RawMessage, len(r.Fields)+1)
 	for k, v := range r.Fields {
 		fields[k] = v
 	}
-	changed := false
-	if model != "" && model != r.Model {
-		raw, err := json.Marshal(model)
-		if err != nil {
-			return nil, false, fmt.Errorf("%w: model: %w", ErrBadRequest, err)
-		}
-		fields["model"], changed = raw, true
+	fields["model"] = raw
+	r.Fields, r.Model, r.modelSet = fields, model, true
+	return nil
+}
+
+// Body returns the request's body as its fields now are (every field as
+// received, but a model set with SetModel).
+func (r *Request) Body() ([]byte, error) {
+	b, err := json.Marshal(r.Fields)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
+	return b, nil
+}
+
+// Rewrite returns the request's body with the model set by SetModel and,
+// when includeUsage is set for a streamed request that did not ask for it,
+// "stream_options": {"include_usage": true} added (other stream options
+// are kept), and whether anything changed. Unchanged, it returns nil and
+// false. Every other field is kept as received.
+func (r *Request) Rewrite(includeUsage bool) ([]byte, bool, error) {
+	fields := make(map[string]json.RawMessage, len(r.Fields)+1)
+	for k, v := range r.Fields {
+		fields[k] = v
+	}
+	changed := r.modelSet
 	if includeUsage && r.Stream && !r.IncludeUsage {
 		opts := map[string]json.RawMessage{}
 		if err := field(r.Fields, "stream_options", &opts); err != nil {

@@ -91,7 +91,8 @@ func TestParseRequest(t *testing.T) {
 func TestRewrite(t *testing.T) {
 	r, err := openai.ParseRequest([]byte(`{"model":"m","prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":false}}`), openai.KindCompletion)
 	require.NoError(t, err)
-	body, changed, err := r.Rewrite("adapter-a", true)
+	require.NoError(t, r.SetModel("adapter-a"))
+	body, changed, err := r.Rewrite(true)
 	require.NoError(t, err)
 	require.True(t, changed)
 	var got map[string]any
@@ -101,10 +102,11 @@ func TestRewrite(t *testing.T) {
 	require.Equal(t, "a", got["prompt"])
 	again, err := openai.ParseRequest(body, openai.KindCompletion)
 	require.NoError(t, err)
-	_, changed, err = again.Rewrite("adapter-a", true)
+	require.NoError(t, again.SetModel("adapter-a"))
+	_, changed, err = again.Rewrite(true)
 	require.NoError(t, err)
 	require.False(t, changed, "already asks for usage, same model")
-	_, changed, err = again.Rewrite("", false)
+	_, changed, err = again.Rewrite(false)
 	require.NoError(t, err)
 	require.False(t, changed)
 }
@@ -139,7 +141,8 @@ func FuzzParseRequest(f *testing.F) {
 			require.NotEmpty(t, r.Messages)
 			_, _ = r.TextMessages()
 		}
-		if b, changed, err := r.Rewrite("x", true); err == nil && changed {
+		require.NoError(t, r.SetModel("x"))
+		if b, changed, err := r.Rewrite(true); err == nil && changed {
 			again, err := openai.ParseRequest(b, kind)
 			require.NoError(t, err)
 			require.Equal(t, r.Stream, again.IncludeUsage)

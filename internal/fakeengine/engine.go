@@ -43,6 +43,10 @@ type Config struct {
 	// Adapters are the model names served as LoRA adapters: their blocks
 	// are hashed and published under the adapter's name.
 	Adapters []string
+	// TextOnly makes the engine's chat template drop tools, images and
+	// chat_template_kwargs, as a template that disagrees with the
+	// router's would.
+	TextOnly bool
 }
 
 // Engine is a running fake engine on 127.0.0.1.
@@ -107,6 +111,10 @@ func Start(cfg Config) (*Engine, error) {
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { e.complete(w, r, openai.KindCompletion) })
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { e.complete(w, r, openai.KindChat) })
 	mux.HandleFunc("GET /metrics", e.metrics)
+	mux.HandleFunc("POST /tokenize", e.tokenize)
+	mux.HandleFunc("POST /v1/tokenize", e.tokenize)
+	mux.HandleFunc("POST /v1/chat/completions/render", func(w http.ResponseWriter, r *http.Request) { e.render(w, r, openai.KindChat) })
+	mux.HandleFunc("POST /v1/completions/render", func(w http.ResponseWriter, r *http.Request) { e.render(w, r, openai.KindCompletion) })
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
 	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = e.srv.Serve(e.ln) }()
@@ -284,7 +292,7 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	tokens, err := Words(r.Context(), req, nil)
+	tokens, _, err := e.template(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -351,6 +359,142 @@ func (e *Engine) metrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 0\n")
 	fmt.Fprintf(w, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} %g\n", float64(used)/float64(e.cfg.Capacity))
 	fmt.Fprintf(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n", e.cfg.BlockSize, e.cfg.Capacity)
+}
+
+// template renders a request with the engine's template: Render, or
+// Words when TextOnly.
+func (e *Engine) template(req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
+	if e.cfg.TextOnly {
+		ids, err := Words(context.Background(), req, nil)
+		return ids, nil, err
+	}
+	return Render(req)
+}
+
+// tokenize is vLLM's /tokenize (and SGLang's /v1/tokenize): a prompt, or
+// messages with tools and chat_template_kwargs.
+func (e *Engine) tokenize(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var probe struct {
+		Messages json.RawMessage `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &probe)
+	kind := openai.KindCompletion
+	if probe.Messages != nil {
+		kind = openai.KindChat
+	}
+	req, err := openai.ParseRequest(body, kind)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ids, _, err := e.template(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"tokens": ids, "count": len(ids), "max_model_len": 1 << 20})
+}
+
+// render is vLLM's /v1/chat/completions/render and /v1/completions/render.
+func (e *Engine) render(w http.ResponseWriter, r *http.Request, kind openai.Kind) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	req, err := openai.ParseRequest(body, kind)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ids, mm, err := e.template(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var hashes []string
+	var places []map[string]int
+	for _, o := range mm {
+		hashes = append(hashes, fmt.Sprintf("%016x%048x", o.Hash, 0))
+		places = append(places, map[string]int{"offset": o.Offset, "length": o.Length})
+	}
+	out := map[string]any{"token_ids": ids}
+	if len(mm) > 0 {
+		out["features"] = map[string]any{"mm_hashes": map[string]any{"image": hashes}, "mm_placeholders": map[string]any{"image": places}}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// ImageTokens is the number of placeholder tokens of an image in Render.
+const ImageTokens = 4
+
+// Render is the engine's chat template, deterministic and for tests only:
+// Words, with the tools first (the token of "<|tools|>" and the words of
+// the tools' JSON), each image part as ImageTokens tokens of "<|image|>"
+// (a multimodal item hashed from its URL), and the token of
+// "<|think|>" after the generation prompt when chat_template_kwargs has
+// "enable_thinking": true.
+func Render(req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
+	if req.Kind == openai.KindCompletion {
+		ids, err := Words(context.Background(), req, nil)
+		return ids, nil, err
+	}
+	var ids []uint32
+	var mm []kvroute.MMObject
+	if len(req.Tools) > 0 {
+		ids = append(ids, roleToken("tools"))
+		ids = appendWords(ids, string(req.Tools))
+	}
+	var msgs []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(req.Messages, &msgs); err != nil {
+		return nil, nil, err
+	}
+	for _, m := range msgs {
+		ids = append(ids, roleToken(m.Role))
+		var text string
+		if json.Unmarshal(m.Content, &text) == nil {
+			ids = appendWords(ids, text)
+			continue
+		}
+		var parts []struct {
+			Type     string `json:"type"`
+			Text     string `json:"text"`
+			ImageURL struct {
+				URL string `json:"url"`
+			} `json:"image_url"`
+		}
+		_ = json.Unmarshal(m.Content, &parts)
+		for _, p := range parts {
+			switch p.Type {
+			case "text":
+				ids = appendWords(ids, p.Text)
+			case "image_url":
+				h, _ := kvroute.MMIdentifierHash(p.ImageURL.URL)
+				mm = append(mm, kvroute.MMObject{Hash: h, Offset: len(ids), Length: ImageTokens})
+				for range ImageTokens {
+					ids = append(ids, roleToken("image"))
+				}
+			}
+		}
+	}
+	ids = append(ids, roleToken("assistant"))
+	var kw struct {
+		Think bool `json:"enable_thinking"`
+	}
+	if req.ChatTemplateKwargs != nil && json.Unmarshal(req.ChatTemplateKwargs, &kw) == nil && kw.Think {
+		ids = append(ids, roleToken("think"))
+	}
+	return ids, mm, nil
 }
 
 // Words is the engine's tokenizer, deterministic and for tests only: one
