@@ -48,9 +48,11 @@ type cluster struct {
 
 type clusterOpts struct {
 	engines  int
-	adapters []string      // served by every engine
-	cfg      epp.Config    // Router, Endpoints, Tokenizer are filled in
-	router   router.Config // Hasher is filled in
+	adapters []string // served by every engine
+	// tokenizer, when set, makes the picker's tokenizer from the engines.
+	tokenizer func(engines []*fakeengine.Engine) epp.Tokenizer
+	cfg       epp.Config    // Router, Endpoints, Tokenizer are filled in
+	router    router.Config // Hasher is filled in
 }
 
 func newCluster(t *testing.T, o clusterOpts) *cluster {
