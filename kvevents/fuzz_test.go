@@ -13,11 +13,7 @@ import (
 // panic; a decoded batch converts, re-encodes and decodes to the same
 // events.
 func FuzzDecodeBatch(f *testing.F) {
-	for _, path := range goldenFiles(f) {
-		payload, err := os.ReadFile(path)
-		if err != nil {
-			f.Fatal(err)
-		}
+	for _, payload := range seedPayloads(f) {
 		f.Add(payload)
 	}
 	c, err := kvevents.NewConverter(kvevents.ConverterConfig{})
@@ -60,7 +56,10 @@ func FuzzDecodeBatch(f *testing.F) {
 		for i := range b.Events {
 			x, y := &b.Events[i], &back.Events[i]
 			if x.Type != y.Type || len(x.BlockHashes) != len(y.BlockHashes) || len(x.TokenIDs) != len(y.TokenIDs) ||
-				x.ParentBlockHash.Key != y.ParentBlockHash.Key || x.Medium != y.Medium || x.BlockSize != y.BlockSize {
+				x.ParentBlockHash.Key != y.ParentBlockHash.Key || x.Medium != y.Medium || x.BlockSize != y.BlockSize ||
+				x.Eagle != y.Eagle && len(x.TokenIDs) > 0 || x.CacheSalt != y.CacheSalt || x.LoRAName != y.LoRAName ||
+				string(x.ExtraKeys) != string(y.ExtraKeys) || string(x.LookaheadTokenIDs) != string(y.LookaheadTokenIDs) ||
+				x.GroupIdx != y.GroupIdx || x.SpecKind != y.SpecKind {
 				t.Fatalf("event %d changed in a round trip: %+v vs %+v", i, x, y)
 			}
 			for j := range x.BlockHashes {
@@ -130,6 +129,94 @@ func FuzzDynamoJSON(f *testing.F) {
 		}
 		if _, err := json.Marshal(&d); err != nil {
 			t.Fatalf("re-encode: %v", err)
+		}
+	})
+}
+
+// seedPayloads are the golden and captured batches.
+func seedPayloads(f *testing.F) [][]byte {
+	var out [][]byte
+	for _, path := range goldenFiles(f) {
+		payload, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		out = append(out, payload)
+	}
+	for _, c := range capturedFiles(f) {
+		out = append(out, c.payload)
+	}
+	return out
+}
+
+// FuzzConvert: any decodable batch converts, with or without re-chunking
+// and across calls (salt, group and re-chunking state), into valid events
+// whose stored blocks are whole router blocks.
+func FuzzConvert(f *testing.F) {
+	for _, payload := range seedPayloads(f) {
+		f.Add(payload)
+	}
+	cfgs := []kvevents.ConverterConfig{
+		{BlockSize: 16},
+		{BlockSize: 4},
+		{BlockSize: 4, RejectBlockSize: true, LoRAs: map[int64]string{7: "adapter-a"}},
+		{BlockSize: 16, Rank: 3, GroupKinds: map[int64]string{1: kvevents.KindMamba}, ReuseKinds: []string{kvevents.KindSlidingWindow}},
+	}
+	var convs []*kvevents.Converter
+	for _, cfg := range cfgs {
+		c, err := kvevents.NewConverter(cfg)
+		if err != nil {
+			f.Fatal(err)
+		}
+		convs = append(convs, c)
+	}
+	var b kvevents.Batch
+	var evs []kvroute.Event
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if err := kvevents.DecodeBatch(payload, &b); err != nil {
+			return
+		}
+		for _, c := range convs {
+			for range 2 {
+				var err error
+				if evs, err = c.Convert(evs[:0], &b); err != nil {
+					continue
+				}
+				for i := range evs {
+					if err := evs[i].Validate(); err != nil {
+						t.Fatalf("converted event %d invalid: %v", i, err)
+					}
+					if evs[i].Kind == kvroute.EventStored && len(evs[i].Blocks) == 0 {
+						t.Fatalf("stored event %d without blocks", i)
+					}
+				}
+			}
+		}
+	})
+}
+
+// FuzzParseExtraKeys: arbitrary extra_keys give per-block items or an
+// error, never a panic, and at most one entry per declared block.
+func FuzzParseExtraKeys(f *testing.F) {
+	var b kvevents.Batch
+	for _, payload := range seedPayloads(f) {
+		if err := kvevents.DecodeBatch(payload, &b); err != nil {
+			continue
+		}
+		for _, ev := range b.Events {
+			if ev.ExtraKeys != nil {
+				f.Add(append([]byte(nil), ev.ExtraKeys...), ev.LoRAName)
+			}
+		}
+	}
+	f.Add([]byte{0x91, 0x92, 0xa1, 'a', 0xc4, 0x01, 0x00}, "a")
+	var x kvevents.ExtraKeys
+	f.Fuzz(func(t *testing.T, raw []byte, lora string) {
+		if err := kvevents.ParseExtraKeys(raw, lora, &x); err != nil {
+			return
+		}
+		if len(x.MM) > len(raw) {
+			t.Fatalf("%d blocks from %d bytes", len(x.MM), len(raw))
 		}
 	})
 }
