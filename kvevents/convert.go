@@ -497,6 +497,15 @@ func (c *Converter) whole(ev *EngineEvent, h kvroute.Hasher) {
 	bs, win := h.BlockSize(), h.WindowTokens()
 	n := min(len(ev.BlockHashes), h.Blocks(len(ev.TokenIDs)))
 	c.stats.DroppedBlocks += uint64(len(ev.BlockHashes) - n)
+	if len(c.extra.MM) == 0 {
+		for j := range n {
+			c.blocks = append(c.blocks, kvroute.StoredBlock{
+				External: ev.BlockHashes[j].External(),
+				Hash:     h.HashBlock(ev.TokenIDs[j*bs : j*bs+win]),
+			})
+		}
+		return
+	}
 	for j := range n {
 		var mm []uint64
 		if j < len(c.extra.MM) {
