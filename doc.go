@@ -12,9 +12,14 @@
 // A host that routes requests does three things with this package:
 //
 //  1. Build one [Hasher] per model with the engines' block size (and the
-//     LoRA adapter name or cache namespace when they are used).
+//     LoRA adapter name or cache namespace when they are used, and Eagle
+//     for engines that run Eagle speculative decoding).
 //  2. Hash each request's prompt with [Hasher.AppendSeqHashes] into a slice
 //     it reuses, and ask the indexer which worker holds the longest prefix.
+//     A request with a cache salt is hashed with [Hasher.WithSalt], one
+//     with images or other multimodal items with
+//     [Hasher.AppendSeqHashesMM], so that it never matches blocks of
+//     another tenant or another image ([MMObject], [MMIdentifierHash]).
 //  3. Feed the engines' KV events, converted to [Event] by package kvevents,
 //     into the indexer.
 //

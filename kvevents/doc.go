@@ -57,9 +57,16 @@
 // # Conversion
 //
 // [Converter] computes each stored block's kvroute.BlockHash from the
-// event's token ids (Dynamo's XXH3 block hash, with the event's block
-// size, LoRA name and cache salt) so that the indexer does not rehash, maps
-// the medium to a tier ([TierOfMedium]) and drops a partial last block.
+// event's token ids exactly as the router hashes a request (Dynamo's XXH3
+// block hash): with the router's block size, the LoRA adapter (lora_name,
+// or lora_id through a host table), the cache salt (SGLang's cache_salt,
+// vLLM's extra_keys, inherited along a chain), the multimodal items of
+// vLLM's extra_keys ([ParseExtraKeys]) and SGLang's Eagle token pairs. It
+// maps the medium to a tier ([TierOfMedium]), drops a partial last block,
+// keeps only the KV-cache groups that decide prefix reuse in hybrid models
+// ([ConverterConfig.ReuseKinds]), gives batches without a rank the
+// subscriber's rank, and re-chunks or rejects events of another block size
+// (SGLang's page size 1). What it leaves out is counted ([ConvertStats]).
 //
 // Decoders never panic on their input, and allocate in proportion to it;
 // they are fuzzed with the golden files under testdata.

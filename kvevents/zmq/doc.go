@@ -12,7 +12,9 @@
 //  1. Build a [Config] with the engine's PUB endpoint, its replay endpoint
 //     (vLLM's --kv-events-config replay_endpoint; optional but without it
 //     every lost batch resets the worker), the topic, the worker id and
-//     block size, and the sink (an *indexer.Index).
+//     block size, and the sink (an *indexer.Index). With one subscriber per
+//     data-parallel rank endpoint, set Converter.Rank to that rank, so that
+//     batches that carry no rank land on it.
 //  2. Call [New], then run [Subscriber.Run] on a goroutine of your own; it
 //     returns when the context ends.
 //  3. Read [Subscriber.Stats] for monitoring.
