@@ -64,7 +64,8 @@ type workerCache struct {
 
 // genTrace builds the trace replay: for each record, a query (the whole
 // prompt), then the chosen worker's Removed event (when its cache must make
-// room) and its Stored event for the blocks it lacks. The worker is chosen
+// room) and its Stored events for the blocks it lacks (an engine reports
+// the blocks it newly caches: one event per run of missing blocks). The worker is chosen
 // from the ground truth: the largest overlap, ties to the worker chosen
 // least recently. Blocks of the current request are never evicted.
 func genTrace(records []bench.TraceRecord, c traceConfig) (*workload, error) {
@@ -114,14 +115,22 @@ func genTrace(records []bench.TraceRecord, c traceConfig) (*workload, error) {
 			victims := wc.evict(need, inReq, c.Eviction, rng)
 			ops = append(ops, m.remove(w, victims))
 		}
-		from := m.leading(w, path)
-		if from < len(path) {
-			for _, b := range path[from:] {
-				if !m.has(w, b.Seq) {
-					wc.add(b)
-				}
+		// One Stored event per run of blocks the worker lacks, each with
+		// the block before it as parent: with LRU eviction that is the
+		// tail from the first missing block; after random evictions, the
+		// holes too.
+		for from := 0; from < len(path); {
+			if m.has(w, path[from].Seq) {
+				from++
+				continue
 			}
-			ops = append(ops, m.store(w, from, path))
+			to := from
+			for to < len(path) && !m.has(w, path[to].Seq) {
+				wc.add(path[to])
+				to++
+			}
+			ops = append(ops, m.store(w, from, path[:to]))
+			from = to
 		}
 		// Touch tail first so that the head is the most recently used.
 		for i := len(path) - 1; i >= 0; i-- {
