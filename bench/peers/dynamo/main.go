@@ -257,6 +257,9 @@ func compare(ctx context.Context, name, file string, w *workload, o options, std
 			}
 			for i := range w.Sections {
 				r, c := &res.Sections[i], &checks[i]
+				if err := checkSamples(r); err != nil {
+					return nil, nil, fmt.Errorf("peers: %s, %s/%s: %w", sideNames[side], name, r.Name, err)
+				}
 				n := mismatches(want[i], r.Digests)
 				if n > 0 && side == kvSide && c.Mismatches[kvSide] == 0 {
 					reportMismatch(stderr, name, &w.Sections[i], want[i], r.Digests)
@@ -293,6 +296,22 @@ func mismatches(want, got []uint64) int {
 		}
 	}
 	return n
+}
+
+// checkSamples checks that the full scores a side printed for its first
+// queries have the digests it reported for them, so that the digests stand
+// for the answers.
+func checkSamples(r *sectionResult) error {
+	for k, smp := range r.Samples {
+		scores := make([]score, len(smp))
+		for j, x := range smp {
+			scores[j] = score{Worker: x[0], Blocks: uint32(x[1])}
+		}
+		if k >= len(r.Digests) || scoresDigest(scores) != r.Digests[k] {
+			return fmt.Errorf("the digest of answer %d does not match its scores %v", k, smp)
+		}
+	}
+	return nil
 }
 
 // reportMismatch prints kvroute's first wrong answer in a section.
