@@ -407,12 +407,14 @@ fn run() -> Result<(), String> {
         }
         write!(
             j,
-            "{{\"name\":{},\"timed\":{},\"ops\":{},\"block_ops\":{},\"ns\":{},\"errors\":{},\"samples\":[",
+            "{{\"name\":{},\"timed\":{},\"ops\":{},\"block_ops\":{},\"ns\":{},\"ns_per_op\":{:.1},\"ns_per_block_op\":{:.1},\"errors\":{},\"samples\":[",
             json_string(&r.name),
             r.timed,
             r.ops,
             r.block_ops,
             r.ns,
+            r.ns as f64 / r.ops.max(1) as f64,
+            r.ns as f64 / r.block_ops.max(1) as f64,
             r.errors
         )
         .unwrap();
