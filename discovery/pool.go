@@ -336,3 +336,66 @@ func (p *Pool) Close() error {
 	p.end()
 	return nil
 }
+
+// ParseEngine parses an engine given on a command line:
+//
+//	NAME=HOST:PORT[,ports=P1+P2+...][,events=ENDPOINT][,replay=ENDPOINT]
+//	    [,topic=T][,metrics=URL][,kind=vllm|sglang][,id=N]
+//
+// for example "vllm-0=10.0.0.7:8000,events=tcp://10.0.0.7:5557,
+// metrics=http://10.0.0.7:8000/metrics". ports lists every data-parallel
+// rank's port (the first is HOST:PORT's). The engine is Ready. Errors wrap
+// ErrEngine.
+func ParseEngine(spec string) (Engine, error) {
+	parts := strings.Split(spec, ",")
+	name, addr, ok := strings.Cut(parts[0], "=")
+	if !ok {
+		return Engine{}, fmt.Errorf("%w: %q does not start with NAME=HOST:PORT", ErrEngine, spec)
+	}
+	host, port, err := net.SplitHostPort(strings.TrimSpace(addr))
+	if err != nil {
+		return Engine{}, fmt.Errorf("%w: %q: %w", ErrEngine, addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return Engine{}, fmt.Errorf("%w: port %q: %w", ErrEngine, port, err)
+	}
+	e := Engine{Name: strings.TrimSpace(name), Host: host, Ports: []int{p}, Ready: true}
+	for _, opt := range parts[1:] {
+		k, v, ok := strings.Cut(opt, "=")
+		if !ok {
+			return e, fmt.Errorf("%w: option %q is not key=value", ErrEngine, opt)
+		}
+		v = strings.TrimSpace(v)
+		switch strings.TrimSpace(k) {
+		case "ports":
+			e.Ports = e.Ports[:0]
+			for _, s := range strings.Split(v, "+") {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					return e, fmt.Errorf("%w: ports: %w", ErrEngine, err)
+				}
+				e.Ports = append(e.Ports, n)
+			}
+		case "events":
+			e.Events = v
+		case "replay":
+			e.Replay = v
+		case "topic":
+			e.Topic = v
+		case "metrics":
+			e.Metrics = v
+		case "kind":
+			e.Kind = v
+		case "id":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return e, fmt.Errorf("%w: id: %w", ErrEngine, err)
+			}
+			e.ID = kvroute.WorkerID(n)
+		default:
+			return e, fmt.Errorf("%w: unknown option %q", ErrEngine, k)
+		}
+	}
+	return e, e.Validate()
+}

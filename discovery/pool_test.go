@@ -85,3 +85,14 @@ func TestPoolSync(t *testing.T) {
 	require.Empty(t, r.Workers())
 	require.Zero(t, eps.Len())
 }
+
+func TestParseEngine(t *testing.T) {
+	e, err := discovery.ParseEngine("vllm-0=10.0.0.7:8000,ports=8000+8001,events=tcp://10.0.0.7:5557,replay=tcp://10.0.0.7:5600,topic=kv,metrics=http://10.0.0.7:8000/metrics,kind=vllm,id=9")
+	require.NoError(t, err)
+	require.Equal(t, discovery.Engine{Name: "vllm-0", ID: 9, Host: "10.0.0.7", Ports: []int{8000, 8001}, Ready: true,
+		Events: "tcp://10.0.0.7:5557", Replay: "tcp://10.0.0.7:5600", Topic: "kv", Metrics: "http://10.0.0.7:8000/metrics", Kind: "vllm"}, e)
+	for _, bad := range []string{"x", "a=host", "a=h:p", "a=h:1,zz=1", "a=h:1,ports=1+x", "a=h:1,kind=tgi", "a=h:1,replay=tcp://h:2", "a=h:1,id=-1"} {
+		_, err := discovery.ParseEngine(bad)
+		require.ErrorIs(t, err, discovery.ErrEngine, bad)
+	}
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/epp"
+	"github.com/kvroute/kvroute/render"
+)
+
+// config is the JSON configuration file; flags override its fields.
+type config struct {
+	Listen        string `json:"listen"`
+	MetricsListen string `json:"metrics_listen"`
+	BlockSize     int    `json:"block_size"`
+	// Model is the served model's name, used by the parity probe.
+	Model string `json:"model"`
+	// Adapters maps model names to LoRA adapters.
+	Adapters map[string]string `json:"adapters"`
+	// Tokenizer is the URL of the render/tokenize endpoints; empty means
+	// the first static engine's.
+	Tokenizer    string `json:"tokenizer"`
+	TokenizerAPI string `json:"tokenizer_api"`
+	// Parity is "fail" (default), "warn" or "off".
+	Parity         string             `json:"parity"`
+	ParityWait     string             `json:"parity_wait"`
+	Fallbacks      int                `json:"fallbacks"`
+	InjectUsage    bool               `json:"inject_usage"`
+	ScrapeInterval string             `json:"scrape_interval"`
+	Engines        []discovery.Engine `json:"engines"`
+	Etcd           struct {
+		Endpoints []string `json:"endpoints"`
+		Prefix    string   `json:"prefix"`
+	} `json:"etcd"`
+
+	logLevel       slog.Level
+	scrapeInterval time.Duration
+	parityWait     time.Duration
+	tokenizerAPI   render.API
+}
+
+// engineFlags collects repeated -engine flags.
+type engineFlags []discovery.Engine
+
+func (e *engineFlags) String() string { return fmt.Sprint(len(*e), " engines") }
+
+func (e *engineFlags) Set(s string) error {
+	eng, err := discovery.ParseEngine(s)
+	if err != nil {
+		return err
+	}
+	*e = append(*e, eng)
+	return nil
+}
+
+// adapterFlags collects repeated -adapter MODEL=ADAPTER flags.
+type adapterFlags map[string]string
+
+func (a adapterFlags) String() string { return fmt.Sprint(len(a), " adapters") }
+
+func (a adapterFlags) Set(s string) error {
+	m, l, ok := strings.Cut(s, "=")
+	if !ok || m == "" || l == "" {
+		return fmt.Errorf("adapter %q is not MODEL=ADAPTER", s)
+	}
+	a[m] = l
+	return nil
+}
+
+// parse reads the flags and the configuration file they name.
+func parse(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("kvroute-epp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		engines  engineFlags
+		adapters = adapterFlags{}
+		path     = fs.String("config", "", "JSON configuration file (see the README)")
+		listen   = fs.String("listen", ":9002", "address of the ext_proc and gRPC health server")
+		mlisten  = fs.String("metrics-listen", ":9090", "address of the Prometheus /metrics and /healthz server")
+		block    = fs.Int("block-size", kvroute.DefaultBlockSize, "the engines' KV block size in tokens")
+		model    = fs.String("model", "", "served model name (for the token parity probe)")
+		tokURL   = fs.String("tokenizer", "", "base URL of the render/tokenize endpoints (default: the first -engine)")
+		tokAPI   = fs.String("tokenizer-api", "vllm-render", "vllm-render, vllm-tokenize or sglang")
+		parity   = fs.String("parity", "fail", "token parity probe at startup: fail, warn or off")
+		pwait    = fs.Duration("parity-wait", 10*time.Second, "how long to wait for discovery before the parity probe")
+		fallback = fs.Int("fallbacks", epp.DefaultFallbacks, "fallback endpoints listed after the pick (-1: none)")
+		inject   = fs.Bool("inject-usage", true, "ask streamed requests for usage to learn the engines' cached tokens")
+		scrape   = fs.Duration("scrape-interval", time.Second, "engine metrics scrape interval")
+		etcdEPs  = fs.String("etcd", "", "comma-separated etcd endpoints to discover engines from")
+		etcdPfx  = fs.String("etcd-prefix", "/kvroute/engines/", "etcd key prefix of the engines")
+		c        config
+	)
+	fs.Var(&engines, "engine", "static engine NAME=HOST:PORT[,events=tcp://...][,replay=...][,metrics=URL][,kind=vllm|sglang][,ports=P+P] (repeatable)")
+	fs.Var(adapters, "adapter", "model name served by a LoRA adapter, MODEL=ADAPTER (repeatable)")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *path != "" {
+		raw, err := os.ReadFile(*path)
+		if err != nil {
+			return nil, err
+		}
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return nil, fmt.Errorf("%s: %w", *path, err)
+		}
+		for i := range c.Engines {
+			if !c.Engines[i].Ready {
+				c.Engines[i].Ready = true // static engines are ready
+			}
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	str := func(name string, dst *string, v string) {
+		if set[name] || *dst == "" {
+			*dst = v
+		}
+	}
+	str("listen", &c.Listen, *listen)
+	str("metrics-listen", &c.MetricsListen, *mlisten)
+	str("model", &c.Model, *model)
+	str("tokenizer", &c.Tokenizer, *tokURL)
+	str("tokenizer-api", &c.TokenizerAPI, *tokAPI)
+	str("parity", &c.Parity, *parity)
+	str("etcd-prefix", &c.Etcd.Prefix, *etcdPfx)
+	if set["block-size"] || c.BlockSize == 0 {
+		c.BlockSize = *block
+	}
+	if set["fallbacks"] || c.Fallbacks == 0 {
+		c.Fallbacks = *fallback
+	}
+	if set["inject-usage"] || *path == "" {
+		c.InjectUsage = *inject
+	}
+	if set["etcd"] {
+		c.Etcd.Endpoints = strings.Split(*etcdEPs, ",")
+	}
+	if c.Adapters == nil {
+		c.Adapters = map[string]string{}
+	}
+	for m, l := range adapters {
+		c.Adapters[m] = l
+	}
+	c.Engines = append(c.Engines, engines...)
+	var err error
+	if c.scrapeInterval, err = duration(set["scrape-interval"], c.ScrapeInterval, *scrape); err != nil {
+		return nil, err
+	}
+	if c.parityWait, err = duration(set["parity-wait"], c.ParityWait, *pwait); err != nil {
+		return nil, err
+	}
+	if c.tokenizerAPI, err = render.ParseAPI(c.TokenizerAPI); err != nil {
+		return nil, err
+	}
+	switch c.Parity {
+	case "fail", "warn", "off":
+	default:
+		return nil, fmt.Errorf("-parity %q: want fail, warn or off", c.Parity)
+	}
+	if len(c.Engines) == 0 && c.Etcd.Endpoints == nil {
+		return nil, errors.New("no engines: give -engine, -etcd or -config")
+	}
+	if c.Tokenizer == "" {
+		if len(c.Engines) == 0 {
+			return nil, errors.New("no tokenizer: give -tokenizer (an engine or a render server) when engines are discovered")
+		}
+		c.Tokenizer = "http://" + c.Engines[0].Address(0)
+	}
+	return &c, nil
+}
+
+// duration picks the flag's value when it was given, else the file's.
+func duration(flagSet bool, file string, flagValue time.Duration) (time.Duration, error) {
+	if flagSet || file == "" {
+		return flagValue, nil
+	}
+	d, err := time.ParseDuration(file)
+	if err != nil {
+		return 0, fmt.Errorf("duration %q: %w", file, err)
+	}
+	return d, nil
+}
+
+// tokenizer is the picker's tokenizer.
+func (c *config) tokenizer() (epp.Tokenizer, error) {
+	return &render.Client{URL: c.Tokenizer, API: c.tokenizerAPI}, nil
+}
