@@ -563,11 +563,15 @@ func (l *loop) dispatch(m *nats.Msg) {
 			return
 		}
 		if h.from != r.cfg.ID && m.Reply != "" {
-			// "+id" when in sync with the worker, "-" when not, so the
-			// asker need not wait for a timeout to try the relay.
+			// "+id" when in sync with the worker, "~" when merely behind
+			// (it may catch up in a moment), "-" otherwise, so the asker
+			// need not wait for a timeout to try the relay.
 			answer := "-"
-			if l.inSync(h.want.worker, h.want.id) {
+			switch _, ok := l.last[h.want.worker]; {
+			case l.inSync(h.want.worker, h.want.id):
 				answer = "+" + r.cfg.ID
+			case l.start == nil && ok && l.repairs[h.want.worker] == nil:
+				answer = "~"
 			}
 			_ = m.Respond([]byte(answer))
 		}
@@ -734,7 +738,17 @@ func (l *loop) startRepair(w kvroute.WorkerKey, need uint64) {
 func (r *Replica) repair(ctx context.Context, w kvroute.WorkerKey, have, need uint64, peers int) repairResult {
 	p := r.cfg.Prefix
 	res := repairResult{worker: w}
-	if peer := r.findPeer(ctx, w, need, peers); peer != "" {
+	peer, behind := r.findPeer(ctx, w, need, peers)
+	for wait := 10 * time.Millisecond; peer == "" && behind && wait <= 40*time.Millisecond; wait *= 2 {
+		// A peer that is only behind has the events in a moment.
+		select {
+		case <-ctx.Done():
+			return res
+		case <-time.After(wait):
+		}
+		peer, behind = r.findPeer(ctx, w, need, peers)
+	}
+	if peer != "" {
 		var last uint64
 		var events []kvevents.DynamoEvent
 		err := r.fetch(ctx, workerDumpSubject(p, peer), appendWorkerIDs(nil, []workerID{{worker: w}}),
@@ -785,8 +799,9 @@ func (r *Replica) repair(ctx context.Context, w kvroute.WorkerKey, have, need ui
 }
 
 // findPeer asks the peers which of them is in sync with w through event
-// need and returns the first that is, or "" when none says so in time.
-func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64, peers int) string {
+// need and returns the first that is, or "" when none says so in time;
+// behind reports that a peer said it is behind (not repairing w).
+func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64, peers int) (peer string, behind bool) {
 	wait := r.cfg.SyncTimeout
 	if peers == 0 {
 		wait /= 4 // no peer known: a short look, for peers not heard yet
@@ -794,25 +809,27 @@ func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64
 	inbox := r.cfg.Conn.NewRespInbox()
 	sub, err := r.cfg.Conn.SubscribeSync(inbox)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := r.cfg.Conn.PublishRequest(haveSubject(r.cfg.Prefix), inbox,
 		appendHaveReq(nil, &haveReq{from: r.cfg.ID, want: workerID{w, need}})); err != nil {
-		return ""
+		return "", false
 	}
 	ctx = withTimeout(ctx, wait)
-	for no := 0; peers == 0 || no < peers; {
+	for no := 0; peers == 0 || no < peers; no++ {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return ""
+			return "", behind
 		}
-		if len(m.Data) > 1 && m.Data[0] == '+' {
-			return string(m.Data[1:])
+		switch {
+		case len(m.Data) > 1 && m.Data[0] == '+':
+			return string(m.Data[1:]), false
+		case len(m.Data) == 1 && m.Data[0] == '~':
+			behind = true
 		}
-		no++
 	}
-	return ""
+	return "", behind
 }
 
 // withTimeout returns ctx bounded by d; the bound's resources are freed
