@@ -2,7 +2,6 @@ package kvroute
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"slices"
 
 	"github.com/zeebo/xxh3"
@@ -33,13 +32,24 @@ func MMIdentifierHash(id string) (uint64, bool) {
 	if id == "" {
 		return 0, false
 	}
-	if len(id) == 64 {
-		var b [8]byte
-		if _, err := hex.Decode(b[:], []byte(id[:16])); err == nil && isHex(id[16:]) {
-			return binary.BigEndian.Uint64(b[:]), true
+	if len(id) == 64 && isHex(id) {
+		var v uint64
+		for i := range 16 {
+			v = v<<4 | uint64(hexValue(id[i]))
 		}
+		return v, true
 	}
 	return xxh3.HashString(id), true
+}
+
+func hexValue(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
 }
 
 func isHex(s string) bool {

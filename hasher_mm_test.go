@@ -113,7 +113,7 @@ func TestMMIdentifierHash(t *testing.T) {
 	}
 }
 
-func TestHashBlockMMOrderAndNoAlloc(t *testing.T) {
+func TestHashBlockMMOrderAndAllocatesNothing(t *testing.T) {
 	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})
 	toks := make([]uint32, 16)
 	require.Equal(t, h.HashBlock(toks), h.HashBlockMM(toks, nil))

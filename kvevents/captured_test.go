@@ -351,3 +351,36 @@ func firstMMIdentifier(t *testing.T, f capturedFile, n int) string {
 	require.Greater(t, len(ids), n)
 	return ids[n]
 }
+
+// TestConvertAllocatesNothing: decoding and converting a batch allocates
+// nothing in steady state, skipped hybrid groups and salts included
+// (re-chunking keeps each event's leftover tokens, which allocates).
+func TestConvertAllocatesNothing(t *testing.T) {
+	files := map[string]capturedFile{}
+	for _, f := range capturedFiles(t) {
+		files[f.name] = f
+	}
+	for _, tt := range []struct {
+		file string
+		bs   int
+	}{{"vllm033_int_hashes_dp0", 16}, {"vllm033_hybrid_groups_dp0", 16}, {"sglang0523_salt_dp0", 4}, {"sglang0523_eagle_page4_dp0", 4}, {"vllm033_multimodal_dp0", 16}, {"vllm033_salt_dp0", 16}, {"vllm033_lora_dp0", 16}} {
+		t.Run(tt.file, func(t *testing.T) {
+			c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: tt.bs})
+			require.NoError(t, err)
+			var b kvevents.Batch
+			var evs []kvroute.Event
+			payload := files[tt.file].payload
+			run := func() {
+				if err := kvevents.DecodeBatch(payload, &b); err != nil {
+					t.Fatal(err)
+				}
+				if evs, err = c.Convert(evs[:0], &b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run()
+			require.NotEmpty(t, evs)
+			require.Zero(t, testing.AllocsPerRun(50, run))
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -464,7 +465,7 @@ func (c *Converter) stored(ev *EngineEvent, rank kvroute.DPRank, out *kvroute.Ev
 	} else {
 		if c.cfg.RejectBlockSize || ebs > bs || bs%ebs != 0 {
 			c.stats.BlockSizeRejects++
-			c.skip(ev, fmt.Sprintf("block size %d, the router's is %d", ebs, bs))
+			c.skip(ev, "block size differs from the router's")
 			return false
 		}
 		c.stats.Rechunked++
@@ -600,6 +601,9 @@ func (c *Converter) blockMM(dst []uint64, from, to int) []uint64 {
 
 func (c *Converter) skip(ev *EngineEvent, why string) {
 	c.stats.SkippedEvents++
+	if !c.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
 	c.log.Debug("kvevents: skipped event", "type", ev.Type.String(), "reason", why,
 		"worker", c.cfg.Worker, "blocks", len(ev.BlockHashes))
 }

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/tinylib/msgp/msgp"
 	"github.com/zeebo/xxh3"
@@ -18,6 +19,8 @@ type ExtraKeys struct {
 	// MM holds, per block, the hashes of the multimodal items (and prompt
 	// embedding digests) the block includes; nil for a block without.
 	MM [][]uint64
+
+	last string // the last salt read, reused while it repeats
 }
 
 // ParseExtraKeys reads vLLM's extra_keys (the raw msgpack of
@@ -97,11 +100,14 @@ func readExtraKey(p []byte, blk int, lora string, loraSeen *bool, x *ExtraKeys) 
 		case !*loraSeen && string(s) == lora:
 			*loraSeen = true
 		case len(s) == 64 && isHexDigest(s):
-			addMM(cur, string(s))
+			addMM(cur, s)
 		case blk == 0 && x.Salt == "":
-			x.Salt = string(s)
+			if string(s) != x.last {
+				x.last = string(s)
+			}
+			x.Salt = x.last
 		default:
-			addMM(cur, string(s))
+			addMM(cur, s)
 		}
 		return rest, nil
 	case msgp.ArrayType:
@@ -120,7 +126,7 @@ func readExtraKey(p []byte, blk int, lora string, loraSeen *bool, x *ExtraKeys) 
 		if err != nil {
 			return rest, err
 		}
-		addMM(cur, string(id))
+		addMM(cur, id)
 		for range m - 1 {
 			if rest, err = msgp.Skip(rest); err != nil {
 				return rest, err
@@ -138,8 +144,12 @@ func readExtraKey(p []byte, blk int, lora string, loraSeen *bool, x *ExtraKeys) 
 	return msgp.Skip(p)
 }
 
-func addMM(cur *[]uint64, id string) {
-	if h, ok := kvroute.MMIdentifierHash(id); ok {
+func addMM(cur *[]uint64, id []byte) {
+	if len(id) == 0 {
+		return
+	}
+	// The identifier is only read during the call.
+	if h, ok := kvroute.MMIdentifierHash(unsafe.String(&id[0], len(id))); ok {
 		*cur = append(*cur, h)
 	}
 }
