@@ -10,8 +10,8 @@ it is not run by the tests or by CI.
 Setup (Python 3.11; no GPU, no torch):
 
     python3 -m venv /tmp/cap
-    /tmp/cap/bin/pip install --no-deps vllm==0.33.0 sglang==0.5.23
-    /tmp/cap/bin/pip install msgspec pyzmq pydantic cbor2 psutil urllib3
+    /tmp/cap/bin/pip install --no-deps vllm==0.33.0 sglang==0.5.23 ai-dynamo-runtime==1.6.1
+    /tmp/cap/bin/pip install msgspec pyzmq pydantic cbor2 psutil urllib3 uvloop
     /tmp/cap/bin/python kvevents/testdata/captured/capture.py kvevents/testdata/captured
 
 What is real and what stands in:
@@ -35,10 +35,14 @@ What is real and what stands in:
   * Stand-ins are modules created in this process only; no installed file
     is edited.
 
-Dynamo's own publisher (ai-dynamo-runtime's KvEventPublisher) needs a
-running Dynamo runtime (its discovery and event plane), so it is not
-captured here; dynamo_router_events.jsonl in the parent directory holds
-Dynamo's RouterEvent JSON.
+  * Dynamo: ai-dynamo-runtime's own KvEventPublisher, on a
+    DistributedRuntime with in-memory discovery and its ZMQ event plane,
+    runs in a child process (it prints the port its PUB socket bound);
+    this script subscribes and records the event-plane messages:
+    [topic, publisher id, sequence, envelope], the envelope being a version
+    byte, a 4-byte big-endian length and a msgpack map whose "payload" is
+    the msgpack list of RouterEvents (rmp_serde named maps). NAME.msgpack
+    is that payload; NAME.json has it decoded, with the envelope fields.
 """
 
 import __future__
@@ -442,8 +446,16 @@ def capture(outdir):
                 batch = vkv.KVEventBatch(ts=time.time(), events=events)
             else:
                 batch = skv.KVEventBatch(ts=time.time(), events=events)
-            pub.publish(batch)
-            topic, seq, payload = sub.recv_multipart()
+            for attempt in range(3):
+                # A first message can be lost while a connection settles
+                # on a loaded machine: publish again.
+                pub.publish(batch)
+                try:
+                    topic, seq, payload = sub.recv_multipart()
+                    break
+                except zmq.Again:
+                    if attempt == 2:
+                        raise
             decoded = msgspec.msgpack.decode(payload)
             with open(os.path.join(outdir, name + ".msgpack"), "wb") as f:
                 f.write(payload)
@@ -480,5 +492,89 @@ def check_replay(ctx, port, seq, payload):
     print("replay socket returned batch", seq)
 
 
+# --- Dynamo -----------------------------------------------------------------
+
+DYNAMO_PUBLISHER = r"""
+import asyncio, sys
+from dynamo._core import DistributedRuntime, KvEventPublisher
+
+async def main():
+    loop = asyncio.get_running_loop()
+    rt = DistributedRuntime(loop, "mem", "tcp", event_plane="zmq")
+    pub = KvEventPublisher(rt.endpoint("kvroute.capture.generate"), worker_id=7, kv_block_size=4, dp_rank=0)
+    await loop.run_in_executor(None, sys.stdin.readline)
+    # A salted root store, an Eagle child (windows of 5 tokens) and a removal.
+    pub.publish_stored(list(range(100, 108)), [4, 4], [11, 12], parent_hash=None, cache_salt="tenant-a")
+    pub.publish_stored(list(range(108, 113)), [4], [13], parent_hash=12, is_eagle=True)
+    pub.publish_stored([200, 201, 202, 203], [4], [21], parent_hash=None, lora_name="adapter-a",
+                       block_mm_infos=[{"mm_objects": [{"mm_hash": 81985529216486895, "offsets": [[1, 3]]}]}])
+    pub.publish_removed([13])
+    await asyncio.sleep(2)
+    pub.shutdown()
+    rt.shutdown()
+
+asyncio.run(main())
+"""
+
+
+def capture_dynamo(outdir):
+    import re
+    import subprocess
+
+    env = dict(os.environ, DYN_LOG="info", DYN_EVENT_PLANE_HOST="127.0.0.1", NO_COLOR="1")
+    child = subprocess.Popen([sys.executable, "-c", DYNAMO_PUBLISHER], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    port = None
+    for line in child.stderr:
+        m = re.search(r"ZMQ PUB transport bound.*endpoint=\S*tcp://[^:]+:(\d+)", re.sub(r"\x1b\[[0-9;]*m", "", line))
+        if m:
+            port = int(m.group(1))
+            break
+    if port is None:
+        raise SystemExit("Dynamo's publisher did not report its port")
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.setsockopt(zmq.RCVTIMEO, 5000)
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    time.sleep(1)
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    messages = []
+    try:
+        while len(messages) < 4:
+            messages.append(sub.recv_multipart())
+    except zmq.Again:
+        pass
+    child.stdin.close()
+    child.wait(timeout=30)
+    names = ["dynamo161_stored_salt", "dynamo161_stored_eagle", "dynamo161_stored_lora_mm", "dynamo161_removed"]
+    for name, (topic, publisher, seq, envelope) in zip(names, messages):
+        version, size = envelope[0], int.from_bytes(envelope[1:5], "big")
+        env_map = msgspec.msgpack.decode(envelope[5:5 + size])
+        payload = env_map.pop("payload")
+        with open(os.path.join(outdir, name + ".msgpack"), "wb") as f:
+            f.write(payload)
+        meta = {
+            "producer": "ai-dynamo-runtime 1.6.1 KvEventPublisher (ZMQ event plane)",
+            "topic": topic.decode(),
+            "publisher_id": int.from_bytes(publisher, "big"),
+            "seq": int.from_bytes(seq, "big"),
+            "envelope_version": version,
+            "envelope": jsonable(env_map),
+            "router_events": jsonable(msgspec.msgpack.decode(payload)),
+        }
+        with open(os.path.join(outdir, name + ".json"), "w") as f:
+            json.dump(meta, f, indent=1)
+            f.write("\n")
+    print("captured:", ", ".join(names[:len(messages)]))
+
+
 if __name__ == "__main__":
-    capture(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)))
+    # capture.py [OUTDIR] [vllm-sglang|dynamo|all]
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    which = sys.argv[2] if len(sys.argv) > 2 else "all"
+    if which in ("all", "vllm-sglang"):
+        capture(out)
+    if which in ("all", "dynamo"):
+        capture_dynamo(out)
