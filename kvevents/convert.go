@@ -84,11 +84,12 @@ const (
 )
 
 // DefaultReuseKinds are the KV-cache group kinds whose blocks decide prefix
-// reuse when ConverterConfig.ReuseKinds is nil: full attention and MLA.
-// A prefix is reusable only if these groups hold it; sliding-window,
-// chunked-local and state-space (Mamba) groups keep only a suffix or a
-// state, so their stores and evictions say nothing about prefix hits.
-var DefaultReuseKinds = []string{KindFullAttention, KindMLAAttention}
+// reuse when ConverterConfig.ReuseKinds is nil: full attention, MLA and
+// full attention with sinks (Dynamo's "main attention" kinds). A prefix is
+// reusable only if these groups hold it; sliding-window, chunked-local and
+// state-space (Mamba) groups keep only a suffix or a state, so their
+// stores and evictions say nothing about prefix hits.
+var DefaultReuseKinds = []string{KindFullAttention, KindMLAAttention, KindSinkFullAttention}
 
 // ConverterConfig configures a Converter. The zero value converts events
 // of worker 0, rank 0, with block size 16 and no namespace.
@@ -158,6 +159,11 @@ type ConvertStats struct {
 	// Salted are stored events hashed under a cache salt; MMBlocks are
 	// blocks hashed with multimodal items.
 	Salted, MMBlocks uint64
+	// NotLocal are events skipped because they are about blocks the
+	// engine does not hold itself: a locality other than "LOCAL" or an
+	// ownership other than the engine's own (vLLM's locality and
+	// ownership fields), as Dynamo skips them.
+	NotLocal uint64
 }
 
 // Converter turns decoded engine batches into kvroute.Events, computing
@@ -190,8 +196,17 @@ type ConvertStats struct {
 //     block. A later event whose parent is another engine block of an
 //     incomplete block cannot be aligned: its blocks refer to a parent
 //     the index does not know, and the index rejects them;
+//   - events with a locality other than "LOCAL" or with an ownership
+//     (blocks of a remote or secondary tier the engine does not hold
+//     itself) are skipped and counted;
 //   - removed events keep every hash; AllBlocksCleared becomes
 //     EventCleared.
+//
+// Salts are carried along a chain by the engine hashes of salted blocks
+// (bounded; forgotten when the device copy is removed or the rank
+// cleared). A stored event whose salted parent is not known (the
+// subscriber joined in the middle of a chain) is hashed without a salt, as
+// Dynamo does: it then matches nothing a salted request asks for.
 //
 // An event that cannot be converted is skipped and counted in Stats; the
 // others of its batch are converted.
@@ -333,6 +348,11 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 	for i := range b.Events {
 		ev := &b.Events[i]
 		out := kvroute.Event{Worker: worker, Tier: TierOfMedium(ev.Medium)}
+		if ev.Locality != "" && ev.Locality != "LOCAL" || ev.Ownership != "" {
+			c.stats.NotLocal++
+			c.skip(ev, "blocks not held by the engine itself")
+			continue
+		}
 		switch ev.Type {
 		case BlockStored:
 			if !c.reusable(ev, rank, true) {

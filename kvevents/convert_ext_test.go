@@ -343,3 +343,18 @@ func TestParseExtraKeys(t *testing.T) {
 		})
 	}
 }
+
+func TestConvertSkipsBlocksNotLocal(t *testing.T) {
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4})
+	require.NoError(t, err)
+	local := stored([]uint64{1}, 0, seq(4, 0))
+	local.Locality = "LOCAL"
+	remote := stored([]uint64{2}, 0, seq(4, 0))
+	remote.Locality = "REMOTE"
+	owned := kvevents.EngineEvent{Type: kvevents.BlockRemoved, Ownership: "kvcr", BlockHashes: []kvevents.Hash{kvevents.UintHash(1)}}
+	evs, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{local, remote, owned}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, kvroute.ExternalHash(1), evs[0].Blocks[0].External)
+	require.EqualValues(t, 2, c.Stats().NotLocal)
+}

@@ -39,7 +39,7 @@ type Collector struct {
 	resets, reconnects, appliedKind                        *prometheus.Desc
 	skippedEvents, droppedBlocks, skippedGroups            *prometheus.Desc
 	skippedGroupBlocks, blockSizeRejects, rechunked        *prometheus.Desc
-	unknownLoRA, invalid, salted, mmBlocks                 *prometheus.Desc
+	unknownLoRA, invalid, salted, mmBlocks, notLocal       *prometheus.Desc
 }
 
 // New returns a Collector whose metric names start with namespace (for
@@ -73,6 +73,7 @@ func New(namespace string) *Collector {
 		invalid:            d("events_invalid_total", "Events with an unusable field."),
 		salted:             d("salted_events_total", "Stored events hashed under a cache salt."),
 		mmBlocks:           d("multimodal_blocks_total", "Blocks hashed with multimodal items."),
+		notLocal:           d("not_local_events_total", "Events about blocks the engine does not hold itself (locality, ownership)."),
 	}
 }
 
@@ -103,7 +104,7 @@ func (c *Collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.received, c.replayed, c.applied, c.gaps, c.dropped, c.duplicates,
 		c.malformed, c.applyErrs, c.unknownParents, c.restarts, c.resets, c.reconnects,
 		c.skippedEvents, c.droppedBlocks, c.skippedGroups, c.skippedGroupBlocks, c.blockSizeRejects,
-		c.rechunked, c.unknownLoRA, c.invalid, c.salted, c.mmBlocks}
+		c.rechunked, c.unknownLoRA, c.invalid, c.salted, c.mmBlocks, c.notLocal}
 }
 
 // Collect implements prometheus.Collector.
@@ -119,7 +120,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			st.Malformed, st.ApplyErrs, st.UnknownParents, st.Restarts, st.Resets, st.Reconnects,
 			st.Convert.SkippedEvents, st.Convert.DroppedBlocks, st.Convert.SkippedGroupEvents,
 			st.Convert.SkippedGroupBlocks, st.Convert.BlockSizeRejects, st.Convert.Rechunked,
-			st.Convert.UnknownLoRA, st.Convert.InvalidEvents, st.Convert.Salted, st.Convert.MMBlocks}
+			st.Convert.UnknownLoRA, st.Convert.InvalidEvents, st.Convert.Salted, st.Convert.MMBlocks,
+			st.Convert.NotLocal}
 		for i, d := range c.descs() {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(values[i]), name)
 		}

@@ -63,9 +63,9 @@ kvroute_kvevents_worker_resets_total{engine="e2"} 0
 		"kvroute_kvevents_gaps_total", "kvroute_kvevents_unknown_parents_total", "kvroute_kvevents_worker_resets_total"))
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 2*(22+3), n)
+	require.Equal(t, 2*(23+3), n)
 	c.Remove("e2")
 	n, err = testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 22+3, n)
+	require.Equal(t, 23+3, n)
 }
