@@ -221,6 +221,7 @@ type Converter struct {
 	kinds   map[groupKey]string     // learned kinds per rank and group
 	salts   map[chainKey]string     // salted blocks' salts, for their children
 	tails   map[chainKey]*chunkTail // re-chunking state at events' last blocks
+	free    []*chunkTail            // tails kept for reuse
 	blocks  []kvroute.StoredBlock   // arena for the events' Blocks
 	removed []kvroute.ExternalHash  // arena for the events' Removed
 	extra   ExtraKeys
@@ -376,7 +377,9 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 					delete(c.salts, chainKey{rank, x})
 				}
 				if device && len(c.tails) != 0 {
-					delete(c.tails, chainKey{rank, x})
+					if t, ok := c.tails[chainKey{rank, x}]; ok {
+						c.freeTail(chainKey{rank, x}, t)
+					}
 				}
 			}
 			out.Kind = kvroute.EventRemoved
@@ -400,9 +403,9 @@ func (c *Converter) forget(rank kvroute.DPRank) {
 			delete(c.salts, k)
 		}
 	}
-	for k := range c.tails {
+	for k, t := range c.tails {
 		if k.rank == rank {
-			delete(c.tails, k)
+			c.freeTail(k, t)
 		}
 	}
 }
@@ -589,20 +592,47 @@ func (c *Converter) rechunk(ev *EngineEvent, rank kvroute.DPRank, h kvroute.Hash
 		return
 	}
 	// Keep what is left for the event that continues from the last block.
-	t := &chunkTail{hasParent: out.HasParent, parent: out.Parent}
+	key := chainKey{rank, ev.BlockHashes[n-1].External()}
+	t := c.tails[key]
+	if t == nil {
+		if len(c.tails) >= maxTails {
+			for k, x := range c.tails {
+				c.freeTail(k, x)
+			}
+		}
+		t = c.newTail()
+		c.tails[key] = t
+	}
+	t.hasParent, t.parent = out.HasParent, out.Parent
 	if full > 0 {
 		t.hasParent, t.parent = true, c.blocks[len(c.blocks)-1].External
 	}
-	t.tokens = append(t.tokens, c.chunk[full*bs:total*ebs]...)
+	t.tokens = append(t.tokens[:0], c.chunk[full*bs:total*ebs]...)
 	if full == 0 {
-		t.mm = c.blockMM(append(t.mm, c.mm[:firstMM]...), -pend, n)
+		t.mm = c.blockMM(append(t.mm[:0], c.mm[:firstMM]...), -pend, n)
 	} else {
-		t.mm = c.blockMM(t.mm, full*per-pend, n)
+		t.mm = c.blockMM(t.mm[:0], full*per-pend, n)
 	}
-	if len(c.tails) >= maxTails {
-		clear(c.tails)
+}
+
+// maxFreeTails bounds the chunk tails kept for reuse.
+const maxFreeTails = 1024
+
+func (c *Converter) newTail() *chunkTail {
+	if n := len(c.free); n > 0 {
+		t := c.free[n-1]
+		c.free = c.free[:n-1]
+		return t
 	}
-	c.tails[chainKey{rank, ev.BlockHashes[n-1].External()}] = t
+	return new(chunkTail)
+}
+
+// freeTail forgets the tail at k, keeping x for reuse.
+func (c *Converter) freeTail(k chainKey, x *chunkTail) {
+	delete(c.tails, k)
+	if len(c.free) < maxFreeTails {
+		c.free = append(c.free, x)
+	}
 }
 
 // blockMM appends to dst the multimodal hashes of the event's engine blocks
