@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
 	"github.com/stretchr/testify/require"
 
 	kvzmq "github.com/kvroute/kvroute/kvevents/zmq"
@@ -16,14 +17,29 @@ import (
 // subscribers is refused, so that the new Run never starts (and loses)
 // subscribers that are still running.
 func TestRunIsNotReenteredDuringShutdown(t *testing.T) {
+	// A live publisher: connected subscribers take a moment to stop.
+	pub := zmq4.NewPub(context.Background())
+	t.Cleanup(func() { _ = pub.Close() })
+	require.NoError(t, pub.Listen("tcp://127.0.0.1:0"))
+	events := "tcp://" + pub.Addr().String()
 	r, err := router.New(router.Config{})
 	require.NoError(t, err)
 	g, err := New(Config{Router: r, HealthInterval: time.Hour, Engines: []Engine{
-		{ID: 1, URL: "http://127.0.0.1:1", Events: "tcp://127.0.0.1:1"},
-		{ID: 2, URL: "http://127.0.0.1:1", Events: "tcp://127.0.0.1:1", Ranks: 2},
+		{ID: 1, URL: "http://127.0.0.1:1", Events: events},
+		{ID: 2, URL: "http://127.0.0.1:1", Events: events},
 	}})
 	require.NoError(t, err)
+	connects := func() map[*kvzmq.Subscriber]uint64 {
+		m := map[*kvzmq.Subscriber]uint64{}
+		for _, eng := range g.engines {
+			for _, s := range eng.subs {
+				m[s] = s.Stats().Reconnects
+			}
+		}
+		return m
+	}
 	for try := range 8 {
+		before := connects()
 		ctx1, cancel1 := context.WithCancel(context.Background())
 		done1 := make(chan struct{})
 		go func() {
@@ -32,9 +48,15 @@ func TestRunIsNotReenteredDuringShutdown(t *testing.T) {
 		}()
 		require.Eventually(t, func() bool {
 			g.mu.RLock()
-			defer g.mu.RUnlock()
-			return g.runCtx == ctx1
-		}, 10*time.Second, time.Millisecond)
+			running := g.runCtx == ctx1
+			g.mu.RUnlock()
+			for s, n := range connects() {
+				if n == before[s] {
+					return false
+				}
+			}
+			return running
+		}, 10*time.Second, time.Millisecond, "the subscribers connect")
 		cancel1()
 		ctx2, cancel2 := context.WithCancel(context.Background())
 		done2 := make(chan error, 1)
