@@ -730,20 +730,49 @@ func (l *loop) startRepair(w kvroute.WorkerKey, need uint64) {
 	})
 }
 
+// repairAttempts bounds the tries of a repair whose requests went
+// unanswered (a NATS reconnect) before the worker is reset.
+const repairAttempts = 3
+
 // repair fetches what worker w needs to go from event have to need: a
 // dump from an in-sync peer, else the relay's replay, else nothing (the
 // worker will be reset). peers is the number of peers known from the load
 // sync: once that many said they are not in sync, the relay is asked
-// without waiting longer.
+// without waiting longer. When the relay does not answer at all (the
+// connection is down or reconnecting), the repair waits for the
+// connection and tries again, up to repairAttempts times; only the
+// relay's answer that it no longer holds the events, or no relay serving
+// replays, resets the worker at once.
 func (r *Replica) repair(ctx context.Context, w kvroute.WorkerKey, have, need uint64, peers int) repairResult {
-	p := r.cfg.Prefix
 	res := repairResult{worker: w}
+	for attempt := 1; ; attempt++ {
+		done, final := r.repairOnce(ctx, &res, have, need, peers)
+		if done || final || attempt == repairAttempts || ctx.Err() != nil {
+			return res
+		}
+		r.waitConnected(ctx)
+	}
+}
+
+// waitConnected waits, up to SyncTimeout, for the connection to be up.
+func (r *Replica) waitConnected(ctx context.Context) {
+	deadline := time.Now().Add(r.cfg.SyncTimeout)
+	for !r.cfg.Conn.IsConnected() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// repairOnce tries a peer's dump and then the relay's replay once. It
+// reports whether res is filled, and whether the answer is final (the
+// relay said it cannot help).
+func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need uint64, peers int) (done, final bool) {
+	p, w := r.cfg.Prefix, res.worker
 	peer, behind := r.findPeer(ctx, w, need, peers)
 	for wait := 10 * time.Millisecond; peer == "" && behind && wait <= 40*time.Millisecond; wait *= 2 {
 		// A peer that is only behind has the events in a moment.
 		select {
 		case <-ctx.Done():
-			return res
+			return false, true
 		case <-time.After(wait):
 		}
 		peer, behind = r.findPeer(ctx, w, need, peers)
@@ -768,12 +797,12 @@ func (r *Replica) repair(ctx context.Context, w kvroute.WorkerKey, have, need ui
 			})
 		if err == nil && last >= need {
 			res.kind, res.last, res.events = byDump, last, events
-			return res
+			return true, true
 		}
 		r.log.Debug("natsx: peer dump failed", "worker", w.String(), "err", err)
 	}
 	if ctx.Err() != nil {
-		return res
+		return false, true
 	}
 	var msgs [][]byte
 	err := r.fetch(ctx, replaySubject(p), appendReplayReq(nil, &replayReq{worker: w, from: have + 1, to: need}),
@@ -792,10 +821,10 @@ func (r *Replica) repair(ctx context.Context, w kvroute.WorkerKey, have, need ui
 		})
 	if err == nil && uint64(len(msgs)) == need-have {
 		res.kind, res.msgs = byReplay, msgs
-		return res
+		return true, true
 	}
 	r.log.Info("natsx: no replay for worker", "worker", w.String(), "from", have+1, "to", need, "err", err)
-	return res
+	return false, errors.Is(err, errNotAvailable) || errors.Is(err, nats.ErrNoResponders) || err == nil
 }
 
 // findPeer asks the peers which of them is in sync with w through event
