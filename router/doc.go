@@ -37,6 +37,22 @@
 //	d.PrefillDone()
 //	d.Done(router.Outcome{Err: err, CachedTokens: resp.CachedTokens, CachedTokensKnown: true})
 //
+// # Several router replicas
+//
+// Replicas behind one load balancer each keep the whole index (every
+// replica receives every KV event) and must count each other's requests.
+// Give each replica's router a tracker (Config.LoadTracker) that it
+// shares with a LoadSync (Config.LoadSync) exchanging the requests with
+// the other replicas, such as kvevents/natsx.Replica over NATS: each
+// router then counts its own requests and its peers' exactly once, and
+// LoadChanged wakes its queue when peers' requests end.
+//
+// # Health
+//
+// Liveness (heartbeats) and error health (request outcomes) are separate
+// signals and a worker's health is the worse of the two (HealthConfig): a
+// heartbeat never clears inference errors.
+//
 // # Concurrency
 //
 // Select and the Decision methods are safe for concurrent use and take no
