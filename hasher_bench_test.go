@@ -59,6 +59,25 @@ func BenchmarkHash(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n/bs), "ns/block")
 	})
+	b.Run("tokens=4096/salted", func(b *testing.B) {
+		hs := h.WithSalt("tenant-a")
+		b.ReportAllocs()
+		b.SetBytes(int64(len(raw)))
+		for b.Loop() {
+			seqs = hs.AppendSeqHashes(seqs[:0], toks)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n/bs), "ns/block")
+	})
+	b.Run("tokens=4096/mm", func(b *testing.B) {
+		// Two images of 576 placeholder tokens each.
+		mm := []kvroute.MMObject{{Hash: 1, Offset: 100, Length: 576}, {Hash: 2, Offset: 2000, Length: 576}}
+		b.ReportAllocs()
+		b.SetBytes(int64(len(raw)))
+		for b.Loop() {
+			seqs = h.AppendSeqHashesMM(seqs[:0], toks, mm)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n/bs), "ns/block")
+	})
 	b.Run("tokens=4096/ratio", func(b *testing.B) {
 		b.ReportAllocs()
 		var bare, chained time.Duration

@@ -65,8 +65,8 @@ func isHex(s string) bool {
 // maxStackMM and maxStackBlockBytes bound the scratch space HashBlockMM
 // keeps on the stack; larger blocks allocate.
 const (
-	maxStackMM         = 16
-	maxStackBlockBytes = 1024
+	maxStackMM         = 8
+	maxStackBlockBytes = 320
 )
 
 // HashBlockMM returns the hash of one block of token ids (WindowTokens of
@@ -118,6 +118,7 @@ func (h Hasher) AppendSeqHashesMM(dst []SeqHash, tokens []uint32, mm []MMObject)
 
 func (h Hasher) appendMM(blocks []BlockHash, seqs []SeqHash, tokens []uint32, mm []MMObject, keepBlocks bool) ([]BlockHash, []SeqHash) {
 	n := h.Blocks(len(tokens))
+	raw := tokenBytes(tokens)
 	var sbuf [maxStackMM]uint64
 	var prev SeqHash
 	for i := range n {
@@ -128,7 +129,12 @@ func (h Hasher) appendMM(blocks []BlockHash, seqs []SeqHash, tokens []uint32, mm
 				in = append(in, o.Hash)
 			}
 		}
-		local := h.HashBlockMM(tokens[start:start+h.window/4], in)
+		var local BlockHash
+		if len(in) == 0 {
+			local = BlockHash(xxh3.HashSeed(raw[start*4:start*4+h.window], h.seed))
+		} else {
+			local = h.HashBlockMM(tokens[start:start+h.window/4], in)
+		}
 		if i == 0 {
 			prev = SeqHash(local)
 		} else {
