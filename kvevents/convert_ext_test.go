@@ -319,6 +319,7 @@ func TestParseExtraKeys(t *testing.T) {
 		{name: "nil", raw: nil},
 		{name: "lora then salt", raw: extraKeys([]any{"a", "s"}), lora: "a", salt: "s", mm: [][]uint64{nil}},
 		{name: "salt equal to lora", raw: extraKeys([]any{"a", "a"}), lora: "a", salt: "a", mm: [][]uint64{nil}},
+		{name: "salt tagged by Dynamo", raw: extraKeys([]any{"a", "dynamo-cache-salt:a"}), lora: "a", salt: "a", mm: [][]uint64{nil}},
 		{name: "old bare digest and later bare identifiers", raw: extraKeys([]any{digest, "s"}, []any{"user-uuid"}, nil),
 			salt: "s", mm: [][]uint64{{dh}, {uh}, nil}},
 		{name: "pairs, numbers ignored", raw: extraKeys([]any{[]any{"user-uuid", 3}, int64(5), true}), mm: [][]uint64{{uh}}},

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"unsafe"
@@ -10,6 +11,10 @@ import (
 
 	"github.com/kvroute/kvroute"
 )
+
+// DynamoSaltPrefix tags the cache salts Dynamo's vLLM worker passes to
+// vLLM, which then appear in extra_keys.
+const DynamoSaltPrefix = "dynamo-cache-salt:"
 
 // ExtraKeys is what a BlockStored event's extra_keys say about its blocks'
 // identity, read by ParseExtraKeys.
@@ -36,7 +41,9 @@ type ExtraKeys struct {
 //   - an [identifier, offset] pair, and a bare 64-digit hex string, is a
 //     multimodal item, hashed with kvroute.MMIdentifierHash;
 //   - another bare string is the cache salt in the first block and a
-//     multimodal identifier in later ones;
+//     multimodal identifier in later ones; a salt tagged by Dynamo's vLLM
+//     worker ("dynamo-cache-salt:" and the salt) is untagged, so that it
+//     equals the salt Dynamo's frontend hashes requests with;
 //   - a byte string (a prompt embedding digest) counts as an item with
 //     hash XXH3-64 of its bytes, so blocks of different embeddings differ;
 //   - numbers and booleans are ignored.
@@ -102,6 +109,7 @@ func readExtraKey(p []byte, blk int, lora string, loraSeen *bool, x *ExtraKeys) 
 		case len(s) == 64 && isHexDigest(s):
 			addMM(cur, s)
 		case blk == 0 && x.Salt == "":
+			s = bytes.TrimPrefix(s, []byte(DynamoSaltPrefix))
 			if string(s) != x.last {
 				x.last = string(s)
 			}
