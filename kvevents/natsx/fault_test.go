@@ -316,13 +316,13 @@ func (c *faultCluster) stats() natsx.ReplicaStats {
 	return sum
 }
 
-// lossy drops event messages with probability p, from the server to a
-// replica (toClient) or from the relay to the server.
+// lossy drops event and load messages with probability p, from the
+// server to a replica (toClient) or from a client to the server.
 func lossy(seed uint64, p float64) dropFunc {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 1))
 	return func(subject string, _ []byte, _ bool) bool {
-		if subject != natsx.DefaultPrefix+".events" {
+		if subject != natsx.DefaultPrefix+".events" && subject != natsx.DefaultPrefix+".load" {
 			return false
 		}
 		mu.Lock()

@@ -64,9 +64,12 @@ type ReplicaConfig struct {
 	// Index is the local index the replica keeps in step with the event
 	// stream. Required.
 	Index Index
-	// Tracker is the local load tracker, router.Router.Tracker() when the
-	// replica serves a router: the replica adds the other replicas'
-	// requests to it. Nil disables the load sync.
+	// Tracker is the local load tracker: the replica adds the other
+	// replicas' requests to it. With router.Router, create the tracker
+	// first and pass it as router.Config.LoadTracker, with the Replica as
+	// router.Config.LoadSync. A host that tracks its requests itself
+	// calls the Tracker for its own and reports them to the Replica's
+	// LoadSync methods. Nil disables the load sync.
 	Tracker *scheduling.Tracker
 	// TTL is how long a request lives without an update, the same on every
 	// replica. Zero means Tracker.TTL(); set the routers' tracker TTL (and
@@ -601,10 +604,12 @@ func readWorkerIDsMsg(p []byte) ([]workerID, error) {
 	return ws, err
 }
 
-// inSync reports whether this replica has applied w's events through id
-// and is not repairing w.
+// inSync reports whether this replica has applied w's events through id.
+// A worker being repaired counts too: its index holds exactly its events
+// through l.last[w] until the repair's result is applied, at once, on
+// this goroutine.
 func (l *loop) inSync(w kvroute.WorkerKey, id uint64) bool {
-	if l.start != nil || l.repairs[w] != nil {
+	if l.start != nil {
 		return false
 	}
 	last, ok := l.last[w]
@@ -1026,9 +1031,8 @@ func (l *loop) finishSync() {
 // errStop ends a dump early.
 var errStop = errors.New("natsx: stop")
 
-// serveDump streams the index of worker *only (or of every worker not
-// being repaired, when only is nil) with the last event IDs to reply, in
-// chunks. A worker this replica is not in sync with gets a first chunk
+// serveDump streams the index of worker *only (or of every worker, when
+// only is nil) with the last event IDs to reply, in chunks. A worker this replica is not in sync with gets a first chunk
 // without last IDs.
 func (l *loop) serveDump(reply string, only *kvroute.WorkerKey) {
 	r := l.r
@@ -1045,9 +1049,7 @@ func (l *loop) serveDump(reply string, only *kvroute.WorkerKey) {
 		}
 	default:
 		for w, id := range l.last {
-			if l.repairs[w] == nil {
-				c.last = append(c.last, workerID{w, id})
-			}
+			c.last = append(c.last, workerID{w, id})
 		}
 	}
 	var buf []byte
@@ -1071,8 +1073,6 @@ func (l *loop) serveDump(reply string, only *kvroute.WorkerKey) {
 				return errStop // workers come one by one: done
 			}
 			return nil
-		case only == nil && l.repairs[ev.Worker] != nil:
-			return nil // the peer repairs it itself
 		}
 		seen = true
 		var d kvevents.DynamoEvent
