@@ -491,8 +491,12 @@ func (c *Converter) stored(ev *EngineEvent, rank kvroute.DPRank, out *kvroute.Ev
 			c.skip(ev, "block size differs from the router's")
 			return false
 		}
+		if !c.rechunk(ev, rank, h, ebs, out) {
+			c.stats.BlockSizeRejects++
+			c.skip(ev, "continues a chain stored in another block size")
+			return false
+		}
 		c.stats.Rechunked++
-		c.rechunk(ev, rank, h, ebs, out)
 	}
 	if len(c.blocks) == first {
 		c.skip(ev, "no full block of tokens")
@@ -547,8 +551,10 @@ func (c *Converter) whole(ev *EngineEvent, h kvroute.Hasher) {
 
 // rechunk converts the blocks of an event whose engine block size ebs
 // divides the router's, continuing what an earlier event of the chain left
-// over. It sets out's parent.
-func (c *Converter) rechunk(ev *EngineEvent, rank kvroute.DPRank, h kvroute.Hasher, ebs int, out *kvroute.Event) {
+// over. It sets out's parent. It reports false, converting nothing, when
+// the tokens left over by the parent's event are not whole blocks of ebs
+// (a chain whose block size changed).
+func (c *Converter) rechunk(ev *EngineEvent, rank kvroute.DPRank, h kvroute.Hasher, ebs int, out *kvroute.Event) bool {
 	bs, per := h.BlockSize(), h.BlockSize()/ebs
 	eagle := 0
 	if ev.Eagle {
@@ -556,18 +562,22 @@ func (c *Converter) rechunk(ev *EngineEvent, rank kvroute.DPRank, h kvroute.Hash
 	}
 	// The engine blocks with all their tokens (and the Eagle lookahead).
 	n := min(len(ev.BlockHashes), max(len(ev.TokenIDs)-eagle, 0)/ebs)
-	c.stats.DroppedBlocks += uint64(len(ev.BlockHashes) - n)
 	c.chunk, c.mm = c.chunk[:0], c.mm[:0]
 	var pend int // engine blocks carried over from the parent's event
 	out.HasParent, out.Parent = ev.ParentBlockHash.Valid(), ev.ParentBlockHash.External()
 	if out.HasParent {
 		if t, ok := c.tails[chainKey{rank, out.Parent}]; ok {
+			if len(t.tokens)%ebs != 0 {
+				out.HasParent, out.Parent = false, 0
+				return false
+			}
 			c.chunk = append(c.chunk, t.tokens...)
 			c.mm = append(c.mm, t.mm...)
 			out.HasParent, out.Parent = t.hasParent, t.parent
 			pend = len(t.tokens) / ebs
 		}
 	}
+	c.stats.DroppedBlocks += uint64(len(ev.BlockHashes) - n)
 	c.chunk = append(c.chunk, ev.TokenIDs[:n*ebs+min(eagle, len(ev.TokenIDs))]...)
 	total := pend + n
 	full := total / per
@@ -589,7 +599,7 @@ func (c *Converter) rechunk(ev *EngineEvent, rank kvroute.DPRank, h kvroute.Hash
 		})
 	}
 	if n == 0 {
-		return
+		return true
 	}
 	// Keep what is left for the event that continues from the last block.
 	key := chainKey{rank, ev.BlockHashes[n-1].External()}
@@ -613,6 +623,7 @@ func (c *Converter) rechunk(ev *EngineEvent, rank kvroute.DPRank, h kvroute.Hash
 	} else {
 		t.mm = c.blockMM(t.mm[:0], full*per-pend, n)
 	}
+	return true
 }
 
 // maxFreeTails bounds the chunk tails kept for reuse.

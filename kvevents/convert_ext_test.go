@@ -263,13 +263,24 @@ func TestConvertRechunkPageSizeOne(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, evs)
 	require.EqualValues(t, 1, r.Stats().BlockSizeRejects)
+	// A chain whose block size changes mid-block cannot be aligned.
+	// Tokens 10..12 after the 8, 9 left over: one block, 12 left over at
+	// page -1012; then pages of 2 tokens cannot continue from it.
+	odd := page(14, 14, -1012)
+	odd.BlockSize, odd.TokenIDs = 2, seq(4, 900)
+	odd.BlockHashes = []kvevents.Hash{kvevents.IntHash(-3000), kvevents.IntHash(-3001)}
+	evs, err = c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{page(10, 13, -1009), odd}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, kvroute.ExternalHash(^uint64(1010)), evs[0].Blocks[0].External)
+	require.EqualValues(t, 1, c.Stats().BlockSizeRejects)
 	// A size that does not divide the router's is always rejected.
 	ev := page(0, 8, 0)
 	ev.BlockSize = 3
 	evs, err = c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{ev}})
 	require.NoError(t, err)
 	require.Empty(t, evs)
-	require.EqualValues(t, 1, c.Stats().BlockSizeRejects)
+	require.EqualValues(t, 2, c.Stats().BlockSizeRejects)
 }
 
 // TestConvertEagle decodes SGLang's Eagle bigram pages and hashes Eagle
