@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,11 +42,41 @@ type config struct {
 		Endpoints []string `json:"endpoints"`
 		Prefix    string   `json:"prefix"`
 	} `json:"etcd"`
+	Kube kubeConfig `json:"kubernetes"`
 
 	logLevel       slog.Level
 	scrapeInterval time.Duration
 	parityWait     time.Duration
 	tokenizerAPI   render.API
+}
+
+// kubeConfig selects the pods of a pool in the picker's cluster.
+type kubeConfig struct {
+	Namespace  string `json:"namespace"`
+	Pool       string `json:"inference_pool"`
+	Selector   string `json:"selector"`
+	Ports      []int  `json:"target_ports"`
+	EventsPort int    `json:"events_port"`
+	ReplayPort int    `json:"replay_port"`
+}
+
+func (k *kubeConfig) enabled() bool { return k.Pool != "" || k.Selector != "" }
+
+// intList is a comma-separated list of ints.
+type intList []int
+
+func (l *intList) String() string { return fmt.Sprint([]int(*l)) }
+
+func (l *intList) Set(s string) error {
+	*l = (*l)[:0]
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		*l = append(*l, n)
+	}
+	return nil
 }
 
 // engineFlags collects repeated -engine flags.
@@ -97,8 +128,15 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		scrape   = fs.Duration("scrape-interval", time.Second, "engine metrics scrape interval")
 		etcdEPs  = fs.String("etcd", "", "comma-separated etcd endpoints to discover engines from")
 		etcdPfx  = fs.String("etcd-prefix", "/kvroute/engines/", "etcd key prefix of the engines")
+		kns      = fs.String("kube-namespace", "default", "namespace of the engines' pods and the InferencePool")
+		kpool    = fs.String("kube-pool", "", "InferencePool whose selector and target ports give the engines (in-cluster)")
+		ksel     = fs.String("kube-selector", "", "label selector of the engines' pods, instead of -kube-pool")
+		kevents  = fs.Int("kube-events-port", 0, "KV-event port of pods without the kvroute.io/kv-events annotation")
+		kreplay  = fs.Int("kube-replay-port", 0, "KV-event replay port of pods without the kvroute.io/kv-replay annotation")
+		kports   intList
 		c        config
 	)
+	fs.Var(&kports, "kube-ports", "comma-separated target ports, one per data-parallel rank, with -kube-selector")
 	fs.Var(&engines, "engine", "static engine NAME=HOST:PORT[,events=tcp://...][,replay=...][,metrics=URL][,kind=vllm|sglang][,ports=P+P] (repeatable)")
 	fs.Var(adapters, "adapter", "model name served by a LoRA adapter, MODEL=ADAPTER (repeatable)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
@@ -147,6 +185,25 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	if set["inject-usage"] || *path == "" {
 		c.InjectUsage = *inject
 	}
+	str("kube-namespace", &c.Kube.Namespace, *kns)
+	if set["kube-pool"] {
+		c.Kube.Pool = *kpool
+	}
+	if set["kube-selector"] {
+		c.Kube.Selector = *ksel
+	}
+	if set["kube-ports"] {
+		c.Kube.Ports = kports
+	}
+	if set["kube-events-port"] {
+		c.Kube.EventsPort = *kevents
+	}
+	if set["kube-replay-port"] {
+		c.Kube.ReplayPort = *kreplay
+	}
+	if c.Kube.Selector != "" && c.Kube.Pool == "" && len(c.Kube.Ports) == 0 {
+		return nil, errors.New("-kube-selector needs -kube-ports")
+	}
 	if set["etcd"] {
 		c.Etcd.Endpoints = strings.Split(*etcdEPs, ",")
 	}
@@ -172,8 +229,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	default:
 		return nil, fmt.Errorf("-parity %q: want fail, warn or off", c.Parity)
 	}
-	if len(c.Engines) == 0 && c.Etcd.Endpoints == nil {
-		return nil, errors.New("no engines: give -engine, -etcd or -config")
+	if len(c.Engines) == 0 && c.Etcd.Endpoints == nil && !c.Kube.enabled() {
+		return nil, errors.New("no engines: give -engine, -etcd, -kube-pool, -kube-selector or -config")
 	}
 	if c.Tokenizer == "" {
 		if len(c.Engines) == 0 {

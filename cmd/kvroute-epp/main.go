@@ -11,7 +11,8 @@
 //	    -engine 'vllm-1=10.0.0.8:8000,events=tcp://10.0.0.8:5557,replay=tcp://10.0.0.8:5558,metrics=http://10.0.0.8:8000/metrics'
 //
 // or engines from etcd (-etcd http://etcd:2379 -etcd-prefix /kvroute/pool-a/),
-// or from a JSON file given with -config (see the README). Flags given explicitly
+// from the pods of an InferencePool (-kube-pool llama, in-cluster), or
+// from a JSON file given with -config (see the README). Flags given explicitly
 // override the file. Start vLLM with --kv-events-config '{"enable_kv_cache_events":
 // true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint":
 // "tcp://*:5558"}' and --enable-prompt-tokens-details.
@@ -115,6 +116,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- addr
 		defer c.Close()
 		w := &etcd.Watcher{Client: c, Prefix: cfg.Etcd.Prefix, Logger: log}
 		go func() { sources <- w.Run(ctx, pool) }()
+	}
+
+	if cfg.Kube.enabled() {
+		if err := startKube(ctx, cfg, pool, log, sources); err != nil {
+			return err
+		}
 	}
 
 	// Token parity: the picker's tokenizer against each engine's own.

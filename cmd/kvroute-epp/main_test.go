@@ -144,6 +144,8 @@ func TestParse(t *testing.T) {
 		{[]string{"-engine", "a=127.0.0.1:1", "-tokenizer-api", "tgi"}, "unknown API"},
 		{[]string{"-engine", "nonsense"}, "NAME=HOST:PORT"},
 		{[]string{"-engine", "a=127.0.0.1:1", "-adapter", "x"}, "MODEL=ADAPTER"},
+		{[]string{"-kube-selector", "app=vllm"}, "needs -kube-ports"},
+		{[]string{"-kube-pool", "llama"}, "no tokenizer"},
 	} {
 		_, err := parse(tt.args, io.Discard)
 		require.ErrorContains(t, err, tt.err, tt.args)
