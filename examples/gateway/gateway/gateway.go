@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -47,6 +48,12 @@ type Config struct {
 	// Tokenizer turns prompts into the engines' token ids. Nil means
 	// WordTokenizer, which agrees with no real model.
 	Tokenizer Tokenizer
+	// Adapters maps a request's model name to the LoRA adapter serving
+	// it: the gateway sends the adapter's name to the engine and routes
+	// on the adapter's cached blocks (router.Request.LoRA), which engines
+	// keep apart from the base model's. A request naming an adapter
+	// directly is routed as that adapter.
+	Adapters map[string]string
 	// Transport sends requests and health probes to the engines. Nil means
 	// a transport like http.DefaultTransport.
 	Transport http.RoundTripper
@@ -93,6 +100,7 @@ type Config struct {
 type Gateway struct {
 	r                 *router.Router
 	tok               Tokenizer
+	adapters          map[string]string // Config.Adapters, copied
 	proxy             *httputil.ReverseProxy
 	client            *http.Client
 	maxAttempts       int
@@ -139,6 +147,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
 		r:           cfg.Router,
 		tok:         cfg.Tokenizer,
+		adapters:    maps.Clone(cfg.Adapters),
 		maxAttempts: cmp.Or(cfg.MaxAttempts, 3),
 		maxReq:      cmp.Or(cfg.MaxRequestBytes, 32<<20),
 		maxResp:     cmp.Or(cfg.MaxResponseBytes, 64<<20),

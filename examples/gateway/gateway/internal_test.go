@@ -44,7 +44,11 @@ func TestParseRequest(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, tt.want, r.prompt)
+			require.NotNil(t, r.prompt.Request, "the request as received is kept")
+			require.Equal(t, r.prompt.Model, r.prompt.Request.Model)
+			got := r.prompt
+			got.Request = nil
+			require.Equal(t, tt.want, got)
 			require.Equal(t, tt.wantStream, r.stream)
 			require.Equal(t, tt.wantMax, r.maxTokens)
 		})

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/kvroute/kvroute/openai"
 )
 
 // ErrBadRequest is wrapped by errors about a client request the gateway
@@ -22,6 +24,8 @@ type apiRequest struct {
 	// not reach the client.
 	injectedUsage bool
 	maxTokens     int
+	cacheSalt     string
+	modelSet      bool // setModel changed the model: the body is re-encoded
 }
 
 // parseRequest reads a /v1/completions (chat false) or
@@ -46,13 +50,37 @@ func parseRequest(body []byte, chat bool) (*apiRequest, error) {
 			r.maxTokens = max(*n, 0)
 		}
 	}
+	if err := field(r.fields, "cache_salt", &r.cacheSalt); err != nil {
+		return nil, err
+	}
 	var err error
+	kind := openai.KindCompletion
 	if chat {
+		kind = openai.KindChat
 		r.prompt.Messages, err = parseMessages(r.fields["messages"])
 	} else {
 		err = parsePrompt(r.fields["prompt"], &r.prompt)
 	}
+	if err == nil {
+		// The request as received (tools, chat_template_kwargs, content
+		// parts), for tokenizers that render it as the engine does.
+		r.prompt.Request, _ = openai.ParseRequest(body, kind)
+	}
 	return r, err
+}
+
+// setModel replaces the request's model, as a model name that maps to a
+// LoRA adapter; forwardBody then sends the new name.
+func (r *apiRequest) setModel(model string) error {
+	raw, err := json.Marshal(model)
+	if err != nil {
+		return fmt.Errorf("%w: model: %w", ErrBadRequest, err)
+	}
+	r.fields["model"], r.prompt.Model, r.modelSet = raw, model, true
+	if r.prompt.Request != nil {
+		return r.prompt.Request.SetModel(model)
+	}
+	return nil
 }
 
 // field decodes the named field into v when it is present and not null.
@@ -112,6 +140,9 @@ func parseMessages(raw json.RawMessage) ([]Message, error) {
 // tokens), otherwise body itself.
 func (r *apiRequest) forwardBody(body []byte) ([]byte, error) {
 	if !r.stream {
+		if r.modelSet {
+			return r.encode()
+		}
 		return body, nil
 	}
 	opts := map[string]json.RawMessage{}
@@ -120,6 +151,9 @@ func (r *apiRequest) forwardBody(body []byte) ([]byte, error) {
 	}
 	var include bool
 	if raw, ok := opts["include_usage"]; ok && json.Unmarshal(raw, &include) == nil && include {
+		if r.modelSet {
+			return r.encode()
+		}
 		return body, nil
 	}
 	opts["include_usage"] = json.RawMessage("true")
@@ -129,6 +163,11 @@ func (r *apiRequest) forwardBody(body []byte) ([]byte, error) {
 	}
 	r.fields["stream_options"] = raw
 	r.injectedUsage = true
+	return r.encode()
+}
+
+// encode returns the request's fields as a body.
+func (r *apiRequest) encode() ([]byte, error) {
 	out, err := json.Marshal(r.fields)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)

@@ -28,6 +28,23 @@ const (
 	HeaderPredictedCached = "X-Kvroute-Predicted-Cached-Tokens"
 )
 
+// adapter maps the request's model to its LoRA adapter (Config.Adapters),
+// rewriting the model the engine sees, and returns the adapter the
+// engine caches the request's blocks under: empty for the base model.
+func (g *Gateway) adapter(req *apiRequest) (string, error) {
+	if a, ok := g.adapters[req.prompt.Model]; ok {
+		if err := req.setModel(a); err != nil {
+			return "", err
+		}
+	}
+	for _, a := range g.adapters {
+		if a == req.prompt.Model {
+			return a, nil
+		}
+	}
+	return "", nil
+}
+
 // ServeHTTP implements http.Handler: POST /v1/completions and
 // POST /v1/chat/completions are routed to an engine, GET /health answers
 // 200 while the router has a healthy worker, and anything else is 404.
@@ -96,6 +113,10 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	req, err := parseRequest(body, chat)
+	lora := ""
+	if err == nil {
+		lora, err = g.adapter(req)
+	}
 	if err == nil {
 		body, err = req.forwardBody(body)
 	}
@@ -110,7 +131,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, http.StatusBadGateway, "tokenizer_error", err.Error())
 		return
 	}
-	rreq := router.Request{Tokens: tokens, ExpectedOutputTokens: req.maxTokens}
+	rreq := router.Request{Tokens: tokens, ExpectedOutputTokens: req.maxTokens, LoRA: lora, CacheSalt: req.cacheSalt}
 
 	var (
 		tried []kvroute.WorkerKey

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,9 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/kvroute/kvroute/openai"
+	"github.com/kvroute/kvroute/render"
 )
 
 // ErrTokenize is wrapped by tokenizer failures. The gateway answers them
@@ -31,6 +35,11 @@ type Prompt struct {
 	Tokens []uint32
 	// Messages is a chat conversation (nil for completions).
 	Messages []Message
+	// Request is the request as the client sent it: messages with every
+	// content part, tools, chat_template_kwargs. Tokenizers that render
+	// chats as the engine does (RemoteTokenizer) send it whole; nil when
+	// the prompt was not parsed from a request body.
+	Request *openai.Request
 }
 
 // Message is one chat message. Content holds the message's text parts,
@@ -160,9 +169,13 @@ func appendWords(dst []uint32, s string) []uint32 {
 
 // RemoteTokenizer tokenizes through an engine's tokenizer endpoint: vLLM's
 // POST /tokenize, which takes {"model", "prompt"} or {"model", "messages",
-// "add_generation_prompt"} and answers {"tokens": [...]}. The ids are then
-// exactly the engine's (chat template and special tokens included), at the
-// price of one HTTP round trip per request.
+// "tools", "chat_template_kwargs", "add_generation_prompt"} and answers
+// {"tokens": [...]}, or with Render vLLM's /v1/chat/completions/render and
+// /v1/completions/render, which take the request body itself. Chats are sent
+// as the client sent them (Prompt.Request: every content part, the tools,
+// chat_template_kwargs), so the ids are exactly the engine's (chat template,
+// tool definitions and special tokens included), at the price of one HTTP
+// round trip per request.
 //
 // A RemoteTokenizer is safe for concurrent use; the zero value is not
 // usable: URL is required.
@@ -171,6 +184,8 @@ type RemoteTokenizer struct {
 	URL string
 	// Client sends the requests. Nil means a client with a 10 s timeout.
 	Client *http.Client
+	// Render uses vLLM's render endpoints instead of /tokenize.
+	Render bool
 }
 
 var defaultTokenizeClient = &http.Client{Timeout: 10 * time.Second}
@@ -191,6 +206,18 @@ const maxTokenizeResponse = 16 << 20
 func (t *RemoteTokenizer) Tokenize(ctx context.Context, p *Prompt, dst []uint32) ([]uint32, error) {
 	if p.Messages == nil && p.Tokens != nil {
 		return append(dst, p.Tokens...), nil
+	}
+	if p.Request != nil {
+		api := render.APIVLLMTokenize
+		if t.Render {
+			api = render.APIVLLMRender
+		}
+		c := render.Client{URL: t.URL, API: api, HTTP: cmp.Or(t.Client, defaultTokenizeClient)}
+		ids, err := c.Tokenize(ctx, p.Request, dst)
+		if err != nil {
+			return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
+		}
+		return ids, nil
 	}
 	req := tokenizeRequest{Model: p.Model}
 	if p.Messages != nil {

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/internal/fakeengine"
+	"github.com/kvroute/kvroute/openai"
 )
 
 func TestTokenizers(t *testing.T) {
@@ -54,4 +56,25 @@ func TestTokenizers(t *testing.T) {
 	engine.kill()
 	_, err = remote.Tokenize(ctx, &gateway.Prompt{Text: "a"}, nil)
 	require.ErrorIs(t, err, gateway.ErrTokenize)
+}
+
+func TestRemoteTokenizerSendsTheWholeChat(t *testing.T) {
+	e, err := fakeengine.Start(fakeengine.Config{ID: 1})
+	require.NoError(t, err)
+	defer e.Close()
+	body := `{"model":"m","tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}}],` +
+		`"chat_template_kwargs":{"enable_thinking":true},` +
+		`"messages":[{"role":"user","content":[{"type":"text","text":"what is"},{"type":"image_url","image_url":{"url":"data:,x"}}]}]}`
+	req, err := openai.ParseRequest([]byte(body), openai.KindChat)
+	require.NoError(t, err)
+	want, _, err := fakeengine.Render(req)
+	require.NoError(t, err)
+	textOnly, err := gateway.WordTokenizer{}.Tokenize(context.Background(), &gateway.Prompt{Messages: []gateway.Message{{Role: "user", Content: "what is"}}}, nil)
+	require.NoError(t, err)
+	require.NotEqual(t, want, textOnly, "the tools, the image and the kwargs change the ids")
+	for _, rt := range []*gateway.RemoteTokenizer{{URL: e.URL()}, {URL: e.URL(), Render: true}} {
+		got, err := rt.Tokenize(context.Background(), &gateway.Prompt{Model: "m", Request: req}, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "render %v", rt.Render)
+	}
 }
