@@ -117,17 +117,18 @@ func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []
 	now := a.clock.Now().UnixNano()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ws := a.lockLive(w, true)
-	a.beginWrite()
-	var parent *node
+	ix := a.Index
+	ix.mu.Lock()
+	st := storer{ix: ix, ws: ix.worker(w, true), tier: kvroute.TierDevice}
 	for i, s := range seqs {
-		parent = a.storeBlock(ws, kvroute.ExternalHash(s), blocks[i], parent, kvroute.TierDevice)
+		st.place(kvroute.ExternalHash(s), s, blocks[i], len(seqs)-i)
+		st.prev, st.hasPrev = s, true
 		k := approxKey{w, s}
 		a.stamps[k] = now
-		heap.Push(&a.queue, approxItem{at: now, depth: parent.depth, key: k})
+		heap.Push(&a.queue, approxItem{at: now, depth: uint32(i), key: k})
 	}
-	a.endWrite()
-	ws.mu.Unlock()
+	st.flush()
+	ix.mu.Unlock()
 	a.expireLocked(now)
 	if len(a.stamps) > a.max {
 		a.pruneLocked(a.target)
@@ -191,12 +192,12 @@ func (a *Approx) dropLocked(it approxItem) bool {
 		return false
 	}
 	delete(a.stamps, it.key)
-	if ws := a.lockLive(it.key.w, false); ws != nil {
-		a.beginWrite()
-		a.removeBlock(ws, kvroute.ExternalHash(it.key.seq), kvroute.TierDevice)
-		a.endWrite()
-		ws.mu.Unlock()
+	ix := a.Index
+	ix.mu.Lock()
+	if ws := ix.worker(it.key.w, false); ws != nil {
+		ix.removeBlock(ws, kvroute.ExternalHash(it.key.seq), kvroute.TierDevice)
 	}
+	ix.mu.Unlock()
 	return true
 }
 

@@ -15,58 +15,67 @@ import (
 //
 // Blocks are emitted worker by worker, parents before children, one Stored
 // event per (block, tier). A block whose worker no longer holds its parent
-// (the engine evicted the parent first) is emitted under placeholder
-// ancestors that are removed again right after, so that it is restored
-// exactly as unreachable-until-its-parent-returns.
+// (the engine evicted the parent first) is emitted under a placeholder root
+// block that stands for the parent's whole prefix (its hash is the
+// parent's sequence hash) and is removed again right after, so that the
+// block is restored exactly as unreachable-until-its-parent-returns.
 //
-// Dump locks one worker at a time; events applied to other workers while it
-// runs may or may not be included.
+// Dump holds the index's write lock while it emits one worker's blocks;
+// events applied to other workers meanwhile may or may not be included.
 func (ix *Index) Dump(fn func(*kvroute.Event) error) error {
 	for _, w := range ix.Workers() {
-		ws := ix.lockLive(w, false)
-		if ws == nil {
-			continue
-		}
-		err := ix.dumpWorker(ws, fn)
-		ws.mu.Unlock()
-		if err != nil {
+		if err := ix.dumpWorker(w, fn); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-type dumpEntry struct {
-	ext kvroute.ExternalHash
-	e   entry
+// dumpBlock is one block a worker holds, as Dump emits it.
+type dumpBlock struct {
+	ext       kvroute.ExternalHash
+	seq       kvroute.SeqHash
+	local     kvroute.BlockHash
+	parent    kvroute.SeqHash
+	hasParent bool
+	tiers     uint8
 }
 
-func (ix *Index) dumpWorker(ws *workerState, fn func(*kvroute.Event) error) error {
-	entries := make([]dumpEntry, 0, ws.blocks.len())
-	held := make(map[kvroute.SeqHash]kvroute.ExternalHash, ws.blocks.len())
+func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ws := ix.worker(w, false)
+	if ws == nil {
+		return nil
+	}
+	blocks := make([]dumpBlock, 0, ws.blocks.len())
+	held := make(map[kvroute.SeqHash]int, ws.blocks.len()) // seq → index of its smallest engine hash
 	ws.blocks.all(func(ext kvroute.ExternalHash, e entry) {
-		entries = append(entries, dumpEntry{ext, e})
-		if prev, ok := held[e.n.seq]; !ok || ext < prev {
-			held[e.n.seq] = ext
+		n, off, ok := ix.blocks.get(e.seq)
+		if !ok {
+			return
 		}
+		b := dumpBlock{ext: ext, seq: e.seq, local: n.locals[off], tiers: e.tiers}
+		b.parent, b.hasParent = n.parentOf(off)
+		blocks = append(blocks, b)
 	})
-	slices.SortFunc(entries, func(a, b dumpEntry) int {
-		if c := cmp.Compare(a.e.n.depth, b.e.n.depth); c != 0 {
-			return c
+	slices.SortFunc(blocks, func(a, b dumpBlock) int { return cmp.Compare(a.ext, b.ext) })
+	for i, b := range blocks {
+		if _, ok := held[b.seq]; !ok {
+			held[b.seq] = i
 		}
-		return cmp.Compare(a.ext, b.ext)
-	})
+	}
 
-	ev := kvroute.Event{Kind: kvroute.EventStored, Worker: ws.key}
-	blocks := make([]kvroute.StoredBlock, 1)
-	emit := func(parent *node, parentExt kvroute.ExternalHash, ext kvroute.ExternalHash, n *node, t kvroute.Tier) error {
-		blocks[0] = kvroute.StoredBlock{External: ext, Hash: n.local}
-		ev = kvroute.Event{Kind: kvroute.EventStored, Worker: ws.key, Tier: t, Blocks: blocks,
-			HasParent: parent != nil, Parent: parentExt}
+	blk := make([]kvroute.StoredBlock, 1)
+	var ev kvroute.Event
+	emit := func(b *dumpBlock, parentExt kvroute.ExternalHash, hasParent bool, t kvroute.Tier) error {
+		blk[0] = kvroute.StoredBlock{External: b.ext, Hash: b.local}
+		ev = kvroute.Event{Kind: kvroute.EventStored, Worker: w, Tier: t, Blocks: blk,
+			HasParent: hasParent, Parent: parentExt}
 		return fn(&ev)
 	}
 
-	// placeholders are engine hashes invented for ancestors the worker does
+	// placeholders are engine hashes invented for parents the worker does
 	// not hold; they are removed once the worker's blocks are out.
 	placeholders := map[kvroute.SeqHash]kvroute.ExternalHash{}
 	var order []kvroute.ExternalHash
@@ -79,54 +88,54 @@ func (ix *Index) dumpWorker(ws *workerState, fn func(*kvroute.Event) error) erro
 			}
 		}
 	}
-	// parentHash returns the engine hash to name n's parent by, emitting
-	// placeholder ancestors first when the worker does not hold them.
-	var parentHash func(n *node) (kvroute.ExternalHash, error)
-	parentHash = func(n *node) (kvroute.ExternalHash, error) {
-		p := n.parent
-		if ext, ok := held[p.seq]; ok {
-			return ext, nil
-		}
-		if ext, ok := placeholders[p.seq]; ok {
-			return ext, nil
-		}
-		var pext kvroute.ExternalHash
-		if p.parent != nil {
-			var err error
-			if pext, err = parentHash(p); err != nil {
-				return 0, err
+	done := make([]bool, len(blocks))
+	var stack []int
+	for i := range blocks {
+		// Emit the held ancestors of block i first, root-most first.
+		stack = append(stack[:0], i)
+		for j := i; blocks[j].hasParent; {
+			p, ok := held[blocks[j].parent]
+			if !ok || done[p] {
+				break
 			}
+			stack = append(stack, p)
+			j = p
 		}
-		ext := freeHash()
-		placeholders[p.seq] = ext
-		order = append(order, ext)
-		var pp *node
-		if p.parent != nil {
-			pp = p.parent
-		}
-		return ext, emit(pp, pext, ext, p, kvroute.TierDevice)
-	}
-
-	for _, de := range entries {
-		n := de.e.n
-		var pext kvroute.ExternalHash
-		if n.parent != nil {
-			var err error
-			if pext, err = parentHash(n); err != nil {
-				return err
-			}
-		}
-		for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
-			if de.e.tiers&(1<<t) == 0 {
+		for k := len(stack) - 1; k >= 0; k-- {
+			j := stack[k]
+			if done[j] {
 				continue
 			}
-			if err := emit(n.parent, pext, de.ext, n, t); err != nil {
-				return err
+			done[j] = true
+			b := &blocks[j]
+			var pext kvroute.ExternalHash
+			if b.hasParent {
+				if p, ok := held[b.parent]; ok {
+					pext = blocks[p].ext
+				} else if ph, ok := placeholders[b.parent]; ok {
+					pext = ph
+				} else {
+					pext = freeHash()
+					placeholders[b.parent] = pext
+					order = append(order, pext)
+					stand := dumpBlock{ext: pext, local: kvroute.BlockHash(b.parent)}
+					if err := emit(&stand, 0, false, kvroute.TierDevice); err != nil {
+						return err
+					}
+				}
+			}
+			for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
+				if b.tiers&(1<<t) == 0 {
+					continue
+				}
+				if err := emit(b, pext, b.hasParent, t); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	if len(order) > 0 {
-		ev = kvroute.Event{Kind: kvroute.EventRemoved, Worker: ws.key, Tier: kvroute.TierDevice, Removed: order}
+		ev = kvroute.Event{Kind: kvroute.EventRemoved, Worker: w, Tier: kvroute.TierDevice, Removed: order}
 		return fn(&ev)
 	}
 	return nil

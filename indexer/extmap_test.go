@@ -15,7 +15,6 @@ func TestExtMapAgainstBuiltin(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	m := newExtMap()
 	ref := map[kvroute.ExternalHash]entry{}
-	n := &node{}
 	for i := range 200000 {
 		var k kvroute.ExternalHash
 		if r.IntN(2) == 0 {
@@ -25,7 +24,7 @@ func TestExtMapAgainstBuiltin(t *testing.T) {
 		}
 		switch r.IntN(3) {
 		case 0, 1:
-			e := entry{n: n, tiers: uint8(1 + r.IntN(15))}
+			e := entry{seq: kvroute.SeqHash(i), tiers: uint8(1 + r.IntN(15))}
 			m.put(k, e)
 			ref[k] = e
 		default:

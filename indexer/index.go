@@ -36,43 +36,54 @@ type Config struct {
 // by its chained sequence hash) it records which cache domains hold it, and
 // in which storage tiers.
 //
-// The blocks form a prefix tree, stored as a concurrent hash map from
-// sequence hash to node (xsync.MapOf): a node's key already names its whole
-// path from the root, so matching a prompt is one map lookup per block and
-// never walks the tree. Each node carries a bit set of worker slots per
-// tier; worker identities are interned into dense slots so that these sets
-// are a few machine words, not maps.
+// The blocks form a prefix tree stored as a compressed radix tree: a node
+// is a run of consecutive blocks of one path that exactly the same workers
+// hold in the same tiers, with one holder bit set per tier for the whole
+// run. A table from sequence hash to (node, position) finds the run that
+// continues a request's prefix; matching then compares the request's hashes
+// with the run's in contiguous memory, so a request costs about one table
+// lookup per run rather than one per block. Worker identities are interned
+// into dense slots so that holder sets are a few machine words.
 //
-// Concurrency: Match, Size, Stats and the other read methods take no lock
-// and may run on any number of goroutines while events are applied; they
-// see each block's holder set as of some moment during the call. Apply,
-// ResetWorker and RemoveWorker serialise per worker (a mutex per worker), so
-// events of different workers may be applied concurrently. The caller
-// applies one worker's events in order.
+// When a worker comes to hold only part of a run (it stores or evicts some
+// of its blocks), the run is split at the boundaries, moving the shorter
+// side to a new node; no block any worker still holds is ever dropped, so
+// an eviction in the middle of a chain leaves the blocks after it indexed,
+// reachable again once the evicted block returns.
+//
+// Concurrency: Match, Size, Stats, LastUpdate and the other read methods
+// take no lock and may run on any number of goroutines while events are
+// applied; they see each block's holder set as of some moment during the
+// call. Writes (Apply, ResetWorker, RemoveWorker, Dump) serialise on one
+// mutex. The caller applies each worker's events in order.
 type Index struct {
 	hasher kvroute.Hasher
 	log    *slog.Logger
 	clock  kvroute.Clock
 
-	nodes *nodeTable
+	// mu serialises every write and protects the writer-only state: the
+	// workers' engine-hash maps and sequence numbers, the nodes' writer
+	// fields, freeSlots.
+	mu     sync.Mutex
+	blocks *blockTable
 
-	// workers maps each known cache domain to its state.
+	// workers maps each known cache domain to its state; LastUpdate reads
+	// it without mu.
 	workers *xsync.MapOf[kvroute.WorkerKey, *workerState]
 
-	// slotMu protects freeSlots and the publication of slotKeys.
-	slotMu    sync.Mutex
 	freeSlots []int
 	// slotKeys is an immutable slice indexed by slot, republished whenever
 	// a slot is taken or freed; Match reads it without a lock.
 	slotKeys atomic.Pointer[[]slotKey]
 
-	nodeCount    atomic.Int64 // nodes in the table, held or empty
-	emptyNodes   atomic.Int64 // nodes in the table that nobody holds
-	pairCount    atomic.Int64
-	extraChunks  atomic.Int64
-	entryCount   atomic.Int64
-	stats        counters
-	createWorker func(kvroute.WorkerKey) *workerState
+	nodeCount   atomic.Int64 // live nodes
+	nodeBytes   atomic.Int64 // memory of live nodes' arrays
+	pairCount   atomic.Int64
+	extraChunks atomic.Int64
+	entryCount  atomic.Int64
+	stats       counters
+
+	scratch []int // slots, for the writer
 }
 
 // slotKey is the worker a slot belongs to; ok is false for a free slot.
@@ -86,18 +97,15 @@ type counters struct {
 	applied, duplicates, gaps, unknownParents, unknownRemoved, invalid atomic.Uint64
 }
 
-// workerState is one cache domain's part of the index.
+// workerState is one cache domain's part of the index. Its fields but
+// lastUpdate are protected by the index's mu.
 type workerState struct {
-	key  kvroute.WorkerKey
-	slot int
-
-	// mu serialises the worker's writes and protects every field below.
-	mu        sync.Mutex
+	key       kvroute.WorkerKey
+	slot      int
 	blocks    extMap
 	dups      map[dupKey]int // extra engine hashes for one (block, tier); rare
 	lastID    uint64
 	sequenced bool
-	removed   bool // set by RemoveWorker; a later event makes a new state
 
 	// lastUpdate is when an event was last applied, unix ns; read without
 	// the lock by LastUpdate.
@@ -106,12 +114,12 @@ type workerState struct {
 
 // entry is a block a worker holds, under the engine's hash for it.
 type entry struct {
-	n     *node
+	seq   kvroute.SeqHash
 	tiers uint8 // bit t set: held in tier t
 }
 
 type dupKey struct {
-	n    *node
+	seq  kvroute.SeqHash
 	tier kvroute.Tier
 }
 
@@ -133,32 +141,27 @@ func New(cfg Config) (*Index, error) {
 		hasher:  h,
 		log:     log,
 		clock:   kvroute.ClockOrSystem(cfg.Clock),
-		nodes:   newNodeTable(cfg.SizeHint),
+		blocks:  newBlockTable(cfg.SizeHint),
 		workers: xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
 	}
 	empty := []slotKey{}
 	ix.slotKeys.Store(&empty)
-	ix.createWorker = ix.newWorker
 	return ix, nil
 }
 
-// worker returns the state of w, creating it when create is set.
+// worker returns the state of w, creating it when create is set. ix.mu is
+// held.
 func (ix *Index) worker(w kvroute.WorkerKey, create bool) *workerState {
 	if ws, ok := ix.workers.Load(w); ok || !create {
 		return ws
 	}
-	ws, _ := ix.workers.LoadOrCompute(w, func() *workerState { return ix.createWorker(w) })
-	return ws
-}
-
-func (ix *Index) newWorker(w kvroute.WorkerKey) *workerState {
 	ws := &workerState{key: w, slot: ix.takeSlot(w), blocks: newExtMap()}
+	ix.workers.Store(w, ws)
 	return ws
 }
 
+// takeSlot interns w into the lowest free slot. ix.mu is held.
 func (ix *Index) takeSlot(w kvroute.WorkerKey) int {
-	ix.slotMu.Lock()
-	defer ix.slotMu.Unlock()
 	keys := slices.Clone(*ix.slotKeys.Load())
 	var slot int
 	if n := len(ix.freeSlots); n > 0 {
@@ -174,29 +177,12 @@ func (ix *Index) takeSlot(w kvroute.WorkerKey) int {
 	return slot
 }
 
+// freeSlot releases slot. ix.mu is held.
 func (ix *Index) freeSlot(slot int) {
-	ix.slotMu.Lock()
-	defer ix.slotMu.Unlock()
 	keys := slices.Clone(*ix.slotKeys.Load())
 	keys[slot] = slotKey{}
 	ix.freeSlots = append(ix.freeSlots, slot)
 	ix.slotKeys.Store(&keys)
-}
-
-// lockLive returns the state of w locked, creating it when create is set;
-// it skips a state that RemoveWorker retired while the caller waited.
-func (ix *Index) lockLive(w kvroute.WorkerKey, create bool) *workerState {
-	for {
-		ws := ix.worker(w, create)
-		if ws == nil {
-			return nil
-		}
-		ws.mu.Lock()
-		if !ws.removed {
-			return ws
-		}
-		ws.mu.Unlock()
-	}
 }
 
 // Apply applies one event to the index.
@@ -214,23 +200,23 @@ func (ix *Index) lockLive(w kvroute.WorkerKey, create bool) *workerState {
 // Removing a block the worker does not hold is counted in Stats and is not
 // an error. Apply does not retain ev or its slices.
 func (ix *Index) Apply(ev *kvroute.Event) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
 	if err := ev.Validate(); err != nil {
 		ix.stats.invalid.Add(1)
 		// A malformed event in sequence is consumed, like one with an
 		// unknown parent: replaying it would fail again, so the worker's
 		// stream must go on past it.
 		if ev.ID != 0 {
-			if ws := ix.lockLive(ev.Worker, false); ws != nil {
+			if ws := ix.worker(ev.Worker, false); ws != nil {
 				if !ws.sequenced || ev.ID == ws.lastID+1 {
 					ws.lastID, ws.sequenced = ev.ID, true
 				}
-				ws.mu.Unlock()
 			}
 		}
 		return err
 	}
-	ws := ix.lockLive(ev.Worker, true)
-	defer ws.mu.Unlock()
+	ws := ix.worker(ev.Worker, true)
 	if ev.ID != 0 && ws.sequenced {
 		switch {
 		case ev.ID <= ws.lastID:
@@ -246,8 +232,6 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 	}
 	ws.lastUpdate.Store(ix.clock.Now().UnixNano())
 	ix.stats.applied.Add(1)
-	ix.beginWrite()
-	defer ix.endWrite()
 	switch ev.Kind {
 	case kvroute.EventStored:
 		return ix.applyStored(ws, ev)
@@ -261,22 +245,10 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 	return nil
 }
 
-// beginWrite takes the node table's read lock for a batch of holder
-// changes (see nodeTable); endWrite releases it and sweeps empty nodes out
-// when they have piled up. Every caller of storeBlock, removeBlock and
-// clearWorker brackets them so.
-func (ix *Index) beginWrite() { ix.nodes.mu.RLock() }
-
-func (ix *Index) endWrite() {
-	ix.nodes.mu.RUnlock()
-	if e := ix.emptyNodes.Load(); e > minSweep && e > (ix.nodeCount.Load()-e)/4 {
-		ix.sweepEmpty()
-	}
-}
-
 func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
-	var parent *node
-	if ev.HasParent {
+	var parent kvroute.SeqHash
+	hasParent := ev.HasParent
+	if hasParent {
 		e, ok := ws.blocks.get(ev.Parent)
 		if !ok {
 			ix.stats.unknownParents.Add(1)
@@ -284,177 +256,249 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 			ix.log.Debug("stored event rejected", "err", err)
 			return err
 		}
-		parent = e.n
+		parent = e.seq
 	}
 	h := ix.hasher
 	if ev.LoRA != "" {
 		h = h.WithLoRA(ev.LoRA)
 	}
+	st := storer{ix: ix, ws: ws, tier: ev.Tier, prev: parent, hasPrev: hasParent}
 	for i := range ev.Blocks {
 		b := &ev.Blocks[i]
 		local := b.Hash
 		if len(b.Tokens) > 0 {
 			local = h.HashBlock(b.Tokens)
 		}
-		parent = ix.storeBlock(ws, b.External, local, parent, ev.Tier)
+		st.store(b.External, local, len(ev.Blocks)-i)
 	}
+	st.flush()
 	return nil
 }
 
-// storeBlock records that ws holds the block local under parent in tier t,
-// known to the engine as ext, and returns the block's node. ws.mu is held.
-func (ix *Index) storeBlock(ws *workerState, ext kvroute.ExternalHash, local kvroute.BlockHash, parent *node, t kvroute.Tier) *node {
+// storer stores the blocks of one Stored event, a chain, for one worker in
+// one tier. Blocks the index already has are collected into ranges of one
+// node and given the worker's bit a range at a time; new blocks are
+// appended to a run the worker alone holds or start a new one.
+type storer struct {
+	ix      *Index
+	ws      *workerState
+	tier    kvroute.Tier
+	prev    kvroute.SeqHash // the parent of the next block
+	hasPrev bool
+
+	// pending is a range [from, to) of existing blocks of node pend that
+	// the worker is to hold.
+	pend     *node
+	from, to int
+	// tail is the node the next new block may be appended to (its last
+	// block is prev and the worker alone holds it), or nil.
+	tail *node
+}
+
+// store stores one block, known to the engine as ext; left is the number
+// of blocks of the event from this one on.
+func (st *storer) store(ext kvroute.ExternalHash, local kvroute.BlockHash, left int) {
 	seq := kvroute.SeqHash(local)
-	if parent != nil {
-		seq = kvroute.NextSeqHash(parent.seq, local)
+	if st.hasPrev {
+		seq = kvroute.NextSeqHash(st.prev, local)
 	}
+	st.place(ext, seq, local, left)
+	st.prev, st.hasPrev = seq, true
+}
+
+func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvroute.BlockHash, left int) {
+	ix, ws, t := st.ix, st.ws, st.tier
 	old, had := ws.blocks.get(ext)
-	if had && old.n.seq != seq {
+	if had && old.seq != seq {
 		// The engine reused its hash for other content: forget the old block.
+		st.flush()
 		for tt := kvroute.Tier(0); tt < kvroute.NumTiers; tt++ {
 			if old.tiers&(1<<tt) != 0 {
 				ix.removeBlock(ws, ext, tt)
 			}
 		}
 		old, had = entry{}, false
+		st.tail = nil
 	}
 	if had && old.tiers&(1<<t) != 0 {
-		return old.n
-	}
-	n, changed := ix.hold(seq, local, parent, ws.slot, t)
-	if !changed {
-		// Another engine hash of this worker already holds the block in
-		// this tier; remember it so that removing one keeps the bit.
-		if ws.dups == nil {
-			ws.dups = make(map[dupKey]int)
-		}
-		ws.dups[dupKey{n, t}]++
+		st.flush()
+		st.tail = nil
+		return
 	}
 	if !had {
 		ix.entryCount.Add(1)
 	}
-	ws.blocks.put(ext, entry{n: n, tiers: old.tiers | 1<<t})
+	ws.blocks.put(ext, entry{seq: seq, tiers: old.tiers | 1<<t})
+
+	n, off, ok := ix.blocks.get(seq)
+	if ok {
+		st.tail = nil
+		if n.tiersOf(ws.slot)&(1<<t) != 0 {
+			// Another engine hash of this worker already holds the block
+			// in this tier; remember it so that removing one keeps the bit.
+			st.flush()
+			if ws.dups == nil {
+				ws.dups = make(map[dupKey]int)
+			}
+			ws.dups[dupKey{seq, t}]++
+			return
+		}
+		if st.pend == n && st.to == off {
+			st.to++
+			return
+		}
+		st.flush()
+		st.pend, st.from, st.to = n, off, off+1
+		return
+	}
+	st.flush()
+	if st.tail == nil && st.hasPrev {
+		st.tail = ix.appendable(st.prev, ws.slot, t)
+	}
+	if n := st.tail; n != nil && int(n.written) < len(n.seqs) {
+		i := int(n.written)
+		n.seqs[i], n.locals[i] = seq, local
+		n.written++
+		n.hi.Store(n.written)
+		ix.blocks.put(seq, n, i)
+		ix.pairCount.Add(1)
+		return
+	}
+	capacity := max(left, minRun)
+	if st.tail != nil {
+		capacity = max(capacity, min(2*len(st.tail.seqs), maxRun))
+	}
+	n = ix.newNode(capacity, st.prev, st.hasPrev)
+	n.seqs[0], n.locals[0] = seq, local
+	n.written = 1
+	n.hi.Store(1)
+	ix.setTier(n, ws.slot, t)
+	ix.blocks.put(seq, n, 0)
+	st.tail = n
+}
+
+// Runs start with room for minRun blocks (or the event's remaining blocks)
+// and a run extended block by block doubles its successor's room up to
+// maxRun.
+const (
+	minRun = 4
+	maxRun = 1024
+)
+
+// appendable returns the node whose last block is seq when slot alone
+// holds it, in tier t only, and blocks may be appended after it.
+func (ix *Index) appendable(seq kvroute.SeqHash, slot int, t kvroute.Tier) *node {
+	n, off, ok := ix.blocks.get(seq)
+	if !ok || off != int(n.written)-1 || n.hi.Load() != n.written || !n.heldOnlyBy(slot, t) {
+		return nil
+	}
 	return n
 }
 
-// hold records that slot holds the block seq (content local, child of
-// parent) in tier t, creating its node when needed, and returns the node
-// and whether the slot's bit for t changed. The caller holds the table's
-// read lock (beginWrite): an existing node is updated under it, in
-// parallel with other workers; a new one is inserted under the write lock.
-func (ix *Index) hold(seq kvroute.SeqHash, local kvroute.BlockHash, parent *node, slot int, t kvroute.Tier) (*node, bool) {
-	tab := ix.nodes
-	if s := tab.find(seq); s != nil {
-		if n := s.node.Load(); n != nil {
-			return n, ix.setBit(s, n, slot, t)
-		}
-	}
-	// Insert under the write lock, then resume the caller's read lock.
-	tab.mu.RUnlock()
-	defer tab.mu.RLock()
-	tab.mu.Lock()
-	defer tab.mu.Unlock()
-	n := &node{seq: seq, local: local, parent: parent}
-	if parent != nil {
-		n.depth = parent.depth + 1
-	}
-	s, inserted := tab.insert(n)
-	if inserted {
-		// A new node is empty until setBit below gives it its holder.
-		ix.nodeCount.Add(1)
-		ix.emptyNodes.Add(1)
-	} else {
-		n = s.node.Load()
-	}
-	return n, ix.setBit(s, n, slot, t)
-}
-
-// setBit sets slot's bit for tier t on n and its table slot s, and reports
-// whether it changed. Only the slot's own worker changes its bits, so the
-// node's words and the slot's mirrors agree once it returns.
-func (ix *Index) setBit(s *slot, n *node, slot int, t kvroute.Tier) bool {
-	c, added := n.growChunkFor(slot)
-	if added > 0 {
-		ix.extraChunks.Add(int64(added))
-	}
-	bit := uint64(1) << (slot % slotsPerChunk)
-	heldBefore := c.any()&bit != 0
-	if c.tiers[t].Or(bit)&bit != 0 {
-		return false
-	}
-	if slot < slotsPerChunk {
-		s.any0.Or(bit)
-		if t == kvroute.TierDevice {
-			s.dev0.Or(bit)
-		}
-	}
-	if !heldBefore {
-		ix.pairCount.Add(1)
-		if n.holders.Add(1) == 1 {
-			ix.emptyNodes.Add(-1)
-		}
-	}
-	return true
-}
-
-// unholdNode clears ws's bit for tier t on n. ws.mu and the table's read
-// lock are held.
-//
-// A node nobody holds stays in the table, empty, so that the common engine
-// pattern of evicting a block and storing it again soon costs two atomic
-// operations instead of a delete and an insert; Match treats an empty node
-// like a missing one. Empty nodes are swept out in bulk once they exceed a
-// quarter of the held ones (sweepEmpty).
-func (ix *Index) unholdNode(ws *workerState, n *node, t kvroute.Tier) {
-	c := n.chunkFor(ws.slot)
-	if c == nil {
+// flush gives the worker the pending range.
+func (st *storer) flush() {
+	if st.pend == nil {
 		return
 	}
-	bit := uint64(1) << (ws.slot % slotsPerChunk)
-	s := ix.nodes.find(n.seq)
-	if s != nil && s.node.Load() != n {
-		s = nil // n left the table already (cannot while ws holds it)
-	}
-	if c.tiers[t].And(^bit)&bit != 0 {
-		stillHeld := c.any()&bit != 0
-		if s != nil && ws.slot < slotsPerChunk {
-			if t == kvroute.TierDevice {
-				s.dev0.And(^bit)
-			}
-			if !stillHeld {
-				s.any0.And(^bit)
-			}
-		}
-		if !stillHeld {
-			ix.pairCount.Add(-1)
-			if n.holders.Add(-1) == 0 {
-				ix.emptyNodes.Add(1)
-			}
-		}
+	n := st.ix.isolate(st.pend, st.from, st.to)
+	st.ix.setTier(n, st.ws.slot, st.tier)
+	st.pend = nil
+}
+
+func (ix *Index) newNode(capacity int, parent kvroute.SeqHash, hasParent bool) *node {
+	ix.nodeCount.Add(1)
+	ix.nodeBytes.Add(nodeHeaderBytes + 16*int64(capacity))
+	return newNode(capacity, parent, hasParent)
+}
+
+// retire accounts for a node that left the tree.
+func (ix *Index) retire(n *node) {
+	ix.nodeCount.Add(-1)
+	ix.nodeBytes.Add(-(nodeHeaderBytes + 16*int64(len(n.seqs))))
+	ix.extraChunks.Add(-int64(n.extraChunks()))
+	n.hi.Store(n.lo.Load()) // readers that still find it look again
+}
+
+// setTier gives slot tier t of every block of n.
+func (ix *Index) setTier(n *node, slot int, t kvroute.Tier) {
+	_, newHolder, added := n.setTier(slot, t)
+	ix.extraChunks.Add(int64(added))
+	if newHolder {
+		ix.pairCount.Add(int64(n.size()))
 	}
 }
 
-// minSweep is the number of empty nodes below which they are never swept.
-const minSweep = 1024
-
-// sweepEmpty deletes every node nobody holds from the table.
-func (ix *Index) sweepEmpty() {
-	tab := ix.nodes
-	tab.mu.Lock()
-	defer tab.mu.Unlock()
-	e := ix.emptyNodes.Load()
-	if e <= minSweep || e <= (ix.nodeCount.Load()-e)/4 {
-		return // another writer swept meanwhile
+// isolate makes the blocks at positions [a, b) of n a node of their own,
+// moving the blocks around them to new nodes with the same holders, and
+// returns it. Of the ways to cut, it takes the one that moves the fewest
+// blocks.
+func (ix *Index) isolate(n *node, a, b int) *node {
+	lo, hi := n.window()
+	keepMiddle := (a - lo) + (hi - b)
+	keepPrefix := (hi - a) + (hi - b)
+	keepSuffix := (b - lo) + (a - lo)
+	switch {
+	case keepMiddle <= keepPrefix && keepMiddle <= keepSuffix:
+		if a > lo {
+			ix.splitPrefix(n, a)
+		}
+		if b < hi {
+			ix.splitSuffix(n, b)
+		}
+		return n
+	case keepPrefix <= keepSuffix:
+		m := ix.splitSuffix(n, a)
+		if b < hi {
+			ix.splitSuffix(m, b-a)
+		}
+		return m
+	default:
+		p := ix.splitPrefix(n, b)
+		if a > lo {
+			ix.splitPrefix(p, a-lo)
+		}
+		return p
 	}
-	swept := tab.sweep(func(n *node) bool { return n.holders.Load() == 0 })
-	for _, n := range swept {
-		ix.extraChunks.Add(-int64(n.extraChunks()))
-	}
-	ix.nodeCount.Add(-int64(len(swept)))
-	ix.emptyNodes.Add(-int64(len(swept)))
 }
 
-// removeBlock drops tier t of the block ws holds as ext. ws.mu is held.
+// splitSuffix moves the blocks of n from position at on to a new node
+// with n's holders and returns it. n keeps [lo, at) and can no longer be
+// appended to.
+func (ix *Index) splitSuffix(n *node, at int) *node {
+	_, hi := n.window()
+	parent, hasParent := n.parentOf(at)
+	m := ix.newNode(hi-at, parent, hasParent)
+	copy(m.seqs, n.seqs[at:hi])
+	copy(m.locals, n.locals[at:hi])
+	m.written = int32(hi - at)
+	m.hi.Store(m.written)
+	ix.extraChunks.Add(int64(m.copyHolders(n)))
+	for i, s := range m.seqs {
+		ix.blocks.put(s, m, i)
+	}
+	n.hi.Store(int32(at))
+	return m
+}
+
+// splitPrefix moves the blocks of n before position at to a new node with
+// n's holders and returns it. n keeps [at, hi).
+func (ix *Index) splitPrefix(n *node, at int) *node {
+	lo, _ := n.window()
+	parent, hasParent := n.parentOf(lo)
+	p := ix.newNode(at-lo, parent, hasParent)
+	copy(p.seqs, n.seqs[lo:at])
+	copy(p.locals, n.locals[lo:at])
+	p.written = int32(at - lo)
+	p.hi.Store(p.written)
+	ix.extraChunks.Add(int64(p.copyHolders(n)))
+	for i, s := range p.seqs {
+		ix.blocks.put(s, p, i)
+	}
+	n.lo.Store(int32(at))
+	return p
+}
+
+// removeBlock drops tier t of the block ws holds as ext.
 func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvroute.Tier) {
 	e, ok := ws.blocks.get(ext)
 	if !ok || e.tiers&(1<<t) == 0 {
@@ -468,7 +512,7 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 	} else {
 		ws.blocks.put(ext, e)
 	}
-	dk := dupKey{e.n, t}
+	dk := dupKey{e.seq, t}
 	if c := ws.dups[dk]; c > 0 {
 		if c == 1 {
 			delete(ws.dups, dk)
@@ -477,15 +521,61 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 		}
 		return
 	}
-	ix.unholdNode(ws, e.n, t)
+	n, off, ok := ix.blocks.get(e.seq)
+	if !ok {
+		return
+	}
+	ix.unhold(n, off, off+1, ws.slot, t)
 }
 
-// clearWorker drops every block ws holds. ws.mu is held.
+// unhold drops slot's tier t from the blocks at positions [a, b) of n,
+// which slot holds in t.
+func (ix *Index) unhold(n *node, a, b, slot int, t kvroute.Tier) {
+	lo, hi := n.window()
+	if n.heldOnlyBy(slot, t) && (a == lo || b == hi) {
+		// The blocks leave the index: narrow the window instead of
+		// splitting the run.
+		for i := a; i < b; i++ {
+			ix.blocks.del(n.seqs[i])
+		}
+		ix.pairCount.Add(-int64(b - a))
+		switch {
+		case a == lo && b == hi:
+			n.clearTier(slot, t)
+			ix.retire(n)
+		case a == lo:
+			n.lo.Store(int32(b))
+		default:
+			n.hi.Store(int32(a))
+		}
+		return
+	}
+	n = ix.isolate(n, a, b)
+	if _, gone := n.clearTier(slot, t); gone {
+		ix.pairCount.Add(-int64(n.size()))
+	}
+	if n.holders == 0 {
+		lo, hi := n.window()
+		for i := lo; i < hi; i++ {
+			ix.blocks.del(n.seqs[i])
+		}
+		ix.retire(n)
+	}
+}
+
+// clearWorker drops every block ws holds.
 func (ix *Index) clearWorker(ws *workerState) {
-	ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
+	ws.blocks.all(func(ext kvroute.ExternalHash, e entry) {
 		for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
-			if e.tiers&(1<<t) != 0 {
-				ix.unholdNode(ws, e.n, t)
+			if e.tiers&(1<<t) == 0 {
+				continue
+			}
+			if c := ws.dups[dupKey{e.seq, t}]; c > 0 {
+				ws.dups[dupKey{e.seq, t}] = c - 1
+				continue
+			}
+			if n, off, ok := ix.blocks.get(e.seq); ok {
+				ix.unhold(n, off, off+1, ws.slot, t)
 			}
 		}
 	})
@@ -499,30 +589,27 @@ func (ix *Index) clearWorker(ws *workerState) {
 // an engine restarted or events were lost beyond replay. The worker stays
 // known to the index. Unknown workers are ignored.
 func (ix *Index) ResetWorker(w kvroute.WorkerKey) {
-	ws := ix.lockLive(w, false)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ws := ix.worker(w, false)
 	if ws == nil {
 		return
 	}
-	defer ws.mu.Unlock()
-	ix.beginWrite()
 	ix.clearWorker(ws)
-	ix.endWrite()
 	ws.lastID, ws.sequenced = 0, false
 }
 
 // RemoveWorker drops w and every block it holds from the index and reports
 // whether it was known. Events for w that arrive later register it anew.
 func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
-	ws := ix.lockLive(w, false)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ws := ix.worker(w, false)
 	if ws == nil {
 		return false
 	}
-	ix.beginWrite()
 	ix.clearWorker(ws)
-	ix.endWrite()
-	ws.removed = true
 	ix.workers.Delete(w)
-	ws.mu.Unlock()
 	ix.freeSlot(ws.slot)
 	return true
 }
@@ -531,11 +618,12 @@ func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
 // false when w is unknown or has applied no sequenced event since it was
 // added or reset.
 func (ix *Index) LastEventID(w kvroute.WorkerKey) (uint64, bool) {
-	ws := ix.lockLive(w, false)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ws := ix.worker(w, false)
 	if ws == nil {
 		return 0, false
 	}
-	defer ws.mu.Unlock()
 	return ws.lastID, ws.sequenced
 }
 
@@ -576,16 +664,17 @@ func compareKeys(a, b kvroute.WorkerKey) int {
 // AppendWorkerBlocks appends the sequence hashes of the blocks w holds, in
 // any tier, to dst, in no particular order.
 func (ix *Index) AppendWorkerBlocks(w kvroute.WorkerKey, dst []kvroute.SeqHash) []kvroute.SeqHash {
-	ws := ix.lockLive(w, false)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ws := ix.worker(w, false)
 	if ws == nil {
 		return dst
 	}
-	defer ws.mu.Unlock()
-	seen := make(map[*node]struct{}, ws.blocks.len())
+	seen := make(map[kvroute.SeqHash]struct{}, ws.blocks.len())
 	ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
-		if _, ok := seen[e.n]; !ok {
-			seen[e.n] = struct{}{}
-			dst = append(dst, e.n.seq)
+		if _, ok := seen[e.seq]; !ok {
+			seen[e.seq] = struct{}{}
+			dst = append(dst, e.seq)
 		}
 	})
 	return dst
@@ -627,22 +716,21 @@ type Size struct {
 
 // Approximate per-item memory costs used by Size.Bytes.
 const (
-	nodeBytes    = 80      // node struct, rounded to its allocation size class
-	nodeMapBytes = 16 + 18 // xsync entry (key, pointer) plus its share of a bucket at load factor 0.75
-	chunkBytes   = 48      // one extra holder chunk
-	entryBytes   = 40      // Go map slot (8-byte key, 16-byte value) with control bytes and load factor
-	workerBytes  = 512
+	nodeHeaderBytes = 128 // node struct, rounded to its allocation size class
+	chunkBytes      = 48  // one extra holder chunk
+	entryBytes      = 40  // engine-hash map slot (24 bytes) at its average load
+	workerBytes     = 512
 )
 
 // Size returns the index's current size.
 func (ix *Index) Size() Size {
 	s := Size{
 		Workers: ix.workers.Size(),
-		Blocks:  int(ix.nodeCount.Load() - ix.emptyNodes.Load()),
+		Blocks:  ix.blocks.len(),
 		Pairs:   int(ix.pairCount.Load()),
 		Entries: int(ix.entryCount.Load()),
 	}
-	s.Bytes = ix.nodeCount.Load()*nodeBytes + ix.nodes.bytes() + ix.extraChunks.Load()*chunkBytes +
+	s.Bytes = ix.nodeBytes.Load() + ix.blocks.bytes() + ix.extraChunks.Load()*chunkBytes +
 		int64(s.Entries)*entryBytes + int64(s.Workers)*workerBytes
 	return s
 }

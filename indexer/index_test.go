@@ -314,6 +314,9 @@ func TestStopAtOne(t *testing.T) {
 	ix := newIndex(t)
 	require.NoError(t, ix.Apply(stored(wk(1), 1, 0, 0, []H{1, 2, 3, 4}, prompt(1, 2, 3, 4))))
 	require.NoError(t, ix.Apply(stored(wk(2), 1, 0, 0, []H{1}, prompt(1))))
+	// Block 3 also in host memory: worker 1's blocks 2, 3 and 4 are three
+	// runs, so the walk has runs left once worker 1 is alone after block 2.
+	require.NoError(t, ix.Apply(stored(wk(1), 2, kvroute.TierHost, 2, []H{3}, prompt(3))))
 	res := indexer.MatchResult{StopAtOne: true}
 	ix.Match(seqsOf(prompt(1, 2, 3, 4)), &res)
 	require.True(t, res.Truncated)
@@ -382,7 +385,7 @@ func TestDumpStopsAtError(t *testing.T) {
 	require.Equal(t, 1, calls)
 }
 
-func TestEmptyNodesAreReusedAndSwept(t *testing.T) {
+func TestEvictedBlocksLeaveTheIndex(t *testing.T) {
 	ix := newIndex(t)
 	w := wk(1)
 	const n = 5000
@@ -397,17 +400,30 @@ func TestEmptyNodesAreReusedAndSwept(t *testing.T) {
 	full := ix.Size()
 	require.Equal(t, n, full.Blocks)
 
-	// Evict and store the tail again: the emptied nodes are reused.
+	// Evict and store the tail again.
 	require.NoError(t, ix.Apply(removed(w, 0, 0, ext[n-10:]...)))
 	require.Equal(t, n-10, ix.Size().Blocks)
 	require.NoError(t, ix.Apply(stored(w, 0, 0, ext[n-11], ext[n-10:], toks[(n-10)*4:])))
-	require.Equal(t, full, ix.Size())
+	again := ix.Size()
+	require.Equal(t, full.Blocks, again.Blocks)
+	require.Equal(t, full.Pairs, again.Pairs)
+	require.Equal(t, full.Entries, again.Entries)
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{w: dev(n)}, matchMap(ix, toks))
 
-	// Evicting everything sweeps the empty nodes out of the table.
+	// Evict one block in the middle: the blocks after it stay indexed but
+	// unreachable until it returns.
+	require.NoError(t, ix.Apply(removed(w, 0, 0, ext[100])))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{w: dev(100)}, matchMap(ix, toks))
+	require.Equal(t, n-1, ix.Size().Blocks)
+	require.NoError(t, ix.Apply(stored(w, 0, 0, ext[99], ext[100:101], toks[400:404])))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{w: dev(n)}, matchMap(ix, toks))
+
+	// Evicting everything frees the blocks' memory.
 	require.NoError(t, ix.Apply(removed(w, 0, 0, ext...)))
 	s := ix.Size()
 	require.Zero(t, s.Blocks)
-	require.Less(t, s.Bytes, full.Bytes/4)
+	require.Zero(t, s.Pairs)
+	require.Less(t, s.Bytes, full.Bytes/2)
 	var res indexer.MatchResult
 	ix.Match(seqsOf(toks), &res)
 	require.Empty(t, res.Workers)

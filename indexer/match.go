@@ -6,11 +6,6 @@ import (
 	"github.com/kvroute/kvroute"
 )
 
-// lookahead is the number of blocks Match looks up before it processes
-// them. Eight keeps the wasted lookups past the end of a match small while
-// letting most of a batch's cache misses overlap.
-const lookahead = 8
-
 // WorkerMatch is how much of a request's prefix one cache domain holds.
 type WorkerMatch struct {
 	Worker kvroute.WorkerKey
@@ -42,6 +37,8 @@ type MatchResult struct {
 	Truncated bool
 
 	active  []uint64                  // per chunk: slots still matching
+	held    []uint64                  // per chunk: slots holding the current run
+	dev     []uint64                  // per chunk: slots holding it on the device
 	tierCnt [][kvroute.NumTiers]int32 // per slot: blocks counted in tiers above device
 	touched []uint64                  // per chunk: slots with tierCnt to reset
 }
@@ -66,10 +63,12 @@ func (r *MatchResult) Find(w kvroute.WorkerKey) (WorkerMatch, bool) {
 // Match finds, for the request whose chained block hashes are seqs, how
 // many leading blocks every worker holds, and writes the answer into res.
 //
-// It walks the prefix one block at a time, narrowing the set of workers
-// that still hold every block so far; it stops at the first block nobody
-// in the set holds. Match takes no lock and allocates nothing once res has
-// grown to the cluster's size; it may run concurrently with Apply.
+// It walks the prefix a run at a time: one table lookup finds the run that
+// holds the next block, and the request's hashes are compared with the
+// run's in contiguous memory, narrowing the set of workers that still hold
+// every block so far; it stops at the first block nobody in the set holds.
+// Match takes no lock and allocates nothing once res has grown to the
+// cluster's size; it may run concurrently with Apply.
 func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 	res.Reset()
 	if len(seqs) == 0 {
@@ -81,55 +80,67 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 		return
 	}
 	res.grow(words, len(slots))
-	active := res.active[:words]
+	active, held, dev := res.active[:words], res.held[:words], res.dev[:words]
 
-	// Look blocks up a batch ahead: the lookups of a batch are independent,
-	// so the CPU overlaps their cache misses instead of paying them one by
-	// one, which is what dominates a walk over a large, cold index.
-	var batch [lookahead]found
-	live := 0
 	depth := 0
-walk:
-	for depth < len(seqs) {
-		k := min(lookahead, len(seqs)-depth)
-		for j := range k {
-			b := &batch[j]
-			b.any0, b.dev0, b.n, b.ok = ix.nodes.lookup(seqs[depth+j])
+	n, off, ok := ix.blocks.lookup(seqs[0])
+	for retries := 0; ok; {
+		// Load the holders before the window: a writer narrows a window
+		// before it changes the holders of what remains, so holders seen
+		// here are right for every block inside the window seen next.
+		c := &n.holder
+		for w := range held {
+			if c == nil {
+				held[w], dev[w] = 0, 0
+				continue
+			}
+			dev[w] = c.tiers[kvroute.TierDevice].Load()
+			held[w] = dev[w] | c.tiers[1].Load() | c.tiers[2].Load() | c.tiers[3].Load()
+			c = c.next.Load()
 		}
-		for j := range k {
-			if res.StopAtOne && live == 1 {
-				res.Truncated = true
-				break walk
+		lo, hi := int(n.lo.Load()), int(n.hi.Load())
+		if off < lo || off >= hi {
+			// A writer moved the block meanwhile: find it again.
+			if retries++; retries > maxRetries {
+				break
 			}
-			b := &batch[j]
-			if !b.ok || b.n.holders.Load() == 0 {
-				break walk
-			}
-			live = 0
-			c := b.n.holder.next.Load()
-			for w := range active {
-				var held uint64
-				switch {
-				case w == 0:
-					held = b.any0
-				case c != nil:
-					held = c.any()
-					c = c.next.Load()
-				}
-				if depth == 0 {
-					active[w] = held
-				} else if dropped := active[w] &^ held; dropped != 0 {
-					res.finish(slots, w, dropped, depth)
-					active[w] &= held
-				}
-				live += bits.OnesCount64(active[w])
-			}
-			if live == 0 {
-				break walk
-			}
-			res.countTiers(b, active)
-			depth++
+			n, off, ok = ix.blocks.lookup(seqs[depth])
+			continue
 		}
+		// The run holds seqs[depth] at off; see how far the request
+		// follows it.
+		run := 1
+		q, r := seqs[depth+1:], n.seqs[off+1:hi]
+		if len(r) > len(q) {
+			r = r[:len(q)]
+		}
+		for run-1 < len(r) && r[run-1] == q[run-1] {
+			run++
+		}
+
+		live := 0
+		for w := range active {
+			if depth == 0 {
+				active[w] = held[w]
+			} else if dropped := active[w] &^ held[w]; dropped != 0 {
+				res.finish(slots, w, dropped, depth)
+				active[w] &= held[w]
+			}
+			live += bits.OnesCount64(active[w])
+		}
+		if live == 0 {
+			break
+		}
+		res.countTiers(n, active, dev, run)
+		depth += run
+		if depth == len(seqs) {
+			break
+		}
+		if res.StopAtOne && live == 1 {
+			res.Truncated = true
+			break
+		}
+		n, off, ok = ix.blocks.lookup(seqs[depth])
 	}
 	for w := range active {
 		if active[w] != 0 {
@@ -148,17 +159,16 @@ walk:
 	}
 }
 
-// found is one block looked up by Match.
-type found struct {
-	any0, dev0 uint64
-	n          *node
-	ok         bool
-}
+// maxRetries bounds how often Match looks a block up again because a
+// writer moved it while it read; past it, the walk ends there.
+const maxRetries = 64
 
 // grow sizes the scratch space for words chunks and slots slots.
 func (r *MatchResult) grow(words, slots int) {
 	if len(r.active) < words {
 		r.active = make([]uint64, words)
+		r.held = make([]uint64, words)
+		r.dev = make([]uint64, words)
 		r.touched = make([]uint64, words)
 	}
 	if len(r.tierCnt) < words*slotsPerChunk {
@@ -166,19 +176,14 @@ func (r *MatchResult) grow(words, slots int) {
 	}
 }
 
-// countTiers counts the current block of every still-active slot that holds
-// it only in tiers slower than device. Device blocks are derived at finish
-// from the total, which keeps the common all-device walk to a few word ops.
-func (r *MatchResult) countTiers(b *found, active []uint64) {
-	c := &b.n.holder
+// countTiers counts the run of blocks for every still-active slot that
+// holds it only in tiers slower than device. Device blocks are derived at
+// finish from the total, which keeps the common all-device walk to a few
+// word operations.
+func (r *MatchResult) countTiers(n *node, active, dev []uint64, run int) {
+	c := &n.holder
 	for w := 0; w < len(active) && c != nil; w++ {
-		var slow uint64
-		if w == 0 {
-			slow = active[0] &^ b.dev0
-		} else {
-			slow = active[w] &^ c.tiers[kvroute.TierDevice].Load()
-		}
-		if slow != 0 {
+		if slow := active[w] &^ dev[w]; slow != 0 {
 			r.touched[w] |= slow
 			for t := kvroute.TierHost; t < kvroute.NumTiers && slow != 0; t++ {
 				in := slow & c.tiers[t].Load()
@@ -186,7 +191,7 @@ func (r *MatchResult) countTiers(b *found, active []uint64) {
 				for in != 0 {
 					b := bits.TrailingZeros64(in)
 					in &= in - 1
-					r.tierCnt[w*slotsPerChunk+b][t]++
+					r.tierCnt[w*slotsPerChunk+b][t] += int32(run)
 				}
 			}
 		}

@@ -111,7 +111,7 @@ func randomEvent(r *rand.Rand, w kvroute.WorkerKey, id uint64, m *model, nextExt
 		if r.IntN(20) == 0 {
 			ev.HasParent, ev.Parent = true, 1<<60 // unknown parent
 		}
-		for range 1 + r.IntN(4) {
+		for range 1 + r.IntN(6) {
 			var ext kvroute.ExternalHash
 			if len(m.blocks) > 0 && r.IntN(10) == 0 {
 				for h := range m.blocks { // reuse an engine hash
@@ -122,7 +122,7 @@ func randomEvent(r *rand.Rand, w kvroute.WorkerKey, id uint64, m *model, nextExt
 				*nextExt++
 				ext = *nextExt
 			}
-			base := uint32(r.IntN(4))
+			base := uint32(r.IntN(probeAlphabet))
 			ev.Blocks = append(ev.Blocks, kvroute.StoredBlock{External: ext, Hash: testHasher.HashBlock(prompt(base))})
 		}
 		return ev
@@ -141,7 +141,14 @@ func randomEvent(r *rand.Rand, w kvroute.WorkerKey, id uint64, m *model, nextExt
 	}
 }
 
-// probes returns every prompt over the alphabet up to depth 4.
+// Random chains are drawn from probeAlphabet block contents, so that
+// workers share prefixes; probes cover every prompt up to probeDepth.
+const (
+	probeAlphabet = 3
+	probeDepth    = 6
+)
+
+// probes returns every prompt over the alphabet up to probeDepth.
 func probes() [][]kvroute.SeqHash {
 	var out [][]kvroute.SeqHash
 	var rec func(prefix []uint32)
@@ -149,10 +156,10 @@ func probes() [][]kvroute.SeqHash {
 		if len(prefix) > 0 {
 			out = append(out, seqsOf(prompt(prefix...)))
 		}
-		if len(prefix) == 4 {
+		if len(prefix) == probeDepth {
 			return
 		}
-		for b := uint32(0); b < 4; b++ {
+		for b := uint32(0); b < probeAlphabet; b++ {
 			rec(append(append([]uint32(nil), prefix...), b))
 		}
 	}
@@ -160,69 +167,100 @@ func probes() [][]kvroute.SeqHash {
 	return out
 }
 
+// TestRandomizedAgainstModel applies random events of many workers
+// concurrently (stores under random held parents, removals of random
+// blocks, most of them in the middle of chains, clears, engine hashes
+// reused, unknown parents) while readers match concurrently, in rounds; after
+// each round every probe's Match is compared with the plain model of every
+// worker.
 func TestRandomizedAgainstModel(t *testing.T) {
 	const (
 		workers = 70 // more than one 64-slot chunk
-		events  = 400
-		readers = 3
+		rounds  = 8
+		events  = 50 // per worker and round
+		readers = 2
 	)
 	ix := newIndex(t)
 	models := make([]*model, workers)
-	var wg sync.WaitGroup
-	var stop atomic.Bool
+	rngs := make([]*rand.Rand, workers)
+	nexts := make([]kvroute.ExternalHash, workers)
+	for w := range workers {
+		models[w] = newModel()
+		rngs[w] = rand.New(rand.NewPCG(uint64(w), 42))
+		nexts[w] = kvroute.ExternalHash(w) << 32
+	}
 	probeSet := probes()
-	for r := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var res indexer.MatchResult
-			for i := 0; !stop.Load(); i++ {
-				ix.Match(probeSet[(i*7+r)%len(probeSet)], &res)
-				for _, m := range res.Workers {
-					sum := 0
-					for _, c := range m.ByTier {
-						sum += c
+	for round := range rounds {
+		var wg sync.WaitGroup
+		var stop atomic.Bool
+		for r := range readers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var res indexer.MatchResult
+				for i := 0; !stop.Load(); i++ {
+					p := probeSet[(i*7+r)%len(probeSet)]
+					ix.Match(p, &res)
+					for _, m := range res.Workers {
+						sum := 0
+						for _, c := range m.ByTier {
+							sum += c
+						}
+						if sum != m.Blocks || m.Blocks < 1 || m.Blocks > len(p) {
+							t.Errorf("inconsistent match %+v", m)
+							return
+						}
 					}
-					if sum != m.Blocks || m.Blocks < 1 {
-						t.Errorf("inconsistent match %+v", m)
+					_ = ix.Size()
+				}
+			}()
+		}
+		var writers sync.WaitGroup
+		for w := range workers {
+			writers.Add(1)
+			go func() {
+				defer writers.Done()
+				key, m := wk(uint64(w)), models[w]
+				for i := range uint64(events) {
+					id := uint64(round)*events + i + 1
+					ev := randomEvent(rngs[w], key, id, m, &nexts[w])
+					err := ix.Apply(ev)
+					if err != nil && !(ev.HasParent && ev.Parent == 1<<60) {
+						t.Errorf("worker %d event %d: %v", w, id, err)
 						return
 					}
-				}
-				_ = ix.Size()
-			}
-		}()
-	}
-	var writers sync.WaitGroup
-	for w := range workers {
-		writers.Add(1)
-		go func() {
-			defer writers.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 42))
-			key := wk(uint64(w))
-			m := newModel()
-			models[w] = m
-			next := kvroute.ExternalHash(w) << 32
-			for id := uint64(1); id <= events; id++ {
-				ev := randomEvent(r, key, id, m, &next)
-				err := ix.Apply(ev)
-				if err != nil && !(ev.HasParent && ev.Parent == 1<<60) {
-					t.Errorf("worker %d event %d: %v", w, id, err)
-					return
-				}
-				m.apply(ev)
-				if id == events/2 && w%10 == 0 {
-					// A duplicate is never applied twice.
-					if err := ix.Apply(ev); err == nil {
-						t.Errorf("duplicate accepted")
+					m.apply(ev)
+					if i == events/2 && w%10 == 0 {
+						// A duplicate is never applied twice.
+						if err := ix.Apply(ev); err == nil {
+							t.Errorf("duplicate accepted")
+						}
 					}
 				}
-			}
-		}()
+			}()
+		}
+		writers.Wait()
+		stop.Store(true)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		checkAgainstModels(t, ix, models, probeSet)
 	}
-	writers.Wait()
-	stop.Store(true)
-	wg.Wait()
+	checkDumpRoundTrip(t, ix, prompt(0, 1, 2, 0, 1, 2))
 
+	// Removing every worker leaves nothing behind.
+	for w := range workers {
+		require.True(t, ix.RemoveWorker(wk(uint64(w))))
+	}
+	require.Equal(t, indexer.Size{Bytes: ix.Size().Bytes}, ix.Size())
+	require.LessOrEqual(t, ix.Size().Bytes, int64(1<<20), "an emptied index keeps only its table")
+}
+
+// checkAgainstModels compares the blocks every worker holds and every
+// probe's match with the models.
+func checkAgainstModels(t *testing.T, ix *indexer.Index, models []*model, probeSet [][]kvroute.SeqHash) {
+	t.Helper()
 	pairs := 0
 	for w, m := range models {
 		seqs := map[kvroute.SeqHash]bool{}
@@ -253,14 +291,6 @@ func TestRandomizedAgainstModel(t *testing.T) {
 			require.Equal(t, byTier, got.ByTier)
 		}
 	}
-	checkDumpRoundTrip(t, ix, prompt(0, 1, 2, 3))
-
-	// Removing every worker leaves nothing behind.
-	for w := range workers {
-		require.True(t, ix.RemoveWorker(wk(uint64(w))))
-	}
-	require.Equal(t, indexer.Size{Bytes: ix.Size().Bytes}, ix.Size())
-	require.LessOrEqual(t, ix.Size().Bytes, int64(1<<20), "an emptied index keeps only its table")
 }
 
 func FuzzApply(f *testing.F) {

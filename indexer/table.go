@@ -3,42 +3,37 @@ package indexer
 import (
 	"math/bits"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 
 	"github.com/kvroute/kvroute"
 )
 
-// nodeTable maps sequence hashes to nodes. It is an open-addressing hash
-// table with linear probing whose slots carry, besides the key and the
-// node, mirrors of the node's holder words for the first 64 worker slots:
-// which hold the block in any tier, and which on the device. So for
-// clusters of up to 64 cache domains that hold blocks on the device (the
-// common case), Match reads one 32-byte slot per block, usually one cache
-// miss, and never touches the node.
+// blockTable maps every block's sequence hash to its place: the node whose
+// run holds it and its position there. Match uses it once per run (to find
+// the run that continues a request's prefix); writers use it for every
+// block they store, remove or move.
 //
-// Reads take no lock: a reader loads the slot array through an atomic
-// pointer, finds the key, reads the slot's words and checks the key again,
-// so a slot reused for another key while it read is noticed and treated as
-// a miss. Writers serialise structural changes (inserting a key, deleting
-// one, rebuilding the array) on mu's write lock, and change holder bits
-// under its read lock, so bit changes of different workers run in
-// parallel but never race with a rebuild that copies the slots. Deletion
-// leaves a tombstone; tombstones are cleared by the rebuild that growth or
-// their own number triggers.
-type nodeTable struct {
-	mu  sync.RWMutex // see the type's doc
-	cur atomic.Pointer[slotArray]
+// It is an open-addressing table with linear probing. Reads take no lock:
+// a reader loads the slot array through an atomic pointer, finds the key,
+// loads the slot's node and position and then checks that the node's live
+// window holds the key at that position. A slot the writer changed while it
+// read, or an array the writer replaced, fails that check and the reader
+// looks again. There is one writer at a time (the index's write lock).
+// Deleted keys leave tombstones that later inserts reuse; the array is
+// rebuilt when live keys and tombstones fill three quarters of it.
+type blockTable struct {
+	cur atomic.Pointer[tableArray]
 	// low holds the keys 0 and 1, which mark empty and deleted slots in
 	// the array.
-	low [2]slot
+	low   [2]tableSlot
+	count atomic.Int64 // keys held
 }
 
-type slot struct {
+// tableSlot is one slot: a key, its node and its position in the node.
+type tableSlot struct {
 	key  atomic.Uint64
-	any0 atomic.Uint64 // slots 0-63 holding the block in any tier
-	dev0 atomic.Uint64 // slots 0-63 holding it on the device
 	node atomic.Pointer[node]
+	off  atomic.Int32
 }
 
 const (
@@ -46,35 +41,77 @@ const (
 	keyDead  = 1
 )
 
-type slotArray struct {
-	slots []slot
-	mask  uint64
+type tableArray struct {
+	slots []tableSlot
 	seed  uint64
-	used  int // live keys and tombstones; under the write lock
-	live  int // live keys; under the write lock
+	used  int // live keys and tombstones; writer only
+	live  int // live keys; writer only
 }
 
-const minSlots = 16
+const minTableSlots = 16
 
-func newSlotArray(n int) *slotArray {
-	size := max(minSlots, 1<<bits.Len(uint(n-1)))
-	return &slotArray{slots: make([]slot, size), mask: uint64(size - 1), seed: rand.Uint64() | 1}
+func newTableArray(n int) *tableArray {
+	return &tableArray{slots: make([]tableSlot, max(minTableSlots, n)), seed: rand.Uint64()}
 }
 
-func (a *slotArray) home(k uint64) uint64 {
-	x := (k ^ a.seed) * 0x9e3779b97f4a7c15
-	return (x ^ x>>29) & a.mask
+// home returns the slot a key hashes to: its mixed hash scaled to the
+// array's length, so that the length need not be a power of two.
+func (a *tableArray) home(k uint64) int {
+	x := k ^ a.seed
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	hi, _ := bits.Mul64(x, uint64(len(a.slots)))
+	return int(hi)
 }
 
-func newNodeTable(hint int) *nodeTable {
-	t := &nodeTable{}
-	t.cur.Store(newSlotArray(hint * 2))
+func newBlockTable(hint int) *blockTable {
+	t := &blockTable{}
+	t.cur.Store(newTableArray(hint * 2))
 	return t
 }
 
-// find returns the slot of key k in the current array, or nil. Callers
-// that need a consistent view use lookup; writers call find under mu.
-func (t *nodeTable) find(k kvroute.SeqHash) *slot {
+// lookup returns the node and position of block k as a reader sees them,
+// and false when the table does not hold k. It takes no lock.
+func (t *blockTable) lookup(k kvroute.SeqHash) (*node, int, bool) {
+	for range 16 {
+		n, off, found := t.read(k)
+		if !found {
+			return nil, 0, false
+		}
+		if n != nil && off >= int(n.lo.Load()) && off < int(n.hi.Load()) && n.seqs[off] == k {
+			return n, off, true
+		}
+		// The writer moved k, or deleted it, while we read: look again.
+	}
+	return nil, 0, false
+}
+
+// read returns the slot contents of k without checking them; found is
+// false when k is absent.
+func (t *blockTable) read(k kvroute.SeqHash) (*node, int, bool) {
+	if k <= keyDead {
+		s := &t.low[k]
+		n := s.node.Load()
+		return n, int(s.off.Load()), n != nil
+	}
+	a := t.cur.Load()
+	for i := a.home(uint64(k)); ; {
+		s := &a.slots[i]
+		switch s.key.Load() {
+		case uint64(k):
+			return s.node.Load(), int(s.off.Load()), true
+		case keyEmpty:
+			return nil, 0, false
+		}
+		if i++; i == len(a.slots) {
+			i = 0
+		}
+	}
+}
+
+// find returns the slot of k, or nil. Writer only.
+func (t *blockTable) find(k kvroute.SeqHash) *tableSlot {
 	if k <= keyDead {
 		s := &t.low[k]
 		if s.node.Load() == nil {
@@ -83,7 +120,7 @@ func (t *nodeTable) find(k kvroute.SeqHash) *slot {
 		return s
 	}
 	a := t.cur.Load()
-	for i := a.home(uint64(k)); ; i = (i + 1) & a.mask {
+	for i := a.home(uint64(k)); ; {
 		s := &a.slots[i]
 		switch s.key.Load() {
 		case uint64(k):
@@ -91,127 +128,115 @@ func (t *nodeTable) find(k kvroute.SeqHash) *slot {
 		case keyEmpty:
 			return nil
 		}
+		if i++; i == len(a.slots) {
+			i = 0
+		}
 	}
 }
 
-// lookup returns the holder mirrors and node of key k without a lock, and
-// false when k is absent (or was deleted while it looked).
-func (t *nodeTable) lookup(k kvroute.SeqHash) (any0, dev0 uint64, n *node, ok bool) {
+// get returns the node and position of k, for the writer.
+func (t *blockTable) get(k kvroute.SeqHash) (*node, int, bool) {
 	s := t.find(k)
 	if s == nil {
-		return 0, 0, nil, false
+		return nil, 0, false
 	}
-	any0, dev0, n = s.any0.Load(), s.dev0.Load(), s.node.Load()
-	if n == nil || (k > keyDead && s.key.Load() != uint64(k)) {
-		return 0, 0, nil, false
-	}
-	return any0, dev0, n, true
+	return s.node.Load(), int(s.off.Load()), true
 }
 
-// insert adds n under its sequence hash and returns its slot; it returns
-// the existing slot when the key is present. mu is write-locked.
-func (t *nodeTable) insert(n *node) (*slot, bool) {
-	k := uint64(n.seq)
+// put sets the place of k, inserting it when absent. Writer only.
+func (t *blockTable) put(k kvroute.SeqHash, n *node, off int) {
 	if k <= keyDead {
 		s := &t.low[k]
-		if s.node.Load() != nil {
-			return s, false
+		if s.node.Load() == nil {
+			t.count.Add(1)
 		}
-		s.any0.Store(0)
-		s.dev0.Store(0)
+		s.off.Store(int32(off))
 		s.node.Store(n)
-		return s, true
+		return
 	}
 	a := t.cur.Load()
-	if (a.used+1)*10 > len(a.slots)*7 {
-		a = t.rebuild(a.live + 1)
-	}
-	var free *slot
-	for i := a.home(k); ; i = (i + 1) & a.mask {
+	var dead *tableSlot
+	for i := a.home(uint64(k)); ; {
 		s := &a.slots[i]
 		switch s.key.Load() {
-		case k:
-			return s, false
+		case uint64(k):
+			s.node.Store(n)
+			s.off.Store(int32(off))
+			return
 		case keyDead:
-			if free == nil {
-				free = s
+			if dead == nil {
+				dead = s
 			}
-			continue
 		case keyEmpty:
-			if free == nil {
-				free = s
+			if dead == nil {
+				if (a.used+1)*4 > len(a.slots)*3 {
+					t.rebuild(a)
+					t.put(k, n, off)
+					return
+				}
 				a.used++
+				dead = s
 			}
-		default:
-			continue
+			a.live++
+			t.count.Add(1)
+			dead.node.Store(n)
+			dead.off.Store(int32(off))
+			dead.key.Store(uint64(k))
+			return
 		}
-		break
+		if i++; i == len(a.slots) {
+			i = 0
+		}
 	}
-	free.any0.Store(0)
-	free.dev0.Store(0)
-	free.node.Store(n)
-	free.key.Store(k) // publish last: readers that see the key see the rest
-	a.live++
-	return free, true
 }
 
-// sweep deletes every node for which drop returns true, rebuilds the
-// array without tombstones, and returns the deleted nodes. mu is
-// write-locked.
-func (t *nodeTable) sweep(drop func(*node) bool) []*node {
-	var out []*node
-	for k := range t.low {
-		if n := t.low[k].node.Load(); n != nil && drop(n) {
-			t.low[k].node.Store(nil)
-			out = append(out, n)
-		}
+// del removes k. Writer only.
+func (t *blockTable) del(k kvroute.SeqHash) {
+	s := t.find(k)
+	if s == nil {
+		return
 	}
-	a := t.cur.Load()
+	s.node.Store(nil)
+	t.count.Add(-1)
+	if k > keyDead {
+		s.key.Store(keyDead)
+		t.cur.Load().live--
+	}
+}
+
+// rebuild replaces a with an array sized for its live keys at half load,
+// without tombstones.
+func (t *blockTable) rebuild(a *tableArray) {
+	b := newTableArray(max(2*(a.live+1), len(a.slots)*3/4))
 	for i := range a.slots {
 		s := &a.slots[i]
-		if s.key.Load() <= keyDead {
-			continue
-		}
-		if n := s.node.Load(); drop(n) {
-			s.key.Store(keyDead)
-			s.node.Store(nil)
-			a.live--
-			out = append(out, n)
-		}
-	}
-	t.rebuild(a.live)
-	return out
-}
-
-// rebuild copies the live slots into a fresh array sized for live keys at
-// half load and publishes it. mu is write-locked.
-func (t *nodeTable) rebuild(live int) *slotArray {
-	old := t.cur.Load()
-	a := newSlotArray(live * 2)
-	for i := range old.slots {
-		s := &old.slots[i]
 		k := s.key.Load()
 		if k <= keyDead {
 			continue
 		}
-		for j := a.home(k); ; j = (j + 1) & a.mask {
-			d := &a.slots[j]
+		for j := b.home(k); ; {
+			d := &b.slots[j]
 			if d.key.Load() == keyEmpty {
-				d.any0.Store(s.any0.Load())
-				d.dev0.Store(s.dev0.Load())
 				d.node.Store(s.node.Load())
+				d.off.Store(s.off.Load())
 				d.key.Store(k)
 				break
 			}
+			if j++; j == len(b.slots) {
+				j = 0
+			}
 		}
-		a.used++
-		a.live++
 	}
-	t.cur.Store(a)
-	return a
+	b.live, b.used = a.live, a.live
+	t.cur.Store(b)
 }
 
+// len returns the number of keys.
+func (t *blockTable) len() int { return int(t.count.Load()) }
+
 // bytes returns the memory of the slot array.
-func (t *nodeTable) bytes() int64 {
-	return int64(len(t.cur.Load().slots)) * 32
+func (t *blockTable) bytes() int64 {
+	return int64(len(t.cur.Load().slots)) * tableSlotBytes
 }
+
+const tableSlotBytes = 24
