@@ -122,7 +122,6 @@ func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []
 	st := storer{ix: ix, ws: ix.worker(w, true), tier: kvroute.TierDevice}
 	for i, s := range seqs {
 		st.place(kvroute.ExternalHash(s), s, blocks[i], len(seqs)-i)
-		st.prev, st.hasPrev = s, true
 		k := approxKey{w, s}
 		a.stamps[k] = now
 		heap.Push(&a.queue, approxItem{at: now, depth: uint32(i), key: k})

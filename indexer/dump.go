@@ -15,10 +15,9 @@ import (
 //
 // Blocks are emitted worker by worker, parents before children, one Stored
 // event per (block, tier). A block whose worker no longer holds its parent
-// (the engine evicted the parent first) is emitted under a placeholder root
-// block that stands for the parent's whole prefix (its hash is the
-// parent's sequence hash) and is removed again right after, so that the
-// block is restored exactly as unreachable-until-its-parent-returns.
+// (the engine evicted the parent first) is emitted under placeholder
+// ancestors that are removed again right after, so that it is restored
+// exactly as unreachable-until-its-parent-returns.
 //
 // Dump holds the index's write lock while it emits one worker's blocks;
 // events applied to other workers meanwhile may or may not be included.
@@ -33,12 +32,10 @@ func (ix *Index) Dump(fn func(*kvroute.Event) error) error {
 
 // dumpBlock is one block a worker holds, as Dump emits it.
 type dumpBlock struct {
-	ext       kvroute.ExternalHash
-	seq       kvroute.SeqHash
-	local     kvroute.BlockHash
-	parent    kvroute.SeqHash
-	hasParent bool
-	tiers     uint8
+	ext   kvroute.ExternalHash
+	r     *run
+	pos   int
+	tiers uint8
 }
 
 func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) error {
@@ -49,33 +46,27 @@ func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) 
 		return nil
 	}
 	blocks := make([]dumpBlock, 0, ws.blocks.len())
-	held := make(map[kvroute.SeqHash]int, ws.blocks.len()) // seq → index of its smallest engine hash
 	ws.blocks.all(func(ext kvroute.ExternalHash, e entry) {
-		n, off, ok := ix.blocks.get(e.seq)
-		if !ok {
-			return
-		}
-		b := dumpBlock{ext: ext, seq: e.seq, local: n.locals[off], tiers: e.tiers}
-		b.parent, b.hasParent = n.parentOf(off)
-		blocks = append(blocks, b)
+		blocks = append(blocks, dumpBlock{ext: ext, r: e.r, pos: int(e.pos), tiers: e.tiers})
 	})
 	slices.SortFunc(blocks, func(a, b dumpBlock) int { return cmp.Compare(a.ext, b.ext) })
+	held := make(map[kvroute.SeqHash]int, len(blocks)) // seq → index of its smallest engine hash
 	for i, b := range blocks {
-		if _, ok := held[b.seq]; !ok {
-			held[b.seq] = i
+		if s := b.r.seqs[b.pos]; !hasKey(held, s) {
+			held[s] = i
 		}
 	}
 
 	blk := make([]kvroute.StoredBlock, 1)
 	var ev kvroute.Event
-	emit := func(b *dumpBlock, parentExt kvroute.ExternalHash, hasParent bool, t kvroute.Tier) error {
-		blk[0] = kvroute.StoredBlock{External: b.ext, Hash: b.local}
+	emit := func(ext kvroute.ExternalHash, local kvroute.BlockHash, parentExt kvroute.ExternalHash, hasParent bool, t kvroute.Tier) error {
+		blk[0] = kvroute.StoredBlock{External: ext, Hash: local}
 		ev = kvroute.Event{Kind: kvroute.EventStored, Worker: w, Tier: t, Blocks: blk,
 			HasParent: hasParent, Parent: parentExt}
 		return fn(&ev)
 	}
 
-	// placeholders are engine hashes invented for parents the worker does
+	// placeholders are engine hashes invented for ancestors the worker does
 	// not hold; they are removed once the worker's blocks are out.
 	placeholders := map[kvroute.SeqHash]kvroute.ExternalHash{}
 	var order []kvroute.ExternalHash
@@ -89,52 +80,66 @@ func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) 
 		}
 	}
 	done := make([]bool, len(blocks))
-	var stack []int
-	for i := range blocks {
-		// Emit the held ancestors of block i first, root-most first.
-		stack = append(stack[:0], i)
-		for j := i; blocks[j].hasParent; {
-			p, ok := held[blocks[j].parent]
-			if !ok || done[p] {
-				break
+	// name returns the engine hash to name the block at (r, pos) by as a
+	// parent, emitting it first (or a placeholder for it and its missing
+	// ancestors) when it is not out yet.
+	var name func(r *run, pos int) (kvroute.ExternalHash, error)
+	emitHeld := func(i int) error {
+		done[i] = true
+		b := &blocks[i]
+		pr, pp, hasParent := b.r.parentPlace(b.pos)
+		var pext kvroute.ExternalHash
+		if hasParent {
+			var err error
+			if pext, err = name(pr, pp); err != nil {
+				return err
 			}
-			stack = append(stack, p)
-			j = p
 		}
-		for k := len(stack) - 1; k >= 0; k-- {
-			j := stack[k]
-			if done[j] {
-				continue
-			}
-			done[j] = true
-			b := &blocks[j]
-			var pext kvroute.ExternalHash
-			if b.hasParent {
-				if p, ok := held[b.parent]; ok {
-					pext = blocks[p].ext
-				} else if ph, ok := placeholders[b.parent]; ok {
-					pext = ph
-				} else {
-					pext = freeHash()
-					placeholders[b.parent] = pext
-					order = append(order, pext)
-					stand := dumpBlock{ext: pext, local: kvroute.BlockHash(b.parent)}
-					if err := emit(&stand, 0, false, kvroute.TierDevice); err != nil {
-						return err
-					}
-				}
-			}
-			for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
-				if b.tiers&(1<<t) == 0 {
-					continue
-				}
-				if err := emit(b, pext, b.hasParent, t); err != nil {
+		for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
+			if b.tiers&(1<<t) != 0 {
+				if err := emit(b.ext, b.r.locals[b.pos], pext, hasParent, t); err != nil {
 					return err
 				}
 			}
 		}
+		return nil
+	}
+	name = func(r *run, pos int) (kvroute.ExternalHash, error) {
+		seq := r.seqs[pos]
+		if i, ok := held[seq]; ok {
+			if !done[i] {
+				if err := emitHeld(i); err != nil {
+					return 0, err
+				}
+			}
+			return blocks[i].ext, nil
+		}
+		if ext, ok := placeholders[seq]; ok {
+			return ext, nil
+		}
+		pr, pp, hasParent := r.parentPlace(pos)
+		var pext kvroute.ExternalHash
+		if hasParent {
+			var err error
+			if pext, err = name(pr, pp); err != nil {
+				return 0, err
+			}
+		}
+		ext := freeHash()
+		placeholders[seq] = ext
+		order = append(order, ext)
+		return ext, emit(ext, r.locals[pos], pext, hasParent, kvroute.TierDevice)
+	}
+	for i := range blocks {
+		if !done[i] {
+			if err := emitHeld(i); err != nil {
+				return err
+			}
+		}
 	}
 	if len(order) > 0 {
+		// Remove the deepest placeholders first, as an engine evicts.
+		slices.Reverse(order)
 		ev = kvroute.Event{Kind: kvroute.EventRemoved, Worker: w, Tier: kvroute.TierDevice, Removed: order}
 		return fn(&ev)
 	}

@@ -76,14 +76,20 @@ type Index struct {
 	// a slot is taken or freed; Match reads it without a lock.
 	slotKeys atomic.Pointer[[]slotKey]
 
-	nodeCount   atomic.Int64 // live nodes
-	nodeBytes   atomic.Int64 // memory of live nodes' arrays
+	// kids counts, per sequence hash, the heads (see blockTable) whose
+	// parent it is, so that a block appended under a parent is looked up
+	// in the table only when it may exist as such a head.
+	kids map[kvroute.SeqHash]int32
+
+	runCount    atomic.Int64 // runs with live blocks
+	runBytes    atomic.Int64 // memory of those runs' arrays
+	segCount    atomic.Int64 // live segments
+	blockCount  atomic.Int64 // live blocks
 	pairCount   atomic.Int64
 	extraChunks atomic.Int64
 	entryCount  atomic.Int64
 	stats       counters
 
-	scratch []int // slots, for the writer
 }
 
 // slotKey is the worker a slot belongs to; ok is false for a free slot.
@@ -112,11 +118,15 @@ type workerState struct {
 	lastUpdate atomic.Int64
 }
 
-// entry is a block a worker holds, under the engine's hash for it.
+// entry is a block a worker holds, under the engine's hash for it: its
+// place, which never changes while anyone holds the block.
 type entry struct {
-	seq   kvroute.SeqHash
+	r     *run
+	pos   int32
 	tiers uint8 // bit t set: held in tier t
 }
+
+func (e entry) seq() kvroute.SeqHash { return e.r.seqs[e.pos] }
 
 type dupKey struct {
 	seq  kvroute.SeqHash
@@ -141,8 +151,9 @@ func New(cfg Config) (*Index, error) {
 		hasher:  h,
 		log:     log,
 		clock:   kvroute.ClockOrSystem(cfg.Clock),
-		blocks:  newBlockTable(cfg.SizeHint),
+		blocks:  newBlockTable(cfg.SizeHint / 16),
 		workers: xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
+		kids:    map[kvroute.SeqHash]int32{},
 	}
 	empty := []slotKey{}
 	ix.slotKeys.Store(&empty)
@@ -256,13 +267,17 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 			ix.log.Debug("stored event rejected", "err", err)
 			return err
 		}
-		parent = e.seq
+		parent = e.seq()
 	}
 	h := ix.hasher
 	if ev.LoRA != "" {
 		h = h.WithLoRA(ev.LoRA)
 	}
-	st := storer{ix: ix, ws: ws, tier: ev.Tier, prev: parent, hasPrev: hasParent}
+	st := storer{ix: ix, ws: ws, tier: ev.Tier}
+	if hasParent {
+		e, _ := ws.blocks.get(ev.Parent)
+		st.at(parent, e.r, int(e.pos))
+	}
 	for i := range ev.Blocks {
 		b := &ev.Blocks[i]
 		local := b.Hash
@@ -276,23 +291,32 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 }
 
 // storer stores the blocks of one Stored event, a chain, for one worker in
-// one tier. Blocks the index already has are collected into ranges of one
-// node and given the worker's bit a range at a time; new blocks are
-// appended to a run the worker alone holds or start a new one.
+// one tier. It follows the chain through the runs: a block the index has
+// is found at the position after its parent's or, when it branched off,
+// as a head in the table; existing blocks are collected into ranges of one
+// run and given the worker's bit a range at a time; new blocks are
+// appended after their parent when it ends its run, or start a run.
 type storer struct {
-	ix      *Index
-	ws      *workerState
-	tier    kvroute.Tier
-	prev    kvroute.SeqHash // the parent of the next block
-	hasPrev bool
+	ix   *Index
+	ws   *workerState
+	tier kvroute.Tier
 
-	// pending is a range [from, to) of existing blocks of node pend that
+	// prev is the parent of the next block, at position pp of run pr
+	// (nil for none).
+	prev    kvroute.SeqHash
+	hasPrev bool
+	pr      *run
+	pp      int
+
+	// pending is a range [from, to) of live positions of run pend that
 	// the worker is to hold.
-	pend     *node
+	pend     *run
 	from, to int
-	// tail is the node the next new block may be appended to (its last
-	// block is prev and the worker alone holds it), or nil.
-	tail *node
+}
+
+// at sets the parent of the next block.
+func (st *storer) at(seq kvroute.SeqHash, r *run, pos int) {
+	st.prev, st.hasPrev, st.pr, st.pp = seq, true, r, pos
 }
 
 // store stores one block, known to the engine as ext; left is the number
@@ -303,13 +327,13 @@ func (st *storer) store(ext kvroute.ExternalHash, local kvroute.BlockHash, left 
 		seq = kvroute.NextSeqHash(st.prev, local)
 	}
 	st.place(ext, seq, local, left)
-	st.prev, st.hasPrev = seq, true
 }
 
+// place stores the block seq and moves the storer past it.
 func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvroute.BlockHash, left int) {
 	ix, ws, t := st.ix, st.ws, st.tier
 	old, had := ws.blocks.get(ext)
-	if had && old.seq != seq {
+	if had && old.seq() != seq {
 		// The engine reused its hash for other content: forget the old block.
 		st.flush()
 		for tt := kvroute.Tier(0); tt < kvroute.NumTiers; tt++ {
@@ -318,63 +342,84 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 			}
 		}
 		old, had = entry{}, false
-		st.tail = nil
 	}
 	if had && old.tiers&(1<<t) != 0 {
-		st.flush()
-		st.tail = nil
+		st.at(seq, old.r, int(old.pos))
 		return
 	}
+	r, pos := st.locate(seq, local, left)
 	if !had {
 		ix.entryCount.Add(1)
 	}
-	ws.blocks.put(ext, entry{seq: seq, tiers: old.tiers | 1<<t})
+	ws.blocks.put(ext, entry{r: r, pos: int32(pos), tiers: old.tiers | 1<<t})
+	st.at(seq, r, pos)
+}
 
-	n, off, ok := ix.blocks.get(seq)
-	if ok {
-		st.tail = nil
-		if n.tiersOf(ws.slot)&(1<<t) != 0 {
-			// Another engine hash of this worker already holds the block
-			// in this tier; remember it so that removing one keeps the bit.
-			st.flush()
-			if ws.dups == nil {
-				ws.dups = make(map[dupKey]int)
-			}
-			ws.dups[dupKey{seq, t}]++
-			return
+// locate finds the live place of block seq, a child of prev, and gives
+// the worker the block there (now or at the next flush), or brings the
+// block to life for the worker: at the position after its parent when
+// that is free or holds it dead, or at the start of a new run.
+func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int) (*run, int) {
+	ix, slot, t := st.ix, st.ws.slot, st.tier
+	pr, j := st.pr, st.pp+1
+	revive := false
+	if pr != nil && j < int(pr.written) && pr.seqs[j] == seq {
+		if pr.alive(j) {
+			return st.hold(pr, j)
 		}
-		if st.pend == n && st.to == off {
-			st.to++
-			return
+		revive = true
+	}
+	if pr == nil || ix.kids[st.prev] > 0 {
+		if r, pos, ok := ix.blocks.get(seq); ok && r.alive(pos) && r.seqs[pos] == seq {
+			return st.hold(r, pos)
 		}
-		st.flush()
-		st.pend, st.from, st.to = n, off, off+1
-		return
 	}
 	st.flush()
-	if st.tail == nil && st.hasPrev {
-		st.tail = ix.appendable(st.prev, ws.slot, t)
-	}
-	if n := st.tail; n != nil && int(n.written) < len(n.seqs) {
-		i := int(n.written)
-		n.seqs[i], n.locals[i] = seq, local
-		n.written++
-		n.hi.Store(n.written)
-		ix.blocks.put(seq, n, i)
-		ix.pairCount.Add(1)
-		return
+	switch {
+	case revive:
+		ix.bringToLife(pr, j, slot, t)
+		return pr, j
+	case pr != nil && j == int(pr.written) && j < len(pr.seqs):
+		pr.seqs[j], pr.locals[j] = seq, local
+		pr.written++
+		ix.bringToLife(pr, j, slot, t)
+		return pr, j
 	}
 	capacity := max(left, minRun)
-	if st.tail != nil {
-		capacity = max(capacity, min(2*len(st.tail.seqs), maxRun))
+	if pr != nil && j == int(pr.written) {
+		capacity = max(capacity, min(2*len(pr.seqs), maxRun))
 	}
-	n = ix.newNode(capacity, st.prev, st.hasPrev)
-	n.seqs[0], n.locals[0] = seq, local
-	n.written = 1
-	n.hi.Store(1)
-	ix.setTier(n, ws.slot, t)
-	ix.blocks.put(seq, n, 0)
-	st.tail = n
+	r := newRun(capacity, st.prev, st.hasPrev)
+	r.up, r.upPos = pr, int32(st.pp)
+	ix.runCount.Add(1)
+	ix.runBytes.Add(runHeaderBytes + 16*int64(capacity))
+	r.seqs[0], r.locals[0] = seq, local
+	r.written = 1
+	ix.bringToLife(r, 0, slot, t)
+	return r, 0
+}
+
+// hold gives the worker the live block at pos of r, or counts another
+// engine hash for it when the worker holds it in the tier already.
+func (st *storer) hold(r *run, pos int) (*run, int) {
+	s, _ := r.at(pos)
+	if s.tiersOf(st.ws.slot)&(1<<st.tier) != 0 {
+		// Another engine hash of this worker already holds the block in
+		// this tier; remember it so that removing one keeps the bit.
+		ws := st.ws
+		if ws.dups == nil {
+			ws.dups = make(map[dupKey]int)
+		}
+		ws.dups[dupKey{r.seqs[pos], st.tier}]++
+		return r, pos
+	}
+	if st.pend == r && st.to == pos {
+		st.to++
+		return r, pos
+	}
+	st.flush()
+	st.pend, st.from, st.to = r, pos, pos+1
+	return r, pos
 }
 
 // Runs start with room for minRun blocks (or the event's remaining blocks)
@@ -385,117 +430,195 @@ const (
 	maxRun = 1024
 )
 
-// appendable returns the node whose last block is seq when slot alone
-// holds it, in tier t only, and blocks may be appended after it.
-func (ix *Index) appendable(seq kvroute.SeqHash, slot int, t kvroute.Tier) *node {
-	n, off, ok := ix.blocks.get(seq)
-	if !ok || off != int(n.written)-1 || n.hi.Load() != n.written || !n.heldOnlyBy(slot, t) {
-		return nil
-	}
-	return n
-}
-
 // flush gives the worker the pending range.
 func (st *storer) flush() {
 	if st.pend == nil {
 		return
 	}
-	n := st.ix.isolate(st.pend, st.from, st.to)
-	st.ix.setTier(n, st.ws.slot, st.tier)
+	st.ix.holdRange(st.pend, st.from, st.to, st.ws.slot, st.tier)
 	st.pend = nil
 }
 
-func (ix *Index) newNode(capacity int, parent kvroute.SeqHash, hasParent bool) *node {
-	ix.nodeCount.Add(1)
-	ix.nodeBytes.Add(nodeHeaderBytes + 16*int64(capacity))
-	return newNode(capacity, parent, hasParent)
-}
-
-// retire accounts for a node that left the tree.
-func (ix *Index) retire(n *node) {
-	ix.nodeCount.Add(-1)
-	ix.nodeBytes.Add(-(nodeHeaderBytes + 16*int64(len(n.seqs))))
-	ix.extraChunks.Add(-int64(n.extraChunks()))
-	n.hi.Store(n.lo.Load()) // readers that still find it look again
-}
-
-// setTier gives slot tier t of every block of n.
-func (ix *Index) setTier(n *node, slot int, t kvroute.Tier) {
-	_, newHolder, added := n.setTier(slot, t)
-	ix.extraChunks.Add(int64(added))
-	if newHolder {
-		ix.pairCount.Add(int64(n.size()))
+// holdRange gives slot tier t of the live positions [a, b) of r.
+func (ix *Index) holdRange(r *run, a, b, slot int, t kvroute.Tier) {
+	for a < b {
+		s, k := r.at(a)
+		lo, hi := s.window()
+		end := min(b, hi)
+		if s.tiersOf(slot)&(1<<t) == 0 {
+			if a > lo || end < hi {
+				s, k = ix.isolate(r, k, a, end)
+			}
+			newHolder, added := s.setTier(slot, t)
+			ix.extraChunks.Add(int64(added))
+			if newHolder {
+				ix.pairCount.Add(int64(end - a))
+			}
+			ix.mergeAround(r, k)
+		}
+		a = end
 	}
 }
 
-// isolate makes the blocks at positions [a, b) of n a node of their own,
-// moving the blocks around them to new nodes with the same holders, and
-// returns it. Of the ways to cut, it takes the one that moves the fewest
-// blocks.
-func (ix *Index) isolate(n *node, a, b int) *node {
-	lo, hi := n.window()
-	keepMiddle := (a - lo) + (hi - b)
-	keepPrefix := (hi - a) + (hi - b)
-	keepSuffix := (b - lo) + (a - lo)
-	switch {
-	case keepMiddle <= keepPrefix && keepMiddle <= keepSuffix:
-		if a > lo {
-			ix.splitPrefix(n, a)
+// isolate replaces segment k of r, which covers [a, b), by segments with
+// the same holders that split it at a and b, and returns the one for
+// [a, b) and its index. Segments are never narrowed in place here: a
+// reader may be walking the old one.
+func (ix *Index) isolate(r *run, k, a, b int) (*segment, int) {
+	segs := *r.segs.Load()
+	s := segs[k]
+	lo, hi := s.window()
+	repl := make([]*segment, 0, 3)
+	mid := -1
+	for _, cut := range [][2]int{{lo, a}, {a, b}, {b, hi}} {
+		if cut[0] >= cut[1] {
+			continue
 		}
-		if b < hi {
-			ix.splitSuffix(n, b)
+		n := &segment{}
+		n.lo.Store(int32(cut[0]))
+		n.hi.Store(int32(cut[1]))
+		ix.extraChunks.Add(int64(n.copyHolders(s)))
+		if cut[0] == a {
+			mid = k + len(repl)
 		}
-		return n
-	case keepPrefix <= keepSuffix:
-		m := ix.splitSuffix(n, a)
-		if b < hi {
-			ix.splitSuffix(m, b-a)
+		repl = append(repl, n)
+	}
+	ix.replaceSegments(r, k, k+1, repl...)
+	return repl[mid-k], mid
+}
+
+// replaceSegments publishes r's segment list with segments [i, j)
+// replaced by repl.
+func (ix *Index) replaceSegments(r *run, i, j int, repl ...*segment) {
+	segs := *r.segs.Load()
+	next := make([]*segment, 0, len(segs)-(j-i)+len(repl))
+	next = append(next, segs[:i]...)
+	next = append(next, repl...)
+	next = append(next, segs[j:]...)
+	for _, s := range segs[i:j] {
+		ix.extraChunks.Add(-int64(s.extraChunks()))
+	}
+	ix.segCount.Add(int64(len(repl) - (j - i)))
+	r.segs.Store(&next)
+}
+
+// mergeAround joins segment k of r with an adjacent neighbour that has the
+// same holders, so that runs do not fragment as holders come and go.
+func (ix *Index) mergeAround(r *run, k int) {
+	segs := *r.segs.Load()
+	for _, pair := range [][2]int{{k, k + 1}, {k - 1, k}} {
+		a, b := pair[0], pair[1]
+		if a < 0 || b >= len(segs) || segs[a].hi.Load() != segs[b].lo.Load() || !sameHolders(segs[a], segs[b]) {
+			continue
 		}
-		return m
-	default:
-		p := ix.splitPrefix(n, b)
-		if a > lo {
-			ix.splitPrefix(p, a-lo)
-		}
-		return p
+		n := &segment{}
+		n.lo.Store(segs[a].lo.Load())
+		n.hi.Store(segs[b].hi.Load())
+		ix.extraChunks.Add(int64(n.copyHolders(segs[a])))
+		ix.replaceSegments(r, a, b+1, n)
+		return
 	}
 }
 
-// splitSuffix moves the blocks of n from position at on to a new node
-// with n's holders and returns it. n keeps [lo, at) and can no longer be
-// appended to.
-func (ix *Index) splitSuffix(n *node, at int) *node {
-	_, hi := n.window()
-	parent, hasParent := n.parentOf(at)
-	m := ix.newNode(hi-at, parent, hasParent)
-	copy(m.seqs, n.seqs[at:hi])
-	copy(m.locals, n.locals[at:hi])
-	m.written = int32(hi - at)
-	m.hi.Store(m.written)
-	ix.extraChunks.Add(int64(m.copyHolders(n)))
-	for i, s := range m.seqs {
-		ix.blocks.put(s, m, i)
+// sameHolders reports whether a and b have the same holders in the same
+// tiers.
+func sameHolders(a, b *segment) bool {
+	if a.holders != b.holders {
+		return false
 	}
-	n.hi.Store(int32(at))
-	return m
+	x, y := &a.holder, &b.holder
+	for x != nil || y != nil {
+		for t := range kvroute.NumTiers {
+			var xv, yv uint64
+			if x != nil {
+				xv = x.tiers[t].Load()
+			}
+			if y != nil {
+				yv = y.tiers[t].Load()
+			}
+			if xv != yv {
+				return false
+			}
+		}
+		if x != nil {
+			x = x.next.Load()
+		}
+		if y != nil {
+			y = y.next.Load()
+		}
+	}
+	return true
 }
 
-// splitPrefix moves the blocks of n before position at to a new node with
-// n's holders and returns it. n keeps [at, hi).
-func (ix *Index) splitPrefix(n *node, at int) *node {
-	lo, _ := n.window()
-	parent, hasParent := n.parentOf(lo)
-	p := ix.newNode(at-lo, parent, hasParent)
-	copy(p.seqs, n.seqs[lo:at])
-	copy(p.locals, n.locals[lo:at])
-	p.written = int32(at - lo)
-	p.hi.Store(p.written)
-	ix.extraChunks.Add(int64(p.copyHolders(n)))
-	for i, s := range p.seqs {
-		ix.blocks.put(s, p, i)
+// bringToLife makes the written, dead position i of r live, held by slot
+// in tier t: it widens the segment that ends at i when slot alone holds
+// it in t only, or adds a segment.
+func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
+	segs := *r.segs.Load()
+	k := 0 // the first segment after i
+	for k < len(segs) && int(segs[k].lo.Load()) < i {
+		k++
 	}
-	n.lo.Store(int32(at))
-	return p
+	before := k > 0 && int(segs[k-1].hi.Load()) == i
+	after := k < len(segs) && int(segs[k].lo.Load()) == i+1
+	if before && segs[k-1].heldOnlyBy(slot, t) && !after {
+		segs[k-1].hi.Store(int32(i + 1))
+	} else {
+		s := &segment{}
+		s.lo.Store(int32(i))
+		s.hi.Store(int32(i + 1))
+		_, added := s.setTier(slot, t)
+		ix.extraChunks.Add(int64(added))
+		ix.replaceSegments(r, k, k, s)
+		ix.mergeAround(r, k)
+	}
+	r.live++
+	ix.blockCount.Add(1)
+	ix.pairCount.Add(1)
+	if !before {
+		ix.addHead(r, i)
+	}
+	if after {
+		ix.dropHead(r, i+1)
+	}
+}
+
+// addHead records that the live block at i of r is a head.
+func (ix *Index) addHead(r *run, i int) {
+	ix.blocks.put(r.seqs[i], r, i)
+	if p, ok := r.parentOf(i); ok {
+		ix.kids[p]++
+	}
+}
+
+// dropHead records that the block at i of r is no longer a head.
+func (ix *Index) dropHead(r *run, i int) {
+	if hr, hpos, ok := ix.blocks.get(r.seqs[i]); ok && hr == r && hpos == i {
+		ix.blocks.del(r.seqs[i])
+	}
+	if p, ok := r.parentOf(i); ok {
+		if ix.kids[p] <= 1 {
+			delete(ix.kids, p)
+		} else {
+			ix.kids[p]--
+		}
+	}
+}
+
+// died records that position i of r lost its last holder.
+func (ix *Index) died(r *run, i int) {
+	r.live--
+	ix.blockCount.Add(-1)
+	if i == 0 || !r.alive(i-1) {
+		ix.dropHead(r, i)
+	}
+	if r.alive(i + 1) {
+		ix.addHead(r, i+1)
+	}
+	if r.live == 0 {
+		ix.runCount.Add(-1)
+		ix.runBytes.Add(-(runHeaderBytes + 16*int64(len(r.seqs))))
+	}
 }
 
 // removeBlock drops tier t of the block ws holds as ext.
@@ -505,14 +628,19 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 		ix.stats.unknownRemoved.Add(1)
 		return
 	}
-	e.tiers &^= 1 << t
-	if e.tiers == 0 {
+	if e.tiers&^(1<<t) == 0 {
 		ws.blocks.del(ext)
 		ix.entryCount.Add(-1)
 	} else {
-		ws.blocks.put(ext, e)
+		ws.blocks.put(ext, entry{r: e.r, pos: e.pos, tiers: e.tiers &^ (1 << t)})
 	}
-	dk := dupKey{e.seq, t}
+	ix.release(ws, e.r, int(e.pos), t)
+}
+
+// release drops ws's hold of the block at pos of r in tier t, unless
+// another of its engine hashes still holds it.
+func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
+	dk := dupKey{r.seqs[pos], t}
 	if c := ws.dups[dk]; c > 0 {
 		if c == 1 {
 			delete(ws.dups, dk)
@@ -521,61 +649,51 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 		}
 		return
 	}
-	n, off, ok := ix.blocks.get(e.seq)
-	if !ok {
+	s, k := r.at(pos)
+	if s == nil {
 		return
 	}
-	ix.unhold(n, off, off+1, ws.slot, t)
-}
-
-// unhold drops slot's tier t from the blocks at positions [a, b) of n,
-// which slot holds in t.
-func (ix *Index) unhold(n *node, a, b, slot int, t kvroute.Tier) {
-	lo, hi := n.window()
-	if n.heldOnlyBy(slot, t) && (a == lo || b == hi) {
-		// The blocks leave the index: narrow the window instead of
-		// splitting the run.
-		for i := a; i < b; i++ {
-			ix.blocks.del(n.seqs[i])
-		}
-		ix.pairCount.Add(-int64(b - a))
+	slot := ws.slot
+	lo, hi := s.window()
+	if s.heldOnlyBy(slot, t) && (pos == lo || pos == hi-1) {
+		// The block leaves the index: narrow the segment in place
+		// (readers then see the position dead, which it is).
 		switch {
-		case a == lo && b == hi:
-			n.clearTier(slot, t)
-			ix.retire(n)
-		case a == lo:
-			n.lo.Store(int32(b))
+		case lo == hi-1:
+			s.clearTier(slot, t)
+			ix.replaceSegments(r, k, k+1)
+		case pos == lo:
+			s.lo.Store(int32(pos + 1))
 		default:
-			n.hi.Store(int32(a))
+			s.hi.Store(int32(pos))
 		}
+		ix.pairCount.Add(-1)
+		ix.died(r, pos)
 		return
 	}
-	n = ix.isolate(n, a, b)
-	if _, gone := n.clearTier(slot, t); gone {
-		ix.pairCount.Add(-int64(n.size()))
+	if s.tiersOf(slot)&(1<<t) == 0 {
+		return
 	}
-	if n.holders == 0 {
-		lo, hi := n.window()
-		for i := lo; i < hi; i++ {
-			ix.blocks.del(n.seqs[i])
-		}
-		ix.retire(n)
+	if lo < pos || pos+1 < hi {
+		s, k = ix.isolate(r, k, pos, pos+1)
 	}
+	if s.clearTier(slot, t) {
+		ix.pairCount.Add(-1)
+	}
+	if s.holders == 0 {
+		ix.replaceSegments(r, k, k+1)
+		ix.died(r, pos)
+		return
+	}
+	ix.mergeAround(r, k)
 }
 
 // clearWorker drops every block ws holds.
 func (ix *Index) clearWorker(ws *workerState) {
-	ws.blocks.all(func(ext kvroute.ExternalHash, e entry) {
+	ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
 		for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
-			if e.tiers&(1<<t) == 0 {
-				continue
-			}
-			if c := ws.dups[dupKey{e.seq, t}]; c > 0 {
-				ws.dups[dupKey{e.seq, t}] = c - 1
-				continue
-			}
-			if n, off, ok := ix.blocks.get(e.seq); ok {
-				ix.unhold(n, off, off+1, ws.slot, t)
+			if e.tiers&(1<<t) != 0 {
+				ix.release(ws, e.r, int(e.pos), t)
 			}
 		}
 	})
@@ -672,12 +790,17 @@ func (ix *Index) AppendWorkerBlocks(w kvroute.WorkerKey, dst []kvroute.SeqHash) 
 	}
 	seen := make(map[kvroute.SeqHash]struct{}, ws.blocks.len())
 	ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
-		if _, ok := seen[e.seq]; !ok {
-			seen[e.seq] = struct{}{}
-			dst = append(dst, e.seq)
+		if s := e.seq(); !hasKey(seen, s) {
+			seen[s] = struct{}{}
+			dst = append(dst, s)
 		}
 	})
 	return dst
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // Stats are the index's event counters since it was created.
@@ -705,7 +828,7 @@ func (ix *Index) Stats() Stats {
 // Size describes how much the index holds.
 type Size struct {
 	Workers int // known cache domains
-	Blocks  int // distinct blocks (prefix-tree nodes)
+	Blocks  int // distinct blocks held
 	Pairs   int // (block, worker) pairs, whatever the tiers
 	Entries int // (engine hash, worker) entries
 	// Bytes estimates the memory the index uses, from the sizes of its
@@ -716,8 +839,9 @@ type Size struct {
 
 // Approximate per-item memory costs used by Size.Bytes.
 const (
-	nodeHeaderBytes = 128 // node struct, rounded to its allocation size class
-	chunkBytes      = 48  // one extra holder chunk
+	runHeaderBytes = 112 // run struct and its first segment list, rounded to size classes
+	segmentBytes   = 80  // segment struct and its list slot, rounded
+	chunkBytes     = 48  // one extra holder chunk
 	entryBytes      = 40  // engine-hash map slot (24 bytes) at its average load
 	workerBytes     = 512
 )
@@ -726,11 +850,11 @@ const (
 func (ix *Index) Size() Size {
 	s := Size{
 		Workers: ix.workers.Size(),
-		Blocks:  ix.blocks.len(),
+		Blocks:  int(ix.blockCount.Load()),
 		Pairs:   int(ix.pairCount.Load()),
 		Entries: int(ix.entryCount.Load()),
 	}
-	s.Bytes = ix.nodeBytes.Load() + ix.blocks.bytes() + ix.extraChunks.Load()*chunkBytes +
+	s.Bytes = ix.runBytes.Load() + ix.segCount.Load()*segmentBytes + ix.blocks.bytes() + ix.extraChunks.Load()*chunkBytes +
 		int64(s.Entries)*entryBytes + int64(s.Workers)*workerBytes
 	return s
 }

@@ -83,64 +83,80 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 	active, held, dev := res.active[:words], res.held[:words], res.dev[:words]
 
 	depth := 0
-	n, off, ok := ix.blocks.lookup(seqs[0])
-	for retries := 0; ok; {
-		// Load the holders before the window: a writer narrows a window
-		// before it changes the holders of what remains, so holders seen
-		// here are right for every block inside the window seen next.
-		c := &n.holder
-		for w := range held {
-			if c == nil {
-				held[w], dev[w] = 0, 0
-				continue
-			}
-			dev[w] = c.tiers[kvroute.TierDevice].Load()
-			held[w] = dev[w] | c.tiers[1].Load() | c.tiers[2].Load() | c.tiers[3].Load()
-			c = c.next.Load()
+	r, pos, ok := ix.blocks.read(seqs[0])
+	retries := 0
+walk:
+	for ok {
+		segs := *r.segs.Load()
+		k := -1
+		if pos < len(r.seqs) {
+			k = segmentAt(segs, pos)
 		}
-		lo, hi := int(n.lo.Load()), int(n.hi.Load())
-		if off < lo || off >= hi {
-			// A writer moved the block meanwhile: find it again.
-			if retries++; retries > maxRetries {
+		checked := false // seqs[depth] is known to be at pos
+		for k >= 0 {
+			s := segs[k]
+			// Load the holders before the bounds: the writer narrows a
+			// segment in place only to drop a position nobody holds any
+			// more, so holders seen here are right for every position
+			// inside the bounds seen next.
+			c := &s.holder
+			for w := range held {
+				if c == nil {
+					held[w], dev[w] = 0, 0
+					continue
+				}
+				dev[w] = c.tiers[kvroute.TierDevice].Load()
+				held[w] = dev[w] | c.tiers[1].Load() | c.tiers[2].Load() | c.tiers[3].Load()
+				c = c.next.Load()
+			}
+			lo, hi := int(s.lo.Load()), int(s.hi.Load())
+			if pos < lo || pos >= hi || (!checked && r.seqs[pos] != seqs[depth]) {
+				break // moved or died meanwhile, or a stale table entry
+			}
+			// See how far the request follows the segment.
+			run := 1
+			q, b := seqs[depth+1:], r.seqs[pos+1:hi]
+			if len(b) > len(q) {
+				b = b[:len(q)]
+			}
+			for run-1 < len(b) && b[run-1] == q[run-1] {
+				run++
+			}
+			live := 0
+			for w := range active {
+				if depth == 0 {
+					active[w] = held[w]
+				} else if dropped := active[w] &^ held[w]; dropped != 0 {
+					res.finish(slots, w, dropped, depth)
+					active[w] &= held[w]
+				}
+				live += bits.OnesCount64(active[w])
+			}
+			if live == 0 {
+				break walk
+			}
+			res.countTiers(s, active, dev, run)
+			depth += run
+			if depth == len(seqs) {
+				break walk
+			}
+			if res.StopAtOne && live == 1 {
+				res.Truncated = true
+				break walk
+			}
+			pos += run
+			// Go on in the same run when the next segment starts where this
+			// one ended and holds the request's next block.
+			if pos != hi || k+1 == len(segs) || int(segs[k+1].lo.Load()) != hi || r.seqs[hi] != seqs[depth] {
+				retries = 0
 				break
 			}
-			n, off, ok = ix.blocks.lookup(seqs[depth])
-			continue
+			k, checked = k+1, true
 		}
-		// The run holds seqs[depth] at off; see how far the request
-		// follows it.
-		run := 1
-		q, r := seqs[depth+1:], n.seqs[off+1:hi]
-		if len(r) > len(q) {
-			r = r[:len(q)]
-		}
-		for run-1 < len(r) && r[run-1] == q[run-1] {
-			run++
-		}
-
-		live := 0
-		for w := range active {
-			if depth == 0 {
-				active[w] = held[w]
-			} else if dropped := active[w] &^ held[w]; dropped != 0 {
-				res.finish(slots, w, dropped, depth)
-				active[w] &= held[w]
-			}
-			live += bits.OnesCount64(active[w])
-		}
-		if live == 0 {
+		if retries++; retries > maxRetries {
 			break
 		}
-		res.countTiers(n, active, dev, run)
-		depth += run
-		if depth == len(seqs) {
-			break
-		}
-		if res.StopAtOne && live == 1 {
-			res.Truncated = true
-			break
-		}
-		n, off, ok = ix.blocks.lookup(seqs[depth])
+		r, pos, ok = ix.blocks.read(seqs[depth])
 	}
 	for w := range active {
 		if active[w] != 0 {
@@ -159,8 +175,8 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 	}
 }
 
-// maxRetries bounds how often Match looks a block up again because a
-// writer moved it while it read; past it, the walk ends there.
+// maxRetries bounds how often Match looks a block up again because the
+// table entry it read was being changed; past it, the walk ends there.
 const maxRetries = 64
 
 // grow sizes the scratch space for words chunks and slots slots.
@@ -180,8 +196,8 @@ func (r *MatchResult) grow(words, slots int) {
 // holds it only in tiers slower than device. Device blocks are derived at
 // finish from the total, which keeps the common all-device walk to a few
 // word operations.
-func (r *MatchResult) countTiers(n *node, active, dev []uint64, run int) {
-	c := &n.holder
+func (r *MatchResult) countTiers(s *segment, active, dev []uint64, run int) {
+	c := &s.holder
 	for w := 0; w < len(active) && c != nil; w++ {
 		if slow := active[w] &^ dev[w]; slow != 0 {
 			r.touched[w] |= slow

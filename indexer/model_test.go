@@ -66,20 +66,24 @@ func (m *model) apply(ev *kvroute.Event) {
 	}
 }
 
-// tiersOf returns the tiers in which the worker holds seq.
-func (m *model) tiersOf(seq kvroute.SeqHash) uint8 {
-	var t uint8
-	for _, e := range m.blocks {
-		if e.seq == seq {
-			t |= e.tiers
-		}
-	}
-	return t
-}
 
 func (m *model) match(seqs []kvroute.SeqHash) (byTier [kvroute.NumTiers]int, depth int) {
+	return matchTiers(m.tiersBySeq(), seqs)
+}
+
+// tiersBySeq returns, per block the worker holds, its tiers.
+func (m *model) tiersBySeq() map[kvroute.SeqHash]uint8 {
+	out := make(map[kvroute.SeqHash]uint8, len(m.blocks))
+	for _, e := range m.blocks {
+		out[e.seq] |= e.tiers
+	}
+	return out
+}
+
+// matchTiers is the model's match: leading blocks held, by fastest tier.
+func matchTiers(tiers map[kvroute.SeqHash]uint8, seqs []kvroute.SeqHash) (byTier [kvroute.NumTiers]int, depth int) {
 	for _, s := range seqs {
-		t := m.tiersOf(s)
+		t := tiers[s]
 		if t == 0 {
 			break
 		}
@@ -276,11 +280,15 @@ func checkAgainstModels(t *testing.T, ix *indexer.Index, models []*model, probeS
 	}
 	require.Equal(t, pairs, ix.Size().Pairs)
 
+	tiers := make([]map[kvroute.SeqHash]uint8, len(models))
+	for w, m := range models {
+		tiers[w] = m.tiersBySeq()
+	}
 	var res indexer.MatchResult
 	for _, p := range probeSet {
 		ix.Match(p, &res)
-		for w, m := range models {
-			byTier, depth := m.match(p)
+		for w := range models {
+			byTier, depth := matchTiers(tiers[w], p)
 			got, ok := res.Find(wk(uint64(w)))
 			if depth == 0 {
 				require.False(t, ok)

@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -13,10 +12,10 @@ import (
 const slotsPerChunk = 64
 
 // chunk records, for 64 consecutive worker slots, which of them hold the
-// blocks of a node and in which tiers: bit s of tiers[t] is set when slot s
-// holds them in tier t. Chunks form a list; a node embeds its first chunk,
-// so clusters of up to 64 cache domains cost 40 bytes per node for the
-// sets.
+// blocks of a segment and in which tiers: bit s of tiers[t] is set when
+// slot s holds them in tier t. Chunks form a list; a segment embeds its
+// first chunk, so clusters of up to 64 cache domains cost 40 bytes per
+// segment for the sets.
 //
 // Readers load the words atomically with no lock; the index's writer
 // changes them with atomic stores, and the list only grows.
@@ -30,70 +29,126 @@ func (c *chunk) any() uint64 {
 	return c.tiers[0].Load() | c.tiers[1].Load() | c.tiers[2].Load() | c.tiers[3].Load()
 }
 
-// node is a run of consecutive blocks of one path of the prefix tree (each
-// block's parent is the block before it) that exactly the same workers hold
-// in exactly the same tiers. A request walks a run by comparing its
-// sequence hashes with the run's, in contiguous memory, after one table
-// lookup for the run's first block.
+// run is a chain of blocks of one path of the prefix tree at fixed
+// positions: the block at position i+1 is a child of the block at i, and
+// the block at 0 a child of parent. A position is written once, before any
+// reader can reach it, and never changes; a block keeps its position for as
+// long as anyone holds it. So a reader compares a request's hashes with a
+// run's in contiguous memory with no lock, and the engine-hash maps and the
+// block table can point at (run, position) without ever being updated when
+// holders change.
 //
-// The run lives in positions [lo, hi) of fixed arrays. A position is
-// written once, before hi is raised over it, and never again: splitting a
-// run moves the blocks on one side to a new node and then narrows the
-// window, and appending happens only at the never-written end. So a reader
-// that loads the window and then reads positions inside it reads stable
-// values, whatever the writer does meanwhile; readers load the holder
-// words before the window (see Index.Match).
-type node struct {
+// Which workers hold which positions is recorded in segments: maximal
+// stretches of positions that exactly the same workers hold in the same
+// tiers. Positions outside every segment are dead (nobody holds them); a
+// dead position comes back to life when its block is stored again under
+// the same parent.
+type run struct {
 	seqs   []kvroute.SeqHash   // chained hashes; positions < written are set
 	locals []kvroute.BlockHash // the blocks' own hashes, for Dump
 
-	lo, hi atomic.Int32 // the live window
-
-	holder chunk // slots 0-63; later chunks for more slots
+	// segs is the current segment list, sorted by position; writers
+	// replace it (copy on write) when they add or drop a segment.
+	segs atomic.Pointer[[]*segment]
 
 	// Fields below are the writer's, under the index's write lock.
 	parent    kvroute.SeqHash // parent of seqs[0]
 	hasParent bool
-	written   int32 // positions written; appending needs written == hi
-	holders   int32 // slots holding the run in any tier
+	// up and upPos are where the parent was when the run started. The
+	// position's contents never change, so Dump can name every ancestor
+	// of a block even when nobody holds them any more.
+	up        *run
+	upPos     int32
+	written   int32 // positions written
+	live      int32 // positions alive
 }
 
-// newNode returns a node with room for capacity blocks whose first block's
-// parent is parent (none when hasParent is false), holding nothing.
-func newNode(capacity int, parent kvroute.SeqHash, hasParent bool) *node {
+// segment is a stretch [lo, hi) of a run's positions held by one set of
+// (worker slot, tier) pairs. The writer narrows or widens a segment in
+// place only when that cannot change what a reader who loaded its holders
+// first concludes; splitting it replaces it with new segments.
+type segment struct {
+	lo, hi  atomic.Int32
+	holder  chunk // slots 0-63; later chunks for more slots
+	holders int32 // slots holding it in any tier; the writer's
+}
+
+// newRun returns a run with room for capacity blocks whose first block's
+// parent is parent (none when hasParent is false).
+func newRun(capacity int, parent kvroute.SeqHash, hasParent bool) *run {
 	buf := make([]uint64, 2*capacity)
-	n := &node{parent: parent, hasParent: hasParent}
-	n.seqs = seqSlice(buf[:capacity:capacity])
-	n.locals = blockSlice(buf[capacity:])
-	return n
+	r := &run{parent: parent, hasParent: hasParent}
+	r.seqs = unsafe.Slice((*kvroute.SeqHash)(unsafe.Pointer(&buf[0])), capacity)
+	r.locals = unsafe.Slice((*kvroute.BlockHash)(unsafe.Pointer(&buf[capacity])), capacity)
+	empty := []*segment{}
+	r.segs.Store(&empty)
+	return r
 }
 
-// seqSlice and blockSlice view one allocation as the two arrays of a node.
-func seqSlice(b []uint64) []kvroute.SeqHash {
-	return unsafe.Slice((*kvroute.SeqHash)(unsafe.Pointer(unsafe.SliceData(b))), len(b))
+// parentPlace returns the place of the parent of the block at position
+// i, and false at the root.
+func (r *run) parentPlace(i int) (*run, int, bool) {
+	if i > 0 {
+		return r, i - 1, true
+	}
+	return r.up, int(r.upPos), r.up != nil
 }
-
-func blockSlice(b []uint64) []kvroute.BlockHash {
-	return unsafe.Slice((*kvroute.BlockHash)(unsafe.Pointer(unsafe.SliceData(b))), len(b))
-}
-
-// window returns the live window, for the writer.
-func (n *node) window() (lo, hi int) { return int(n.lo.Load()), int(n.hi.Load()) }
-
-// size returns the number of live blocks.
-func (n *node) size() int { lo, hi := n.window(); return hi - lo }
 
 // parentOf returns the parent of the block at position i.
-func (n *node) parentOf(i int) (kvroute.SeqHash, bool) {
+func (r *run) parentOf(i int) (kvroute.SeqHash, bool) {
 	if i > 0 {
-		return n.seqs[i-1], true
+		return r.seqs[i-1], true
 	}
-	return n.parent, n.hasParent
+	return r.parent, r.hasParent
 }
 
-// chunkFor returns the chunk for slot, or nil when the node has none yet.
-func (n *node) chunkFor(slot int) *chunk {
-	c := &n.holder
+// segmentAt returns the index in segs of the segment holding position i,
+// or -1. Readers use it with their own loaded list and check the bounds
+// again after loading the holders.
+func segmentAt(segs []*segment, i int) int {
+	lo, hi := 0, len(segs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if int(segs[m].lo.Load()) <= i {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 || i >= int(segs[lo-1].hi.Load()) {
+		return -1
+	}
+	return lo - 1
+}
+
+// at returns the segment holding position i, and its index, or nil.
+func (r *run) at(i int) (*segment, int) {
+	segs := *r.segs.Load()
+	k := segmentAt(segs, i)
+	if k < 0 {
+		return nil, -1
+	}
+	return segs[k], k
+}
+
+// alive reports whether someone holds position i.
+func (r *run) alive(i int) bool {
+	if i < 0 || i >= int(r.written) {
+		return false
+	}
+	s, _ := r.at(i)
+	return s != nil
+}
+
+// window returns the segment's bounds.
+func (s *segment) window() (lo, hi int) { return int(s.lo.Load()), int(s.hi.Load()) }
+
+// size returns the number of positions of the segment.
+func (s *segment) size() int { lo, hi := s.window(); return hi - lo }
+
+// chunkFor returns the chunk for slot, or nil when the segment has none.
+func (s *segment) chunkFor(slot int) *chunk {
+	c := &s.holder
 	for i := slot / slotsPerChunk; i > 0 && c != nil; i-- {
 		c = c.next.Load()
 	}
@@ -102,8 +157,8 @@ func (n *node) chunkFor(slot int) *chunk {
 
 // growChunkFor returns the chunk for slot, appending chunks as needed, and
 // the number it appended.
-func (n *node) growChunkFor(slot int) (*chunk, int) {
-	c, added := &n.holder, 0
+func (s *segment) growChunkFor(slot int) (*chunk, int) {
+	c, added := &s.holder, 0
 	for i := slot / slotsPerChunk; i > 0; i-- {
 		next := c.next.Load()
 		if next == nil {
@@ -116,9 +171,9 @@ func (n *node) growChunkFor(slot int) (*chunk, int) {
 	return c, added
 }
 
-// tiersOf returns the tiers in which slot holds the run, as a bit set.
-func (n *node) tiersOf(slot int) uint8 {
-	c := n.chunkFor(slot)
+// tiersOf returns the tiers in which slot holds the segment, as a bit set.
+func (s *segment) tiersOf(slot int) uint8 {
+	c := s.chunkFor(slot)
 	if c == nil {
 		return 0
 	}
@@ -132,116 +187,72 @@ func (n *node) tiersOf(slot int) uint8 {
 	return t
 }
 
-// heldOnlyBy reports whether slot, in tier t only, is the run's sole holder.
-func (n *node) heldOnlyBy(slot int, t kvroute.Tier) bool {
-	return n.holders == 1 && n.tiersOf(slot) == 1<<t
+// heldOnlyBy reports whether slot, in tier t only, is the sole holder.
+func (s *segment) heldOnlyBy(slot int, t kvroute.Tier) bool {
+	return s.holders == 1 && s.tiersOf(slot) == 1<<t
 }
 
-// sameHolders reports whether n and m have the same holders in the same
-// tiers.
-func (n *node) sameHolders(m *node) bool {
-	if n.holders != m.holders {
-		return false
-	}
-	a, b := &n.holder, &m.holder
-	for a != nil || b != nil {
-		var x, y *chunk
-		if a != nil {
-			x, a = a, a.next.Load()
-		}
-		if b != nil {
-			y, b = b, b.next.Load()
-		}
-		for t := range kvroute.NumTiers {
-			var xv, yv uint64
-			if x != nil {
-				xv = x.tiers[t].Load()
-			}
-			if y != nil {
-				yv = y.tiers[t].Load()
-			}
-			if xv != yv {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// copyHolders gives n the holders of m, and returns the number of chunks it
-// appended. n holds nothing yet.
-func (n *node) copyHolders(m *node) int {
+// copyHolders gives s the holders of m and returns the number of chunks it
+// appended. s holds nothing yet.
+func (s *segment) copyHolders(m *segment) int {
 	added := 0
-	dst := &n.holder
+	dst := &s.holder
 	for src := &m.holder; src != nil; src = src.next.Load() {
 		for t := range kvroute.NumTiers {
 			dst.tiers[t].Store(src.tiers[t].Load())
 		}
-		if next := src.next.Load(); next != nil {
+		if src.next.Load() != nil {
 			fresh := new(chunk)
 			dst.next.Store(fresh)
 			dst = fresh
 			added++
 		}
 	}
-	n.holders = m.holders
+	s.holders = m.holders
 	return added
 }
 
-// setTier sets slot's bit for tier t and reports whether it changed and
-// whether slot held the run in no tier before. It returns the chunks it
-// appended.
-func (n *node) setTier(slot int, t kvroute.Tier) (changed, newHolder bool, added int) {
-	c, added := n.growChunkFor(slot)
+// setTier sets slot's bit for tier t and reports whether slot held the
+// segment in no tier before, and the chunks it appended.
+func (s *segment) setTier(slot int, t kvroute.Tier) (newHolder bool, added int) {
+	c, added := s.growChunkFor(slot)
 	bit := uint64(1) << (slot % slotsPerChunk)
 	w := c.tiers[t].Load()
 	if w&bit != 0 {
-		return false, false, added
+		return false, added
 	}
 	newHolder = c.any()&bit == 0
 	c.tiers[t].Store(w | bit)
 	if newHolder {
-		n.holders++
+		s.holders++
 	}
-	return true, newHolder, added
+	return newHolder, added
 }
 
-// clearTier clears slot's bit for tier t and reports whether it changed
-// and whether slot now holds the run in no tier.
-func (n *node) clearTier(slot int, t kvroute.Tier) (changed, gone bool) {
-	c := n.chunkFor(slot)
+// clearTier clears slot's bit for tier t and reports whether slot now
+// holds the segment in no tier.
+func (s *segment) clearTier(slot int, t kvroute.Tier) (gone bool) {
+	c := s.chunkFor(slot)
 	if c == nil {
-		return false, false
+		return false
 	}
 	bit := uint64(1) << (slot % slotsPerChunk)
 	w := c.tiers[t].Load()
 	if w&bit == 0 {
-		return false, false
+		return false
 	}
 	c.tiers[t].Store(w &^ bit)
 	gone = c.any()&bit == 0
 	if gone {
-		n.holders--
+		s.holders--
 	}
-	return true, gone
-}
-
-// slotsHolding appends the slots that hold the run in any tier.
-func (n *node) slotsHolding(dst []int) []int {
-	base := 0
-	for c := &n.holder; c != nil; c = c.next.Load() {
-		for a := c.any(); a != 0; a &= a - 1 {
-			dst = append(dst, base+bits.TrailingZeros64(a))
-		}
-		base += slotsPerChunk
-	}
-	return dst
+	return gone
 }
 
 // extraChunks returns the number of chunks after the embedded one.
-func (n *node) extraChunks() int {
+func (s *segment) extraChunks() int {
 	k := 0
-	for c := n.holder.next.Load(); c != nil; c = c.next.Load() {
+	for c := s.holder.next.Load(); c != nil; c = c.next.Load() {
 		k++
 	}
 	return k

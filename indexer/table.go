@@ -8,16 +8,18 @@ import (
 	"github.com/kvroute/kvroute"
 )
 
-// blockTable maps every block's sequence hash to its place: the node whose
-// run holds it and its position there. Match uses it once per run (to find
-// the run that continues a request's prefix); writers use it for every
-// block they store, remove or move.
+// blockTable maps the sequence hash of every head block to its place: the
+// run that holds it and its position there. A head is a live block that a
+// walk down a run cannot reach from its parent: the first block of a run,
+// or one whose predecessor in its run is dead. Match looks a head up when
+// a request leaves a run; writers look one up when a block branches off
+// its parent's run.
 //
 // It is an open-addressing table with linear probing. Reads take no lock:
-// a reader loads the slot array through an atomic pointer, finds the key,
-// loads the slot's node and position and then checks that the node's live
-// window holds the key at that position. A slot the writer changed while it
-// read, or an array the writer replaced, fails that check and the reader
+// a reader loads the slot array through an atomic pointer, finds the key
+// and loads the slot's run and position, then checks that the run is alive
+// at that position and holds the key there. A slot the writer changed while
+// it read, or an array the writer replaced, fails that check and the reader
 // looks again. There is one writer at a time (the index's write lock).
 // Deleted keys leave tombstones that later inserts reuse; the array is
 // rebuilt when live keys and tombstones fill three quarters of it.
@@ -29,10 +31,10 @@ type blockTable struct {
 	count atomic.Int64 // keys held
 }
 
-// tableSlot is one slot: a key, its node and its position in the node.
+// tableSlot is one slot: a key, its run and its position in the run.
 type tableSlot struct {
 	key  atomic.Uint64
-	node atomic.Pointer[node]
+	node atomic.Pointer[run]
 	off  atomic.Int32
 }
 
@@ -71,25 +73,9 @@ func newBlockTable(hint int) *blockTable {
 	return t
 }
 
-// lookup returns the node and position of block k as a reader sees them,
-// and false when the table does not hold k. It takes no lock.
-func (t *blockTable) lookup(k kvroute.SeqHash) (*node, int, bool) {
-	for range 16 {
-		n, off, found := t.read(k)
-		if !found {
-			return nil, 0, false
-		}
-		if n != nil && off >= int(n.lo.Load()) && off < int(n.hi.Load()) && n.seqs[off] == k {
-			return n, off, true
-		}
-		// The writer moved k, or deleted it, while we read: look again.
-	}
-	return nil, 0, false
-}
-
-// read returns the slot contents of k without checking them; found is
-// false when k is absent.
-func (t *blockTable) read(k kvroute.SeqHash) (*node, int, bool) {
+// read returns the slot contents of k as a reader sees them, without
+// checking them against the run; found is false when k is absent.
+func (t *blockTable) read(k kvroute.SeqHash) (*run, int, bool) {
 	if k <= keyDead {
 		s := &t.low[k]
 		n := s.node.Load()
@@ -100,7 +86,9 @@ func (t *blockTable) read(k kvroute.SeqHash) (*node, int, bool) {
 		s := &a.slots[i]
 		switch s.key.Load() {
 		case uint64(k):
-			return s.node.Load(), int(s.off.Load()), true
+			// A concurrent delete may have cleared the run: a miss.
+			n := s.node.Load()
+			return n, int(s.off.Load()), n != nil
 		case keyEmpty:
 			return nil, 0, false
 		}
@@ -134,8 +122,8 @@ func (t *blockTable) find(k kvroute.SeqHash) *tableSlot {
 	}
 }
 
-// get returns the node and position of k, for the writer.
-func (t *blockTable) get(k kvroute.SeqHash) (*node, int, bool) {
+// get returns the run and position of k, for the writer.
+func (t *blockTable) get(k kvroute.SeqHash) (*run, int, bool) {
 	s := t.find(k)
 	if s == nil {
 		return nil, 0, false
@@ -144,7 +132,7 @@ func (t *blockTable) get(k kvroute.SeqHash) (*node, int, bool) {
 }
 
 // put sets the place of k, inserting it when absent. Writer only.
-func (t *blockTable) put(k kvroute.SeqHash, n *node, off int) {
+func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 	if k <= keyDead {
 		s := &t.low[k]
 		if s.node.Load() == nil {
