@@ -89,7 +89,6 @@ type Index struct {
 	extraChunks atomic.Int64
 	entryCount  atomic.Int64
 	stats       counters
-
 }
 
 // slotKey is the worker a slot belongs to; ok is false for a free slot.
@@ -446,6 +445,13 @@ func (ix *Index) holdRange(r *run, a, b, slot int, t kvroute.Tier) {
 		lo, hi := s.window()
 		end := min(b, hi)
 		if s.tiersOf(slot)&(1<<t) == 0 {
+			if had := s.tiersOf(slot); (a > lo || end < hi) && ix.shift(r, k, a, end, slot, t, true) {
+				if had == 0 {
+					ix.pairCount.Add(int64(end - a))
+				}
+				a = end
+				continue
+			}
 			if a > lo || end < hi {
 				s, k = ix.isolate(r, k, a, end)
 			}
@@ -503,7 +509,8 @@ func (ix *Index) replaceSegments(r *run, i, j int, repl ...*segment) {
 }
 
 // mergeAround joins segment k of r with an adjacent neighbour that has the
-// same holders, so that runs do not fragment as holders come and go.
+// same holders, so that runs do not fragment as holders come and go: the
+// first of the two is widened over the second, which leaves the list.
 func (ix *Index) mergeAround(r *run, k int) {
 	segs := *r.segs.Load()
 	for _, pair := range [][2]int{{k, k + 1}, {k - 1, k}} {
@@ -511,11 +518,8 @@ func (ix *Index) mergeAround(r *run, k int) {
 		if a < 0 || b >= len(segs) || segs[a].hi.Load() != segs[b].lo.Load() || !sameHolders(segs[a], segs[b]) {
 			continue
 		}
-		n := &segment{}
-		n.lo.Store(segs[a].lo.Load())
-		n.hi.Store(segs[b].hi.Load())
-		ix.extraChunks.Add(int64(n.copyHolders(segs[a])))
-		ix.replaceSegments(r, a, b+1, n)
+		segs[a].hi.Store(segs[b].hi.Load())
+		ix.replaceSegments(r, b, b+1)
 		return
 	}
 }
@@ -674,6 +678,12 @@ func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
 	if s.tiersOf(slot)&(1<<t) == 0 {
 		return
 	}
+	if had := s.tiersOf(slot); ix.shift(r, k, pos, pos+1, slot, t, false) {
+		if had == 1<<t {
+			ix.pairCount.Add(-1)
+		}
+		return
+	}
 	if lo < pos || pos+1 < hi {
 		s, k = ix.isolate(r, k, pos, pos+1)
 	}
@@ -686,6 +696,67 @@ func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
 		return
 	}
 	ix.mergeAround(r, k)
+}
+
+// shift moves the boundary between segment k of r and a neighbour when
+// that gives slot tier t (add) or takes it away (!add) for exactly the
+// positions [a, b) at one end of segment k: the neighbour must already have
+// the holders that segment k will have there. It reports whether it did.
+// It widens the neighbour before narrowing segment k, so a reader sees each
+// position in one of them with holders that were right at some moment.
+func (ix *Index) shift(r *run, k, a, b, slot int, t kvroute.Tier, add bool) bool {
+	segs := *r.segs.Load()
+	s := segs[k]
+	lo, hi := s.window()
+	if b-a >= hi-lo {
+		return false
+	}
+	switch {
+	case a == lo && k > 0 && int(segs[k-1].hi.Load()) == lo && holdersDiffer(segs[k-1], s, slot, t, add):
+		segs[k-1].hi.Store(int32(b))
+		s.lo.Store(int32(b))
+		return true
+	case b == hi && k+1 < len(segs) && int(segs[k+1].lo.Load()) == hi && holdersDiffer(segs[k+1], s, slot, t, add):
+		segs[k+1].lo.Store(int32(a))
+		s.hi.Store(int32(a))
+		return true
+	}
+	return false
+}
+
+// holdersDiffer reports whether n has the holders of s with slot's tier t
+// added (add) or removed (!add), and s does not have it (add) or has it
+// (!add).
+func holdersDiffer(n, s *segment, slot int, t kvroute.Tier, add bool) bool {
+	x, y := &n.holder, &s.holder
+	for i := 0; x != nil || y != nil; i++ {
+		for tt := range kvroute.NumTiers {
+			var xv, yv uint64
+			if x != nil {
+				xv = x.tiers[tt].Load()
+			}
+			if y != nil {
+				yv = y.tiers[tt].Load()
+			}
+			if tt == int(t) && i == slot/slotsPerChunk {
+				bit := uint64(1) << (slot % slotsPerChunk)
+				if (yv&bit != 0) == add {
+					return false
+				}
+				yv ^= bit
+			}
+			if xv != yv {
+				return false
+			}
+		}
+		if x != nil {
+			x = x.next.Load()
+		}
+		if y != nil {
+			y = y.next.Load()
+		}
+	}
+	return true
 }
 
 // clearWorker drops every block ws holds.
@@ -842,8 +913,8 @@ const (
 	runHeaderBytes = 112 // run struct and its first segment list, rounded to size classes
 	segmentBytes   = 80  // segment struct and its list slot, rounded
 	chunkBytes     = 48  // one extra holder chunk
-	entryBytes      = 40  // engine-hash map slot (24 bytes) at its average load
-	workerBytes     = 512
+	entryBytes     = 40  // engine-hash map slot (24 bytes) at its average load
+	workerBytes    = 512
 )
 
 // Size returns the index's current size.

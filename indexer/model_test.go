@@ -66,7 +66,6 @@ func (m *model) apply(ev *kvroute.Event) {
 	}
 }
 
-
 func (m *model) match(seqs []kvroute.SeqHash) (byTier [kvroute.NumTiers]int, depth int) {
 	return matchTiers(m.tiersBySeq(), seqs)
 }

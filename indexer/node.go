@@ -57,10 +57,10 @@ type run struct {
 	// up and upPos are where the parent was when the run started. The
 	// position's contents never change, so Dump can name every ancestor
 	// of a block even when nobody holds them any more.
-	up        *run
-	upPos     int32
-	written   int32 // positions written
-	live      int32 // positions alive
+	up      *run
+	upPos   int32
+	written int32 // positions written
+	live    int32 // positions alive
 }
 
 // segment is a stretch [lo, hi) of a run's positions held by one set of
