@@ -391,7 +391,7 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 	r := newRun(capacity, st.prev, st.hasPrev)
 	r.up, r.upPos = pr, int32(st.pp)
 	ix.runCount.Add(1)
-	ix.runBytes.Add(runHeaderBytes + 16*int64(capacity))
+	ix.runBytes.Add(runHeaderBytes + 24*int64(capacity))
 	r.seqs[0], r.locals[0] = seq, local
 	r.written = 1
 	ix.bringToLife(r, 0, slot, t)
@@ -401,8 +401,7 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 // hold gives the worker the live block at pos of r, or counts another
 // engine hash for it when the worker holds it in the tier already.
 func (st *storer) hold(r *run, pos int) (*run, int) {
-	s, _ := r.at(pos)
-	if s.tiersOf(st.ws.slot)&(1<<st.tier) != 0 {
+	if s := r.seg(pos); s.tiersOf(st.ws.slot)&(1<<st.tier) != 0 {
 		// Another engine hash of this worker already holds the block in
 		// this tier; remember it so that removing one keeps the bit.
 		ws := st.ws
@@ -441,86 +440,86 @@ func (st *storer) flush() {
 // holdRange gives slot tier t of the live positions [a, b) of r.
 func (ix *Index) holdRange(r *run, a, b, slot int, t kvroute.Tier) {
 	for a < b {
-		s, k := r.at(a)
-		lo, hi := s.window()
-		end := min(b, hi)
-		if s.tiersOf(slot)&(1<<t) == 0 {
-			if had := s.tiersOf(slot); (a > lo || end < hi) && ix.shift(r, k, a, end, slot, t, true) {
-				if had == 0 {
-					ix.pairCount.Add(int64(end - a))
-				}
-				a = end
-				continue
+		s := r.seg(a)
+		y := a + 1
+		for y < b && r.seg(y) == s {
+			y++
+		}
+		if had := s.tiersOf(slot); had&(1<<t) == 0 {
+			ix.regroup(r, a, y, s, slot, t, true)
+			if had == 0 {
+				ix.pairCount.Add(int64(y - a))
 			}
-			if a > lo || end < hi {
-				s, k = ix.isolate(r, k, a, end)
-			}
-			newHolder, added := s.setTier(slot, t)
+		}
+		a = y
+	}
+}
+
+// regroup adds (add) or drops (!add) slot's tier t for the positions
+// [a, b) of r, which all point at segment s, and returns their segment
+// afterwards, nil when they died. When they are all of s, s changes in
+// place; otherwise they move to a neighbour that already has the holders
+// they need, or to a new segment.
+func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier, add bool) *segment {
+	n := b - a
+	var target *segment
+	if int(s.count) == n {
+		if add {
+			_, added := s.setTier(slot, t)
 			ix.extraChunks.Add(int64(added))
-			if newHolder {
-				ix.pairCount.Add(int64(end - a))
+		} else {
+			s.clearTier(slot, t)
+		}
+		if s.holders > 0 {
+			// Join a neighbour with the same holders, if any.
+			for _, nb := range [2]*segment{r.seg(a - 1), r.seg(b)} {
+				if nb != nil && nb != s && sameHolders(nb, s) {
+					ix.repoint(r, a, b, s, nb)
+					return nb
+				}
 			}
-			ix.mergeAround(r, k)
+			return s
 		}
-		a = end
+		ix.repoint(r, a, b, s, nil)
+		return nil
 	}
+	for _, nb := range [2]*segment{r.seg(a - 1), r.seg(b)} {
+		if nb != nil && nb != s && holdersDiffer(nb, s, slot, t, add) {
+			target = nb
+			break
+		}
+	}
+	if target == nil {
+		if !add && s.holders == 1 && s.tiersOf(slot) == 1<<t {
+			ix.repoint(r, a, b, s, nil)
+			return nil
+		}
+		target = &segment{}
+		ix.segCount.Add(1)
+		ix.extraChunks.Add(int64(target.copyHolders(s)))
+		if add {
+			_, added := target.setTier(slot, t)
+			ix.extraChunks.Add(int64(added))
+		} else {
+			target.clearTier(slot, t)
+		}
+	}
+	ix.repoint(r, a, b, s, target)
+	return target
 }
 
-// isolate replaces segment k of r, which covers [a, b), by segments with
-// the same holders that split it at a and b, and returns the one for
-// [a, b) and its index. Segments are never narrowed in place here: a
-// reader may be walking the old one.
-func (ix *Index) isolate(r *run, k, a, b int) (*segment, int) {
-	segs := *r.segs.Load()
-	s := segs[k]
-	lo, hi := s.window()
-	repl := make([]*segment, 0, 3)
-	mid := -1
-	for _, cut := range [][2]int{{lo, a}, {a, b}, {b, hi}} {
-		if cut[0] >= cut[1] {
-			continue
-		}
-		n := &segment{}
-		n.lo.Store(int32(cut[0]))
-		n.hi.Store(int32(cut[1]))
-		ix.extraChunks.Add(int64(n.copyHolders(s)))
-		if cut[0] == a {
-			mid = k + len(repl)
-		}
-		repl = append(repl, n)
+// repoint moves the positions [a, b) of r from segment s to target (nil:
+// they die).
+func (ix *Index) repoint(r *run, a, b int, s, target *segment) {
+	for i := a; i < b; i++ {
+		r.segs[i].Store(target)
 	}
-	ix.replaceSegments(r, k, k+1, repl...)
-	return repl[mid-k], mid
-}
-
-// replaceSegments publishes r's segment list with segments [i, j)
-// replaced by repl.
-func (ix *Index) replaceSegments(r *run, i, j int, repl ...*segment) {
-	segs := *r.segs.Load()
-	next := make([]*segment, 0, len(segs)-(j-i)+len(repl))
-	next = append(next, segs[:i]...)
-	next = append(next, repl...)
-	next = append(next, segs[j:]...)
-	for _, s := range segs[i:j] {
+	if target != nil {
+		target.count += int32(b - a)
+	}
+	if s.count -= int32(b - a); s.count == 0 {
+		ix.segCount.Add(-1)
 		ix.extraChunks.Add(-int64(s.extraChunks()))
-	}
-	ix.segCount.Add(int64(len(repl) - (j - i)))
-	r.segs.Store(&next)
-}
-
-// mergeAround joins segment k of r with an adjacent neighbour that has the
-// same holders, so that runs do not fragment as holders come and go: the
-// first of the two is widened over the second, which leaves the list.
-func (ix *Index) mergeAround(r *run, k int) {
-	segs := *r.segs.Load()
-	for _, pair := range [][2]int{{k, k + 1}, {k - 1, k}} {
-		a, b := pair[0], pair[1]
-		if a < 0 || b >= len(segs) || segs[a].hi.Load() != segs[b].lo.Load() || !sameHolders(segs[a], segs[b]) {
-			continue
-		}
-		segs[a].hi.Store(segs[b].hi.Load())
-		ix.replaceSegments(r, b, b+1)
-		return
 	}
 }
 
@@ -554,35 +553,67 @@ func sameHolders(a, b *segment) bool {
 	return true
 }
 
-// bringToLife makes the written, dead position i of r live, held by slot
-// in tier t: it widens the segment that ends at i when slot alone holds
-// it in t only, or adds a segment.
-func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
-	segs := *r.segs.Load()
-	k := 0 // the first segment after i
-	for k < len(segs) && int(segs[k].lo.Load()) < i {
-		k++
+// holdersDiffer reports whether n has the holders of s with slot's tier t
+// added (add) or removed (!add), and s does not have it (add) or has it
+// (!add).
+func holdersDiffer(n, s *segment, slot int, t kvroute.Tier, add bool) bool {
+	x, y := &n.holder, &s.holder
+	for i := 0; x != nil || y != nil; i++ {
+		for tt := range kvroute.NumTiers {
+			var xv, yv uint64
+			if x != nil {
+				xv = x.tiers[tt].Load()
+			}
+			if y != nil {
+				yv = y.tiers[tt].Load()
+			}
+			if tt == int(t) && i == slot/slotsPerChunk {
+				bit := uint64(1) << (slot % slotsPerChunk)
+				if (yv&bit != 0) == add {
+					return false
+				}
+				yv ^= bit
+			}
+			if xv != yv {
+				return false
+			}
+		}
+		if x != nil {
+			x = x.next.Load()
+		}
+		if y != nil {
+			y = y.next.Load()
+		}
 	}
-	before := k > 0 && int(segs[k-1].hi.Load()) == i
-	after := k < len(segs) && int(segs[k].lo.Load()) == i+1
-	if before && segs[k-1].heldOnlyBy(slot, t) && !after {
-		segs[k-1].hi.Store(int32(i + 1))
-	} else {
-		s := &segment{}
-		s.lo.Store(int32(i))
-		s.hi.Store(int32(i + 1))
+	return true
+}
+
+// bringToLife makes the written, dead position i of r live, held by slot
+// in tier t: it joins the segment of a neighbour that slot alone holds in
+// t only, or gets a segment of its own.
+func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
+	var s *segment
+	before, after := r.seg(i-1), r.seg(i+1)
+	switch {
+	case before != nil && before.heldOnlyBy(slot, t):
+		s = before
+	case after != nil && after.heldOnlyBy(slot, t):
+		s = after
+	default:
+		s = &segment{}
+		ix.segCount.Add(1)
 		_, added := s.setTier(slot, t)
 		ix.extraChunks.Add(int64(added))
-		ix.replaceSegments(r, k, k, s)
-		ix.mergeAround(r, k)
 	}
+	s.count++
+	r.segs[i].Store(s)
 	r.live++
 	ix.blockCount.Add(1)
 	ix.pairCount.Add(1)
-	if !before {
+	if before == nil {
 		ix.addHead(r, i)
 	}
-	if after {
+	if after != nil {
 		ix.dropHead(r, i+1)
 	}
 }
@@ -621,7 +652,7 @@ func (ix *Index) died(r *run, i int) {
 	}
 	if r.live == 0 {
 		ix.runCount.Add(-1)
-		ix.runBytes.Add(-(runHeaderBytes + 16*int64(len(r.seqs))))
+		ix.runBytes.Add(-(runHeaderBytes + 24*int64(len(r.seqs))))
 	}
 }
 
@@ -653,110 +684,20 @@ func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
 		}
 		return
 	}
-	s, k := r.at(pos)
+	s := r.seg(pos)
 	if s == nil {
 		return
 	}
-	slot := ws.slot
-	lo, hi := s.window()
-	if s.heldOnlyBy(slot, t) && (pos == lo || pos == hi-1) {
-		// The block leaves the index: narrow the segment in place
-		// (readers then see the position dead, which it is).
-		switch {
-		case lo == hi-1:
-			s.clearTier(slot, t)
-			ix.replaceSegments(r, k, k+1)
-		case pos == lo:
-			s.lo.Store(int32(pos + 1))
-		default:
-			s.hi.Store(int32(pos))
-		}
-		ix.pairCount.Add(-1)
-		ix.died(r, pos)
+	had := s.tiersOf(ws.slot)
+	if had&(1<<t) == 0 {
 		return
 	}
-	if s.tiersOf(slot)&(1<<t) == 0 {
-		return
-	}
-	if had := s.tiersOf(slot); ix.shift(r, k, pos, pos+1, slot, t, false) {
-		if had == 1<<t {
-			ix.pairCount.Add(-1)
-		}
-		return
-	}
-	if lo < pos || pos+1 < hi {
-		s, k = ix.isolate(r, k, pos, pos+1)
-	}
-	if s.clearTier(slot, t) {
+	if had == 1<<t {
 		ix.pairCount.Add(-1)
 	}
-	if s.holders == 0 {
-		ix.replaceSegments(r, k, k+1)
+	if ix.regroup(r, pos, pos+1, s, ws.slot, t, false) == nil {
 		ix.died(r, pos)
-		return
 	}
-	ix.mergeAround(r, k)
-}
-
-// shift moves the boundary between segment k of r and a neighbour when
-// that gives slot tier t (add) or takes it away (!add) for exactly the
-// positions [a, b) at one end of segment k: the neighbour must already have
-// the holders that segment k will have there. It reports whether it did.
-// It widens the neighbour before narrowing segment k, so a reader sees each
-// position in one of them with holders that were right at some moment.
-func (ix *Index) shift(r *run, k, a, b, slot int, t kvroute.Tier, add bool) bool {
-	segs := *r.segs.Load()
-	s := segs[k]
-	lo, hi := s.window()
-	if b-a >= hi-lo {
-		return false
-	}
-	switch {
-	case a == lo && k > 0 && int(segs[k-1].hi.Load()) == lo && holdersDiffer(segs[k-1], s, slot, t, add):
-		segs[k-1].hi.Store(int32(b))
-		s.lo.Store(int32(b))
-		return true
-	case b == hi && k+1 < len(segs) && int(segs[k+1].lo.Load()) == hi && holdersDiffer(segs[k+1], s, slot, t, add):
-		segs[k+1].lo.Store(int32(a))
-		s.hi.Store(int32(a))
-		return true
-	}
-	return false
-}
-
-// holdersDiffer reports whether n has the holders of s with slot's tier t
-// added (add) or removed (!add), and s does not have it (add) or has it
-// (!add).
-func holdersDiffer(n, s *segment, slot int, t kvroute.Tier, add bool) bool {
-	x, y := &n.holder, &s.holder
-	for i := 0; x != nil || y != nil; i++ {
-		for tt := range kvroute.NumTiers {
-			var xv, yv uint64
-			if x != nil {
-				xv = x.tiers[tt].Load()
-			}
-			if y != nil {
-				yv = y.tiers[tt].Load()
-			}
-			if tt == int(t) && i == slot/slotsPerChunk {
-				bit := uint64(1) << (slot % slotsPerChunk)
-				if (yv&bit != 0) == add {
-					return false
-				}
-				yv ^= bit
-			}
-			if xv != yv {
-				return false
-			}
-		}
-		if x != nil {
-			x = x.next.Load()
-		}
-		if y != nil {
-			y = y.next.Load()
-		}
-	}
-	return true
 }
 
 // clearWorker drops every block ws holds.
@@ -910,8 +851,8 @@ type Size struct {
 
 // Approximate per-item memory costs used by Size.Bytes.
 const (
-	runHeaderBytes = 112 // run struct and its first segment list, rounded to size classes
-	segmentBytes   = 80  // segment struct and its list slot, rounded
+	runHeaderBytes = 160 // run struct, rounded to its size class
+	segmentBytes   = 64  // segment struct, rounded
 	chunkBytes     = 48  // one extra holder chunk
 	entryBytes     = 40  // engine-hash map slot (24 bytes) at its average load
 	workerBytes    = 512

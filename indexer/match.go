@@ -83,80 +83,66 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 	active, held, dev := res.active[:words], res.held[:words], res.dev[:words]
 
 	depth := 0
+	first := true
+	var cur *segment // the segment whose holders are in held and dev
+	stretch := 0     // blocks counted under cur but not yet by tier
+	live := 0
 	r, pos, ok := ix.blocks.read(seqs[0])
-	retries := 0
-walk:
-	for ok {
-		segs := *r.segs.Load()
-		k := -1
-		if pos < len(r.seqs) {
-			k = segmentAt(segs, pos)
-		}
-		checked := false // seqs[depth] is known to be at pos
-		for k >= 0 {
-			s := segs[k]
-			// Load the holders before the bounds: the writer narrows a
-			// segment in place only to drop a position nobody holds any
-			// more, so holders seen here are right for every position
-			// inside the bounds seen next.
-			c := &s.holder
-			for w := range held {
-				if c == nil {
-					held[w], dev[w] = 0, 0
-					continue
-				}
-				dev[w] = c.tiers[kvroute.TierDevice].Load()
-				held[w] = dev[w] | c.tiers[1].Load() | c.tiers[2].Load() | c.tiers[3].Load()
-				c = c.next.Load()
-			}
-			lo, hi := int(s.lo.Load()), int(s.hi.Load())
-			if pos < lo || pos >= hi || (!checked && r.seqs[pos] != seqs[depth]) {
-				break // moved or died meanwhile, or a stale table entry
-			}
-			// See how far the request follows the segment.
-			run := 1
-			q, b := seqs[depth+1:], r.seqs[pos+1:hi]
-			if len(b) > len(q) {
-				b = b[:len(q)]
-			}
-			for run-1 < len(b) && b[run-1] == q[run-1] {
-				run++
-			}
-			live := 0
-			for w := range active {
-				if depth == 0 {
-					active[w] = held[w]
-				} else if dropped := active[w] &^ held[w]; dropped != 0 {
-					res.finish(slots, w, dropped, depth)
-					active[w] &= held[w]
-				}
-				live += bits.OnesCount64(active[w])
-			}
-			if live == 0 {
-				break walk
-			}
-			res.countTiers(s, active, dev, run)
-			depth += run
-			if depth == len(seqs) {
-				break walk
-			}
-			if res.StopAtOne && live == 1 {
-				res.Truncated = true
-				break walk
-			}
-			pos += run
-			// Go on in the same run when the next segment starts where this
-			// one ended and holds the request's next block.
-			if pos != hi || k+1 == len(segs) || int(segs[k+1].lo.Load()) != hi || r.seqs[hi] != seqs[depth] {
-				retries = 0
+	for stuck := 0; ok && stuck <= maxStuck; stuck++ {
+		from := depth
+		// Walk the run from pos while it holds the request's blocks.
+		for ; pos < len(r.segs) && depth < len(seqs); pos++ {
+			s := r.segs[pos].Load()
+			// A live position was written before its segment was set, so
+			// its hash can be read once the segment is seen.
+			if s == nil || r.seqs[pos] != seqs[depth] {
 				break
 			}
-			k, checked = k+1, true
+			if s != cur {
+				if res.StopAtOne && live == 1 {
+					res.Truncated = true
+					ok = false
+					break
+				}
+				if stretch > 0 {
+					res.countTiers(cur, active, dev, stretch)
+					stretch = 0
+				}
+				if !loadHolders(s, held, dev) || r.segs[pos].Load() != s {
+					break // the position moved to another segment: look again
+				}
+				cur = s
+				live = 0
+				for w := range active {
+					if first {
+						active[w] = held[w]
+					} else if dropped := active[w] &^ held[w]; dropped != 0 {
+						res.finish(slots, w, dropped, depth)
+						active[w] &= held[w]
+					}
+					live += bits.OnesCount64(active[w])
+				}
+				first = false
+				if live == 0 {
+					ok = false
+					break
+				}
+			}
+			stretch++
+			depth++
 		}
-		if retries++; retries > maxRetries {
+		if !ok || depth == len(seqs) {
 			break
 		}
+		if depth > from {
+			stuck = 0
+		}
+		// The request leaves the run here: its next block, if anyone
+		// holds it, heads another run.
 		r, pos, ok = ix.blocks.read(seqs[depth])
+	}
+	if stretch > 0 {
+		res.countTiers(cur, active, dev, stretch)
 	}
 	for w := range active {
 		if active[w] != 0 {
@@ -175,9 +161,28 @@ walk:
 	}
 }
 
-// maxRetries bounds how often Match looks a block up again because the
-// table entry it read was being changed; past it, the walk ends there.
-const maxRetries = 64
+// maxStuck bounds the table lookups in a row that find nothing to follow
+// (a block moving between segments under the walk); past it, the walk
+// ends there.
+const maxStuck = 16
+
+// loadHolders loads the holder words of s into held (any tier) and dev
+// (device), one word per chunk, and reports whether s holds anything.
+func loadHolders(s *segment, held, dev []uint64) bool {
+	c := &s.holder
+	any := uint64(0)
+	for w := range held {
+		if c == nil {
+			held[w], dev[w] = 0, 0
+			continue
+		}
+		dev[w] = c.tiers[kvroute.TierDevice].Load()
+		held[w] = dev[w] | c.tiers[1].Load() | c.tiers[2].Load() | c.tiers[3].Load()
+		any |= held[w]
+		c = c.next.Load()
+	}
+	return any != 0
+}
 
 // grow sizes the scratch space for words chunks and slots slots.
 func (r *MatchResult) grow(words, slots int) {

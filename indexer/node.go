@@ -35,21 +35,19 @@ func (c *chunk) any() uint64 {
 // reader can reach it, and never changes; a block keeps its position for as
 // long as anyone holds it. So a reader compares a request's hashes with a
 // run's in contiguous memory with no lock, and the engine-hash maps and the
-// block table can point at (run, position) without ever being updated when
-// holders change.
+// block table point at (run, position) and are never updated when holders
+// change.
 //
-// Which workers hold which positions is recorded in segments: maximal
-// stretches of positions that exactly the same workers hold in the same
-// tiers. Positions outside every segment are dead (nobody holds them); a
-// dead position comes back to life when its block is stored again under
-// the same parent.
+// Who holds a position is its segment: segs[i] points at the holder set of
+// position i, shared by every position with exactly the same holders in
+// the same tiers (typically a long stretch), or is nil when nobody holds
+// it (the position is dead; it comes back to life when its block is stored
+// again under the same parent). A reader walking a run reloads the holder
+// words only where the segment pointer changes.
 type run struct {
 	seqs   []kvroute.SeqHash   // chained hashes; positions < written are set
 	locals []kvroute.BlockHash // the blocks' own hashes, for Dump
-
-	// segs is the current segment list, sorted by position; writers
-	// replace it (copy on write) when they add or drop a segment.
-	segs atomic.Pointer[[]*segment]
+	segs   []atomic.Pointer[segment]
 
 	// Fields below are the writer's, under the index's write lock.
 	parent    kvroute.SeqHash // parent of seqs[0]
@@ -63,25 +61,22 @@ type run struct {
 	live    int32 // positions alive
 }
 
-// segment is a stretch [lo, hi) of a run's positions held by one set of
-// (worker slot, tier) pairs. The writer narrows or widens a segment in
-// place only when that cannot change what a reader who loaded its holders
-// first concludes; splitting it replaces it with new segments.
+// segment is the holder set of some positions of a run. Its words change
+// in place only when the holders of all its positions change together;
+// when only some do, they move to another segment.
 type segment struct {
-	lo, hi  atomic.Int32
 	holder  chunk // slots 0-63; later chunks for more slots
 	holders int32 // slots holding it in any tier; the writer's
+	count   int32 // positions pointing at it; the writer's
 }
 
 // newRun returns a run with room for capacity blocks whose first block's
 // parent is parent (none when hasParent is false).
 func newRun(capacity int, parent kvroute.SeqHash, hasParent bool) *run {
 	buf := make([]uint64, 2*capacity)
-	r := &run{parent: parent, hasParent: hasParent}
+	r := &run{parent: parent, hasParent: hasParent, segs: make([]atomic.Pointer[segment], capacity)}
 	r.seqs = unsafe.Slice((*kvroute.SeqHash)(unsafe.Pointer(&buf[0])), capacity)
 	r.locals = unsafe.Slice((*kvroute.BlockHash)(unsafe.Pointer(&buf[capacity])), capacity)
-	empty := []*segment{}
-	r.segs.Store(&empty)
 	return r
 }
 
@@ -102,49 +97,17 @@ func (r *run) parentOf(i int) (kvroute.SeqHash, bool) {
 	return r.parent, r.hasParent
 }
 
-// segmentAt returns the index in segs of the segment holding position i,
-// or -1. Readers use it with their own loaded list and check the bounds
-// again after loading the holders.
-func segmentAt(segs []*segment, i int) int {
-	lo, hi := 0, len(segs)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if int(segs[m].lo.Load()) <= i {
-			lo = m + 1
-		} else {
-			hi = m
-		}
+// seg returns the segment of position i, nil when it is dead or out of
+// the run.
+func (r *run) seg(i int) *segment {
+	if i < 0 || i >= len(r.segs) {
+		return nil
 	}
-	if lo == 0 || i >= int(segs[lo-1].hi.Load()) {
-		return -1
-	}
-	return lo - 1
-}
-
-// at returns the segment holding position i, and its index, or nil.
-func (r *run) at(i int) (*segment, int) {
-	segs := *r.segs.Load()
-	k := segmentAt(segs, i)
-	if k < 0 {
-		return nil, -1
-	}
-	return segs[k], k
+	return r.segs[i].Load()
 }
 
 // alive reports whether someone holds position i.
-func (r *run) alive(i int) bool {
-	if i < 0 || i >= int(r.written) {
-		return false
-	}
-	s, _ := r.at(i)
-	return s != nil
-}
-
-// window returns the segment's bounds.
-func (s *segment) window() (lo, hi int) { return int(s.lo.Load()), int(s.hi.Load()) }
-
-// size returns the number of positions of the segment.
-func (s *segment) size() int { lo, hi := s.window(); return hi - lo }
+func (r *run) alive(i int) bool { return r.seg(i) != nil }
 
 // chunkFor returns the chunk for slot, or nil when the segment has none.
 func (s *segment) chunkFor(slot int) *chunk {
