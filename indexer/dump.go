@@ -47,7 +47,8 @@ func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) 
 	}
 	blocks := make([]dumpBlock, 0, ws.blocks.len())
 	ws.blocks.all(func(ext kvroute.ExternalHash, e entry) {
-		blocks = append(blocks, dumpBlock{ext: ext, r: e.r, pos: int(e.pos), tiers: e.tiers})
+		r, pos := ix.place(e)
+		blocks = append(blocks, dumpBlock{ext: ext, r: r, pos: pos, tiers: e.tiers})
 	})
 	slices.SortFunc(blocks, func(a, b dumpBlock) int { return cmp.Compare(a.ext, b.ext) })
 	held := make(map[kvroute.SeqHash]int, len(blocks)) // seq → index of its smallest engine hash

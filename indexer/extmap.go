@@ -24,12 +24,19 @@ type extMap struct {
 	seed  uint64
 }
 
-// extSlot is one slot of an extMap; it is empty when tiers is zero, since
-// every entry holds its block in at least one tier.
+// extSlot is one slot of an extMap: a key and its entry packed into a
+// word, with no pointers, so that the garbage collector never scans the
+// maps. It is empty when the entry's tiers are zero, since every entry
+// holds its block in at least one tier.
 type extSlot struct {
 	key kvroute.ExternalHash
-	entry
+	val uint64
 }
+
+// pack packs e into a word: run id, position, tiers.
+func (e entry) pack() uint64 { return uint64(e.id)<<32 | uint64(uint32(e.pos))<<8 | uint64(e.tiers) }
+
+func unpack(v uint64) entry { return entry{id: uint32(v >> 32), pos: int32(uint32(v) >> 8), tiers: uint8(v)} }
 
 const extMapMinSlots = 8
 
@@ -63,11 +70,11 @@ func (m *extMap) next(i int) int {
 func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 	for i := m.home(k); ; i = m.next(i) {
 		s := &m.slots[i]
-		if s.tiers == 0 {
+		if s.val == 0 {
 			return entry{}, false
 		}
 		if s.key == k {
-			return s.entry, true
+			return unpack(s.val), true
 		}
 	}
 }
@@ -79,13 +86,13 @@ func (m *extMap) put(k kvroute.ExternalHash, e entry) {
 	}
 	for i := m.home(k); ; i = m.next(i) {
 		s := &m.slots[i]
-		if s.tiers == 0 {
-			*s = extSlot{key: k, entry: e}
+		if s.val == 0 {
+			*s = extSlot{key: k, val: e.pack()}
 			m.count++
 			return
 		}
 		if s.key == k {
-			s.entry = e
+			s.val = e.pack()
 			return
 		}
 	}
@@ -97,7 +104,7 @@ func (m *extMap) del(k kvroute.ExternalHash) {
 	i := m.home(k)
 	for {
 		s := &m.slots[i]
-		if s.tiers == 0 {
+		if s.val == 0 {
 			return
 		}
 		if s.key == k {
@@ -108,7 +115,7 @@ func (m *extMap) del(k kvroute.ExternalHash) {
 	m.count--
 	for j := m.next(i); ; j = m.next(j) {
 		s := m.slots[j]
-		if s.tiers == 0 {
+		if s.val == 0 {
 			break
 		}
 		// s may move to i if its home is not in the cyclic range (i, j].
@@ -129,8 +136,8 @@ func (m *extMap) resize(n int) {
 	m.slots = make([]extSlot, n)
 	m.count = 0
 	for _, s := range old {
-		if s.tiers != 0 {
-			m.put(s.key, s.entry)
+		if s.val != 0 {
+			m.put(s.key, unpack(s.val))
 		}
 	}
 }
@@ -141,8 +148,8 @@ func (m *extMap) len() int { return m.count }
 // all calls fn for every entry, in table order.
 func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
 	for _, s := range m.slots {
-		if s.tiers != 0 {
-			fn(s.key, s.entry)
+		if s.val != 0 {
+			fn(s.key, unpack(s.val))
 		}
 	}
 }

@@ -24,7 +24,7 @@ func TestExtMapAgainstBuiltin(t *testing.T) {
 		}
 		switch r.IntN(3) {
 		case 0, 1:
-			e := entry{pos: int32(i), tiers: uint8(1 + r.IntN(15))}
+			e := entry{id: uint32(i), pos: int32(i % maxPos), tiers: uint8(1 + r.IntN(15))}
 			m.put(k, e)
 			ref[k] = e
 		default:

@@ -81,6 +81,10 @@ type Index struct {
 	// in the table only when it may exist as such a head.
 	kids map[kvroute.SeqHash]int32
 
+	// runs are the runs with live blocks by id; entries name runs by id.
+	runs     []*run
+	freeRuns []uint32
+
 	runCount    atomic.Int64 // runs with live blocks
 	runBytes    atomic.Int64 // memory of those runs' arrays
 	segCount    atomic.Int64 // live segments
@@ -118,14 +122,22 @@ type workerState struct {
 }
 
 // entry is a block a worker holds, under the engine's hash for it: its
-// place, which never changes while anyone holds the block.
+// place (run id and position), which never changes while anyone holds the
+// block, and its tiers.
 type entry struct {
-	r     *run
-	pos   int32
+	id    uint32
+	pos   int32 // below maxPos
 	tiers uint8 // bit t set: held in tier t
 }
 
-func (e entry) seq() kvroute.SeqHash { return e.r.seqs[e.pos] }
+// maxPos bounds a run's length, so that a position fits an entry.
+const maxPos = 1 << 24
+
+// place returns the run and position of e.
+func (ix *Index) place(e entry) (*run, int) { return ix.runs[e.id], int(e.pos) }
+
+// seqOf returns the sequence hash of the block of e.
+func (ix *Index) seqOf(e entry) kvroute.SeqHash { return ix.runs[e.id].seqs[e.pos] }
 
 type dupKey struct {
 	seq  kvroute.SeqHash
@@ -266,7 +278,7 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 			ix.log.Debug("stored event rejected", "err", err)
 			return err
 		}
-		parent = e.seq()
+		parent = ix.seqOf(e)
 	}
 	h := ix.hasher
 	if ev.LoRA != "" {
@@ -275,7 +287,8 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 	st := storer{ix: ix, ws: ws, tier: ev.Tier}
 	if hasParent {
 		e, _ := ws.blocks.get(ev.Parent)
-		st.at(parent, e.r, int(e.pos))
+		r, pos := ix.place(e)
+		st.at(parent, r, pos)
 	}
 	for i := range ev.Blocks {
 		b := &ev.Blocks[i]
@@ -332,7 +345,7 @@ func (st *storer) store(ext kvroute.ExternalHash, local kvroute.BlockHash, left 
 func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvroute.BlockHash, left int) {
 	ix, ws, t := st.ix, st.ws, st.tier
 	old, had := ws.blocks.get(ext)
-	if had && old.seq() != seq {
+	if had && ix.seqOf(old) != seq {
 		// The engine reused its hash for other content: forget the old block.
 		st.flush()
 		for tt := kvroute.Tier(0); tt < kvroute.NumTiers; tt++ {
@@ -343,14 +356,15 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 		old, had = entry{}, false
 	}
 	if had && old.tiers&(1<<t) != 0 {
-		st.at(seq, old.r, int(old.pos))
+		r, pos := ix.place(old)
+		st.at(seq, r, pos)
 		return
 	}
 	r, pos := st.locate(seq, local, left)
 	if !had {
 		ix.entryCount.Add(1)
 	}
-	ws.blocks.put(ext, entry{r: r, pos: int32(pos), tiers: old.tiers | 1<<t})
+	ws.blocks.put(ext, entry{id: r.id, pos: int32(pos), tiers: old.tiers | 1<<t})
 	st.at(seq, r, pos)
 }
 
@@ -388,10 +402,8 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 	if pr != nil && j == int(pr.written) {
 		capacity = max(capacity, min(2*len(pr.seqs), maxRun))
 	}
-	r := newRun(capacity, st.prev, st.hasPrev)
+	r := newRun(min(capacity, maxPos), st.prev, st.hasPrev)
 	r.up, r.upPos = pr, int32(st.pp)
-	ix.runCount.Add(1)
-	ix.runBytes.Add(runHeaderBytes + 24*int64(capacity))
 	r.seqs[0], r.locals[0] = seq, local
 	r.written = 1
 	ix.bringToLife(r, 0, slot, t)
@@ -607,6 +619,9 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 	}
 	s.count++
 	r.segs[i].Store(s)
+	if r.live == 0 {
+		ix.register(r)
+	}
 	r.live++
 	ix.blockCount.Add(1)
 	ix.pairCount.Add(1)
@@ -616,6 +631,20 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 	if after != nil {
 		ix.dropHead(r, i+1)
 	}
+}
+
+// register gives a run that comes to life an id.
+func (ix *Index) register(r *run) {
+	if n := len(ix.freeRuns); n > 0 {
+		r.id = ix.freeRuns[n-1]
+		ix.freeRuns = ix.freeRuns[:n-1]
+		ix.runs[r.id] = r
+	} else {
+		r.id = uint32(len(ix.runs))
+		ix.runs = append(ix.runs, r)
+	}
+	ix.runCount.Add(1)
+	ix.runBytes.Add(runHeaderBytes + 24*int64(len(r.seqs)))
 }
 
 // addHead records that the live block at i of r is a head.
@@ -651,6 +680,9 @@ func (ix *Index) died(r *run, i int) {
 		ix.addHead(r, i+1)
 	}
 	if r.live == 0 {
+		// No entry or head names the run any more: its id is free.
+		ix.runs[r.id] = nil
+		ix.freeRuns = append(ix.freeRuns, r.id)
 		ix.runCount.Add(-1)
 		ix.runBytes.Add(-(runHeaderBytes + 24*int64(len(r.seqs))))
 	}
@@ -667,9 +699,10 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 		ws.blocks.del(ext)
 		ix.entryCount.Add(-1)
 	} else {
-		ws.blocks.put(ext, entry{r: e.r, pos: e.pos, tiers: e.tiers &^ (1 << t)})
+		ws.blocks.put(ext, entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)})
 	}
-	ix.release(ws, e.r, int(e.pos), t)
+	r, pos := ix.place(e)
+	ix.release(ws, r, pos, t)
 }
 
 // release drops ws's hold of the block at pos of r in tier t, unless
@@ -705,7 +738,8 @@ func (ix *Index) clearWorker(ws *workerState) {
 	ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
 		for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
 			if e.tiers&(1<<t) != 0 {
-				ix.release(ws, e.r, int(e.pos), t)
+				r, pos := ix.place(e)
+				ix.release(ws, r, pos, t)
 			}
 		}
 	})
@@ -802,7 +836,7 @@ func (ix *Index) AppendWorkerBlocks(w kvroute.WorkerKey, dst []kvroute.SeqHash) 
 	}
 	seen := make(map[kvroute.SeqHash]struct{}, ws.blocks.len())
 	ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
-		if s := e.seq(); !hasKey(seen, s) {
+		if s := ix.seqOf(e); !hasKey(seen, s) {
 			seen[s] = struct{}{}
 			dst = append(dst, s)
 		}
@@ -854,7 +888,7 @@ const (
 	runHeaderBytes = 160 // run struct, rounded to its size class
 	segmentBytes   = 64  // segment struct, rounded
 	chunkBytes     = 48  // one extra holder chunk
-	entryBytes     = 40  // engine-hash map slot (24 bytes) at its average load
+	entryBytes     = 26  // engine-hash map slot (16 bytes) at its average load
 	workerBytes    = 512
 )
 

@@ -59,6 +59,7 @@ type run struct {
 	upPos   int32
 	written int32 // positions written
 	live    int32 // positions alive
+	id      uint32
 }
 
 // segment is the holder set of some positions of a run. Its words change

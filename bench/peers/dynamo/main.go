@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -61,6 +62,7 @@ type options struct {
 	trace     string
 	capacity  int
 	procs     int
+	profile   string
 }
 
 // allWorkloads names the workloads in the order they run.
@@ -84,8 +86,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.trace, "trace", filepath.Join(root, "bench/testdata/mooncake_sample.jsonl"), "Mooncake trace for the replay workloads")
 	fs.IntVar(&o.capacity, "capacity", defaultTrace(evictLRU).Capacity, "blocks per worker cache in the replay workloads")
 	fs.IntVar(&o.procs, "procs", 1, "GOMAXPROCS while kvroute runs (0: leave it); the Dynamo side is single-threaded")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of this process (the kvroute side and the driver) to the file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return fmt.Errorf("peers: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("peers: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if o.pairs < 1 || o.scale <= 0 || o.capacity < 1 {
 		return fmt.Errorf("peers: -pairs and -capacity must be at least 1 and -scale positive")
