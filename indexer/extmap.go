@@ -7,31 +7,42 @@ import (
 	"github.com/kvroute/kvroute"
 )
 
-// extMap maps a worker's engine block hashes to the blocks they name. It is
-// an open-addressing table with linear probing and backward-shift deletion,
-// so it keeps no tombstones: engines store and evict blocks all the time,
-// and a table that only marks deleted slots (as Go's built-in map does until
-// it grows) lets its probe sequences grow without bound under that churn.
+// extMap maps a worker's engine block hashes to the blocks they name. It
+// is an open-addressing table with linear probing whose control bytes live
+// apart from the slots, as in a Swiss table: a byte per slot says whether
+// it is empty, deleted, or full, and holds seven bits of the key's hash.
+// Probing reads the control bytes, a sixteenth of the table's size and so
+// mostly in the CPU caches, and touches a slot only when its tag matches:
+// storing a new engine hash, the most common operation, costs no cache
+// miss on the slots at all (only the write of its own slot).
 //
-// Its capacity is not a power of two: it grows by half (and a key's home
-// slot is its hash scaled to the capacity), so that a table stays between
-// half and three quarters full instead of dropping to three eighths after
-// each doubling. An extMap is not safe for concurrent use; the owning
-// worker's mutex protects it.
+// Deleted slots become tombstones, reused by later inserts; the table is
+// rebuilt without them when live entries and tombstones fill three
+// quarters of it, doubling when live entries alone fill half and halving
+// when they fill less than an eighth. Its slots hold no pointers, so the
+// garbage collector never scans them. An extMap is not safe for concurrent
+// use; the index's write lock protects it.
 type extMap struct {
+	ctrl  []uint8
 	slots []extSlot
-	count int
+	count int // live entries
+	used  int // live entries and tombstones
 	seed  uint64
 }
 
 // extSlot is one slot of an extMap: a key and its entry packed into a
-// word, with no pointers, so that the garbage collector never scans the
-// maps. It is empty when the entry's tiers are zero, since every entry
-// holds its block in at least one tier.
+// word.
 type extSlot struct {
 	key kvroute.ExternalHash
 	val uint64
 }
+
+// Control bytes: empty, deleted, or ctrlFull with the key's tag.
+const (
+	ctrlEmpty   = 0
+	ctrlDeleted = 1
+	ctrlFull    = 0x80
+)
 
 // pack packs e into a word: run id, position, tiers.
 func (e entry) pack() uint64 { return uint64(e.id)<<32 | uint64(uint32(e.pos))<<8 | uint64(e.tiers) }
@@ -41,13 +52,13 @@ func unpack(v uint64) entry { return entry{id: uint32(v >> 32), pos: int32(uint3
 const extMapMinSlots = 8
 
 func newExtMap() extMap {
-	return extMap{slots: make([]extSlot, extMapMinSlots), seed: rand.Uint64() | 1}
+	return extMap{ctrl: make([]uint8, extMapMinSlots), slots: make([]extSlot, extMapMinSlots), seed: rand.Uint64() | 1}
 }
 
-// home returns the slot a key hashes to. Engine hashes may be small
-// consecutive integers or well-mixed hashes; the splitmix64 finalizer
-// spreads either over the whole table.
-func (m *extMap) home(k kvroute.ExternalHash) int {
+// hash returns a key's home slot and control byte. Engine hashes may be
+// small consecutive integers or well-mixed hashes; the splitmix64
+// finalizer spreads either over the whole table.
+func (m *extMap) hash(k kvroute.ExternalHash) (int, uint8) {
 	x := uint64(k) ^ m.seed
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
@@ -55,91 +66,111 @@ func (m *extMap) home(k kvroute.ExternalHash) int {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	hi, _ := bits.Mul64(x, uint64(len(m.slots)))
-	return int(hi)
+	return int(hi), ctrlFull | uint8(x&0x7f)
 }
 
-// next returns the slot after i, wrapping around.
-func (m *extMap) next(i int) int {
-	if i++; i == len(m.slots) {
-		return 0
+// find returns the slot of k, or -1.
+func (m *extMap) find(k kvroute.ExternalHash) int {
+	i, tag := m.hash(k)
+	for {
+		switch c := m.ctrl[i]; {
+		case c == ctrlEmpty:
+			return -1
+		case c == tag && m.slots[i].key == k:
+			return i
+		}
+		if i++; i == len(m.ctrl) {
+			i = 0
+		}
 	}
-	return i
 }
 
 // get returns the entry for k.
 func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
-	for i := m.home(k); ; i = m.next(i) {
-		s := &m.slots[i]
-		if s.val == 0 {
-			return entry{}, false
-		}
-		if s.key == k {
-			return unpack(s.val), true
-		}
+	if i := m.find(k); i >= 0 {
+		return unpack(m.slots[i].val), true
 	}
+	return entry{}, false
 }
 
-// put sets the entry for k; e.tiers must not be zero.
+// put sets the entry for k.
 func (m *extMap) put(k kvroute.ExternalHash, e entry) {
-	if (m.count+1)*4 > len(m.slots)*3 {
-		m.resize(len(m.slots) + len(m.slots)/2)
-	}
-	for i := m.home(k); ; i = m.next(i) {
-		s := &m.slots[i]
-		if s.val == 0 {
-			*s = extSlot{key: k, val: e.pack()}
+	i, tag := m.hash(k)
+	dead := -1
+	for {
+		switch c := m.ctrl[i]; {
+		case c == ctrlEmpty:
+			if dead < 0 {
+				if (m.used+1)*4 > len(m.slots)*3 {
+					m.rebuild()
+					m.put(k, e)
+					return
+				}
+				m.used++
+				dead = i
+			}
+			m.ctrl[dead] = tag
+			m.slots[dead] = extSlot{key: k, val: e.pack()}
 			m.count++
 			return
-		}
-		if s.key == k {
-			s.val = e.pack()
+		case c == ctrlDeleted:
+			if dead < 0 {
+				dead = i
+			}
+		case c == tag && m.slots[i].key == k:
+			m.slots[i].val = e.pack()
 			return
+		}
+		if i++; i == len(m.ctrl) {
+			i = 0
 		}
 	}
 }
 
-// del removes k, shifting later members of its probe run back so that no
-// tombstone is left.
+// del removes k.
 func (m *extMap) del(k kvroute.ExternalHash) {
-	i := m.home(k)
-	for {
-		s := &m.slots[i]
-		if s.val == 0 {
-			return
-		}
-		if s.key == k {
-			break
-		}
-		i = m.next(i)
+	i := m.find(k)
+	if i < 0 {
+		return
 	}
+	m.ctrl[i] = ctrlDeleted
 	m.count--
-	for j := m.next(i); ; j = m.next(j) {
-		s := m.slots[j]
-		if s.val == 0 {
-			break
-		}
-		// s may move to i if its home is not in the cyclic range (i, j].
-		h := m.home(s.key)
-		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			m.slots[i] = s
-			i = j
-		}
-	}
-	m.slots[i] = extSlot{}
 	if len(m.slots) > extMapMinSlots && m.count*8 < len(m.slots) {
-		m.resize(max(extMapMinSlots, len(m.slots)/2))
+		m.rebuild()
 	}
 }
 
-func (m *extMap) resize(n int) {
-	old := m.slots
-	m.slots = make([]extSlot, n)
-	m.count = 0
-	for _, s := range old {
-		if s.val != 0 {
-			m.put(s.key, unpack(s.val))
+// rebuild rehashes the live entries into a table without tombstones.
+func (m *extMap) rebuild() {
+	n := len(m.slots)
+	switch {
+	case (m.count+1)*2 > n:
+		n *= 2
+	case m.count*8 < n:
+		n = max(extMapMinSlots, n/2)
+	}
+	ctrl, slots := m.ctrl, m.slots
+	m.ctrl, m.slots = make([]uint8, n), make([]extSlot, n)
+	m.count, m.used = 0, 0
+	for i, c := range ctrl {
+		if c < ctrlFull {
+			continue
+		}
+		j, tag := m.hash(slots[i].key)
+		for m.ctrl[j] != ctrlEmpty {
+			if j++; j == n {
+				j = 0
+			}
+		}
+		m.ctrl[j] = tag
+		m.slots[j] = slots[i]
+	}
+	for _, c := range m.ctrl {
+		if c >= ctrlFull {
+			m.count++
 		}
 	}
+	m.used = m.count
 }
 
 // len returns the number of entries.
@@ -147,9 +178,9 @@ func (m *extMap) len() int { return m.count }
 
 // all calls fn for every entry, in table order.
 func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
-	for _, s := range m.slots {
-		if s.val != 0 {
-			fn(s.key, unpack(s.val))
+	for i, c := range m.ctrl {
+		if c >= ctrlFull {
+			fn(m.slots[i].key, unpack(m.slots[i].val))
 		}
 	}
 }
@@ -157,9 +188,9 @@ func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
 // reset empties the map and releases a large table.
 func (m *extMap) reset() {
 	if len(m.slots) > 1024 {
-		m.slots = make([]extSlot, extMapMinSlots)
+		m.ctrl, m.slots = make([]uint8, extMapMinSlots), make([]extSlot, extMapMinSlots)
 	} else {
-		clear(m.slots)
+		clear(m.ctrl)
 	}
-	m.count = 0
+	m.count, m.used = 0, 0
 }

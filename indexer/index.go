@@ -76,10 +76,9 @@ type Index struct {
 	// a slot is taken or freed; Match reads it without a lock.
 	slotKeys atomic.Pointer[[]slotKey]
 
-	// kids counts, per sequence hash, the heads (see blockTable) whose
-	// parent it is, so that a block appended under a parent is looked up
-	// in the table only when it may exist as such a head.
-	kids map[kvroute.SeqHash]int32
+	// parents holds the parents of heads, so that a block appended under
+	// a parent is looked up in the table only when it may exist as a head.
+	parents parentFilter
 
 	// runs are the runs with live blocks by id; entries name runs by id.
 	runs     []*run
@@ -164,7 +163,7 @@ func New(cfg Config) (*Index, error) {
 		clock:   kvroute.ClockOrSystem(cfg.Clock),
 		blocks:  newBlockTable(cfg.SizeHint / 16),
 		workers: xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
-		kids:    map[kvroute.SeqHash]int32{},
+		parents: newParentFilter(0),
 	}
 	empty := []slotKey{}
 	ix.slotKeys.Store(&empty)
@@ -382,7 +381,7 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 		}
 		revive = true
 	}
-	if pr == nil || ix.kids[st.prev] > 0 {
+	if pr == nil || ix.parents.mayHave(st.prev) {
 		if r, pos, ok := ix.blocks.get(seq); ok && r.alive(pos) && r.seqs[pos] == seq {
 			return st.hold(r, pos)
 		}
@@ -651,7 +650,10 @@ func (ix *Index) register(r *run) {
 func (ix *Index) addHead(r *run, i int) {
 	ix.blocks.put(r.seqs[i], r, i)
 	if p, ok := r.parentOf(i); ok {
-		ix.kids[p]++
+		ix.parents.add(p)
+		if ix.parents.full() {
+			ix.rebuildParents()
+		}
 	}
 }
 
@@ -660,13 +662,17 @@ func (ix *Index) dropHead(r *run, i int) {
 	if hr, hpos, ok := ix.blocks.get(r.seqs[i]); ok && hr == r && hpos == i {
 		ix.blocks.del(r.seqs[i])
 	}
-	if p, ok := r.parentOf(i); ok {
-		if ix.kids[p] <= 1 {
-			delete(ix.kids, p)
-		} else {
-			ix.kids[p]--
+}
+
+// rebuildParents rebuilds the parent filter from the heads in the table.
+func (ix *Index) rebuildParents() {
+	f := newParentFilter(ix.blocks.len())
+	ix.blocks.each(func(r *run, i int) {
+		if p, ok := r.parentOf(i); ok {
+			f.add(p)
 		}
-	}
+	})
+	ix.parents = f
 }
 
 // died records that position i of r lost its last holder.
@@ -888,7 +894,7 @@ const (
 	runHeaderBytes = 160 // run struct, rounded to its size class
 	segmentBytes   = 64  // segment struct, rounded
 	chunkBytes     = 48  // one extra holder chunk
-	entryBytes     = 26  // engine-hash map slot (16 bytes) at its average load
+	entryBytes     = 30  // engine-hash map slot and control byte (17 bytes) at its average load
 	workerBytes    = 512
 )
 

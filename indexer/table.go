@@ -192,10 +192,18 @@ func (t *blockTable) del(k kvroute.SeqHash) {
 	}
 }
 
-// rebuild replaces a with an array sized for its live keys at half load,
-// without tombstones.
+// rebuild replaces a with an array without tombstones, grown by half when
+// live keys fill more than half of it and halved when they fill less than
+// an eighth.
 func (t *blockTable) rebuild(a *tableArray) {
-	b := newTableArray(max(2*(a.live+1), len(a.slots)*3/4))
+	n := len(a.slots)
+	switch {
+	case 2*(a.live+1) > n:
+		n += n / 2
+	case 8*a.live < n:
+		n /= 2
+	}
+	b := newTableArray(n)
 	for i := range a.slots {
 		s := &a.slots[i]
 		k := s.key.Load()
@@ -217,6 +225,22 @@ func (t *blockTable) rebuild(a *tableArray) {
 	}
 	b.live, b.used = a.live, a.live
 	t.cur.Store(b)
+}
+
+// each calls fn with the place of every key. Writer only.
+func (t *blockTable) each(fn func(*run, int)) {
+	for i := range t.low {
+		if n := t.low[i].node.Load(); n != nil {
+			fn(n, int(t.low[i].off.Load()))
+		}
+	}
+	a := t.cur.Load()
+	for i := range a.slots {
+		s := &a.slots[i]
+		if s.key.Load() > keyDead {
+			fn(s.node.Load(), int(s.off.Load()))
+		}
+	}
 }
 
 // len returns the number of keys.
