@@ -23,6 +23,7 @@ import (
 // garbage collector never scans them. An extMap is not safe for concurrent
 // use; the index's write lock protects it.
 type extMap struct {
+	sink  uint64 // keeps prefetch loads from being optimised away
 	ctrl  []uint8
 	slots []extSlot
 	count int // live entries
@@ -47,7 +48,9 @@ const (
 // pack packs e into a word: run id, position, tiers.
 func (e entry) pack() uint64 { return uint64(e.id)<<32 | uint64(uint32(e.pos))<<8 | uint64(e.tiers) }
 
-func unpack(v uint64) entry { return entry{id: uint32(v >> 32), pos: int32(uint32(v) >> 8), tiers: uint8(v)} }
+func unpack(v uint64) entry {
+	return entry{id: uint32(v >> 32), pos: int32(uint32(v) >> 8), tiers: uint8(v)}
+}
 
 const extMapMinSlots = 8
 
@@ -85,6 +88,19 @@ func (m *extMap) find(k kvroute.ExternalHash) int {
 	}
 }
 
+// prefetch touches the home control byte and slot of each key of keys[i]
+// for i in [0, n), where key returns keys[i]. The loads are independent of
+// one another, so the CPU overlaps their cache misses; the operations that
+// follow then find the lines in the cache instead of missing one by one.
+func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
+	var sum uint64
+	for i := range n {
+		h, _ := m.hash(key(i))
+		sum += uint64(m.ctrl[h]) + uint64(m.slots[h].key)
+	}
+	m.sink += sum
+}
+
 // get returns the entry for k.
 func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 	if i := m.find(k); i >= 0 {
@@ -95,6 +111,14 @@ func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 
 // put sets the entry for k.
 func (m *extMap) put(k kvroute.ExternalHash, e entry) {
+	p, _ := m.upsert(k)
+	*p = e.pack()
+}
+
+// upsert returns the packed entry of k for the caller to read and set, and
+// whether k was present; an absent k is inserted with a zero word, which
+// the caller must set before the next operation on the map.
+func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 	i, tag := m.hash(k)
 	dead := -1
 	for {
@@ -103,23 +127,21 @@ func (m *extMap) put(k kvroute.ExternalHash, e entry) {
 			if dead < 0 {
 				if (m.used+1)*4 > len(m.slots)*3 {
 					m.rebuild()
-					m.put(k, e)
-					return
+					return m.upsert(k)
 				}
 				m.used++
 				dead = i
 			}
 			m.ctrl[dead] = tag
-			m.slots[dead] = extSlot{key: k, val: e.pack()}
+			m.slots[dead] = extSlot{key: k}
 			m.count++
-			return
+			return &m.slots[dead].val, false
 		case c == ctrlDeleted:
 			if dead < 0 {
 				dead = i
 			}
 		case c == tag && m.slots[i].key == k:
-			m.slots[i].val = e.pack()
-			return
+			return &m.slots[i].val, true
 		}
 		if i++; i == len(m.ctrl) {
 			i = 0

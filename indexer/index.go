@@ -255,8 +255,14 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 	ix.stats.applied.Add(1)
 	switch ev.Kind {
 	case kvroute.EventStored:
+		if len(ev.Blocks) > 1 {
+			ws.blocks.prefetch(len(ev.Blocks), func(i int) kvroute.ExternalHash { return ev.Blocks[i].External })
+		}
 		return ix.applyStored(ws, ev)
 	case kvroute.EventRemoved:
+		if len(ev.Removed) > 1 {
+			ws.blocks.prefetch(len(ev.Removed), func(i int) kvroute.ExternalHash { return ev.Removed[i] })
+		}
 		for _, h := range ev.Removed {
 			ix.removeBlock(ws, h, ev.Tier)
 		}
@@ -343,27 +349,33 @@ func (st *storer) store(ext kvroute.ExternalHash, local kvroute.BlockHash, left 
 // place stores the block seq and moves the storer past it.
 func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvroute.BlockHash, left int) {
 	ix, ws, t := st.ix, st.ws, st.tier
-	old, had := ws.blocks.get(ext)
-	if had && ix.seqOf(old) != seq {
+	// One probe finds or inserts the entry; nothing below changes the map
+	// before the entry is set.
+	p, had := ws.blocks.upsert(ext)
+	var old entry
+	switch {
+	case !had:
+		ix.entryCount.Add(1)
+	case ix.seqOf(unpack(*p)) != seq:
 		// The engine reused its hash for other content: forget the old block.
 		st.flush()
+		stale := unpack(*p)
+		r, pos := ix.place(stale)
 		for tt := kvroute.Tier(0); tt < kvroute.NumTiers; tt++ {
-			if old.tiers&(1<<tt) != 0 {
-				ix.removeBlock(ws, ext, tt)
+			if stale.tiers&(1<<tt) != 0 {
+				ix.release(ws, r, pos, tt)
 			}
 		}
-		old, had = entry{}, false
-	}
-	if had && old.tiers&(1<<t) != 0 {
-		r, pos := ix.place(old)
-		st.at(seq, r, pos)
-		return
+	default:
+		old = unpack(*p)
+		if old.tiers&(1<<t) != 0 {
+			r, pos := ix.place(old)
+			st.at(seq, r, pos)
+			return
+		}
 	}
 	r, pos := st.locate(seq, local, left)
-	if !had {
-		ix.entryCount.Add(1)
-	}
-	ws.blocks.put(ext, entry{id: r.id, pos: int32(pos), tiers: old.tiers | 1<<t})
+	*p = entry{id: r.id, pos: int32(pos), tiers: old.tiers | 1<<t}.pack()
 	st.at(seq, r, pos)
 }
 
