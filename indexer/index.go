@@ -83,6 +83,9 @@ type Index struct {
 	// runs are the runs with live blocks by id; entries name runs by id.
 	runs     []*run
 	freeRuns []uint32
+	// deadHeads counts the positions of the runs whose dead starts were
+	// left in the table since the last sweep.
+	deadHeads int
 
 	runCount    atomic.Int64 // runs with live blocks
 	runBytes    atomic.Int64 // memory of those runs' arrays
@@ -263,8 +266,10 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 		if len(ev.Removed) > 1 {
 			ws.blocks.prefetch(len(ev.Removed), func(i int) kvroute.ExternalHash { return ev.Removed[i] })
 		}
-		for _, h := range ev.Removed {
-			ix.removeBlock(ws, h, ev.Tier)
+		// Engines list a chain's blocks root first; removing them tail
+		// first keeps the blocks left from becoming heads one by one.
+		for i := len(ev.Removed) - 1; i >= 0; i-- {
+			ix.removeBlock(ws, ev.Removed[i], ev.Tier)
 		}
 	case kvroute.EventCleared:
 		ix.clearWorker(ws)
@@ -393,9 +398,15 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 		}
 		revive = true
 	}
+	var dead *run // a dead run start holding the block, from the table
 	if pr == nil || ix.parents.mayHave(st.prev) {
-		if r, pos, ok := ix.blocks.get(seq); ok && r.alive(pos) && r.seqs[pos] == seq {
-			return st.hold(r, pos)
+		if r, pos, ok := ix.blocks.get(seq); ok && r.seqs[pos] == seq {
+			if r.alive(pos) {
+				return st.hold(r, pos)
+			}
+			if pos == 0 {
+				dead = r
+			}
 		}
 	}
 	st.flush()
@@ -403,6 +414,9 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 	case revive:
 		ix.bringToLife(pr, j, slot, t)
 		return pr, j
+	case dead != nil:
+		ix.bringToLife(dead, 0, slot, t)
+		return dead, 0
 	case pr != nil && j == int(pr.written) && j < len(pr.seqs):
 		pr.seqs[j], pr.locals[j] = seq, local
 		pr.written++
@@ -691,7 +705,17 @@ func (ix *Index) rebuildParents() {
 func (ix *Index) died(r *run, i int) {
 	r.live--
 	ix.blockCount.Add(-1)
-	if i == 0 || !r.alive(i-1) {
+	switch {
+	case i == 0:
+		// A dead run start stays in the table, so that storing the chain
+		// again (engines evict prefixes and recompute them) brings the run
+		// back to life instead of building a new one. Sweeps drop such
+		// entries once the dead runs they keep hold a quarter as many
+		// positions as there are live blocks.
+		if ix.deadHeads += len(r.seqs); ix.deadHeads > max(minSweep, int(ix.blockCount.Load())/4) {
+			ix.sweepDeadHeads()
+		}
+	case !r.alive(i - 1):
 		ix.dropHead(r, i)
 	}
 	if r.alive(i + 1) {
@@ -704,6 +728,24 @@ func (ix *Index) died(r *run, i int) {
 		ix.runCount.Add(-1)
 		ix.runBytes.Add(-(runHeaderBytes + 24*int64(len(r.seqs))))
 	}
+}
+
+// minSweep is the number of positions of dead runs kept for revival
+// below which they are never swept from the table.
+const minSweep = 1 << 16
+
+// sweepDeadHeads drops the table entries of dead run starts.
+func (ix *Index) sweepDeadHeads() {
+	var dead []kvroute.SeqHash
+	ix.blocks.each(func(r *run, i int) {
+		if !r.alive(i) {
+			dead = append(dead, r.seqs[i])
+		}
+	})
+	for _, s := range dead {
+		ix.blocks.del(s)
+	}
+	ix.deadHeads = 0
 }
 
 // removeBlock drops tier t of the block ws holds as ext.

@@ -93,9 +93,17 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 		// Walk the run from pos while it holds the request's blocks.
 		for ; pos < len(r.segs) && depth < len(seqs); pos++ {
 			s := r.segs[pos].Load()
+			if s == nil {
+				if depth == from {
+					// The table names a dead run start: nobody holds
+					// the block.
+					ok = false
+				}
+				break
+			}
 			// A live position was written before its segment was set, so
 			// its hash can be read once the segment is seen.
-			if s == nil || r.seqs[pos] != seqs[depth] {
+			if r.seqs[pos] != seqs[depth] {
 				break
 			}
 			if s != cur {
