@@ -20,12 +20,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/internal/words"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/openai"
 )
@@ -69,6 +68,7 @@ type Engine struct {
 	buffer [][]byte // payload of batch i
 
 	requests  atomic.Int64
+	cachedBy  sync.Map // X-Request-Id → cached prompt tokens
 	running   atomic.Int64
 	published atomic.Int64
 	fail      atomic.Int32
@@ -141,6 +141,16 @@ func (e *Engine) Requests() int64 { return e.requests.Load() }
 
 // Published is the number of KV events published.
 func (e *Engine) Published() int64 { return e.published.Load() }
+
+// CachedFor returns the cached prompt tokens of the request that carried
+// the X-Request-Id header id.
+func (e *Engine) CachedFor(id string) (int, bool) {
+	v, ok := e.cachedBy.Load(id)
+	if !ok {
+		return 0, false
+	}
+	return v.(int), true
+}
 
 // FailNext answers the next n completion requests with 503.
 func (e *Engine) FailNext(n int) { e.fail.Store(int32(n)) }
@@ -293,6 +303,9 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		return
 	}
 	tokens, _, err := e.template(req)
+	if err == nil && len(tokens) == 0 {
+		err = fmt.Errorf("empty prompt")
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -301,6 +314,9 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Ki
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
+	}
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		e.cachedBy.Store(id, cached)
 	}
 	chunks := e.cfg.Chunks
 	usage := map[string]any{
@@ -371,30 +387,46 @@ func (e *Engine) template(req *openai.Request) ([]uint32, []kvroute.MMObject, er
 	return Render(req)
 }
 
-// tokenize is vLLM's /tokenize (and SGLang's /v1/tokenize): a prompt, or
-// messages with tools and chat_template_kwargs.
-func (e *Engine) tokenize(w http.ResponseWriter, r *http.Request) {
+// rendered reads a request of the given kind (zero: chat when it has
+// messages) and renders it with the engine's template; it answers 400 and
+// returns false when it cannot.
+func (e *Engine) rendered(w http.ResponseWriter, r *http.Request, kind openai.Kind) ([]uint32, []kvroute.MMObject, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
-		return
+		return nil, nil, false
 	}
-	var probe struct {
-		Messages json.RawMessage `json:"messages"`
-	}
-	_ = json.Unmarshal(body, &probe)
-	kind := openai.KindCompletion
-	if probe.Messages != nil {
-		kind = openai.KindChat
+	if kind == 0 {
+		var probe struct {
+			Messages json.RawMessage `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &probe)
+		kind = openai.KindCompletion
+		if probe.Messages != nil {
+			kind = openai.KindChat
+		}
 	}
 	req, err := openai.ParseRequest(body, kind)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
-		return
+		return nil, nil, false
 	}
-	ids, _, err := e.template(req)
+	ids, mm, err := e.template(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, nil, false
+	}
+	if ids == nil {
+		ids = []uint32{} // an empty list, not null
+	}
+	return ids, mm, true
+}
+
+// tokenize is vLLM's /tokenize (and SGLang's /v1/tokenize): a prompt, or
+// messages with tools and chat_template_kwargs.
+func (e *Engine) tokenize(w http.ResponseWriter, r *http.Request) {
+	ids, _, ok := e.rendered(w, r, 0)
+	if !ok {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -403,19 +435,8 @@ func (e *Engine) tokenize(w http.ResponseWriter, r *http.Request) {
 
 // render is vLLM's /v1/chat/completions/render and /v1/completions/render.
 func (e *Engine) render(w http.ResponseWriter, r *http.Request, kind openai.Kind) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	req, err := openai.ParseRequest(body, kind)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	ids, mm, err := e.template(req)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	ids, mm, ok := e.rendered(w, r, kind)
+	if !ok {
 		return
 	}
 	var hashes []string
@@ -449,8 +470,8 @@ func Render(req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
 	var ids []uint32
 	var mm []kvroute.MMObject
 	if len(req.Tools) > 0 {
-		ids = append(ids, roleToken("tools"))
-		ids = appendWords(ids, string(req.Tools))
+		ids = append(ids, words.Role("tools"))
+		ids = words.Append(ids, string(req.Tools))
 	}
 	var msgs []struct {
 		Role    string          `json:"role"`
@@ -460,10 +481,10 @@ func Render(req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
 		return nil, nil, err
 	}
 	for _, m := range msgs {
-		ids = append(ids, roleToken(m.Role))
+		ids = append(ids, words.Role(m.Role))
 		var text string
 		if json.Unmarshal(m.Content, &text) == nil {
-			ids = appendWords(ids, text)
+			ids = words.Append(ids, text)
 			continue
 		}
 		var parts []struct {
@@ -477,22 +498,22 @@ func Render(req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
 		for _, p := range parts {
 			switch p.Type {
 			case "text":
-				ids = appendWords(ids, p.Text)
+				ids = words.Append(ids, p.Text)
 			case "image_url":
 				h, _ := kvroute.MMIdentifierHash(p.ImageURL.URL)
 				mm = append(mm, kvroute.MMObject{Hash: h, Offset: len(ids), Length: ImageTokens})
 				for range ImageTokens {
-					ids = append(ids, roleToken("image"))
+					ids = append(ids, words.Role("image"))
 				}
 			}
 		}
 	}
-	ids = append(ids, roleToken("assistant"))
+	ids = append(ids, words.Role("assistant"))
 	var kw struct {
 		Think bool `json:"enable_thinking"`
 	}
 	if req.ChatTemplateKwargs != nil && json.Unmarshal(req.ChatTemplateKwargs, &kw) == nil && kw.Think {
-		ids = append(ids, roleToken("think"))
+		ids = append(ids, words.Role("think"))
 	}
 	return ids, mm, nil
 }
@@ -507,54 +528,15 @@ func Words(_ context.Context, req *openai.Request, dst []uint32) ([]uint32, erro
 		if req.HasTokens {
 			return append(dst, req.PromptTokens...), nil
 		}
-		return appendWords(dst, req.Prompt), nil
+		return words.Append(dst, req.Prompt), nil
 	}
 	msgs, err := req.TextMessages()
 	if err != nil {
 		return dst, err
 	}
 	for _, m := range msgs {
-		dst = append(dst, roleToken(m.Role))
-		dst = appendWords(dst, m.Content)
+		dst = append(dst, words.Role(m.Role))
+		dst = words.Append(dst, m.Content)
 	}
-	return append(dst, roleToken("assistant")), nil
-}
-
-func roleToken(role string) uint32 {
-	h := fnvAdd(fnvOffset, "<|")
-	h = fnvAdd(h, role)
-	return fnvAdd(h, "|>")
-}
-
-const (
-	fnvOffset = 2166136261
-	fnvPrime  = 16777619
-)
-
-func fnvAdd(h uint32, s string) uint32 {
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= fnvPrime
-	}
-	return h
-}
-
-func appendWords(dst []uint32, s string) []uint32 {
-	start := -1
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if unicode.IsSpace(r) {
-			if start >= 0 {
-				dst = append(dst, fnvAdd(fnvOffset, s[start:i]))
-				start = -1
-			}
-		} else if start < 0 {
-			start = i
-		}
-		i += n
-	}
-	if start >= 0 {
-		dst = append(dst, fnvAdd(fnvOffset, s[start:]))
-	}
-	return dst
+	return append(dst, words.Role("assistant")), nil
 }

@@ -197,7 +197,7 @@ func (c *cluster) waitSynced(t *testing.T, ctx context.Context) {
 	for {
 		var published, applied int64
 		for _, e := range c.engines {
-			published += e.published.Load()
+			published += e.Published()
 		}
 		for _, es := range c.gw.Stats().Engines {
 			applied += int64(es.Events.Applied)
@@ -293,7 +293,7 @@ func (c *cluster) foundCached(jobs []job, tokens int) float64 {
 	hits := 0
 	for _, j := range jobs {
 		for _, e := range c.engines {
-			if n, ok := e.cachedBy.Load(strconv.Itoa(j.i)); ok && n.(int) >= tokens {
+			if n, ok := e.CachedFor(strconv.Itoa(j.i)); ok && n >= tokens {
 				hits++
 			}
 		}
@@ -387,16 +387,16 @@ func TestGatewayRoutesSharedPrefixesAndSurvivesAKilledEngine(t *testing.T) {
 
 	// The dead engine is found unhealthy and removed, with its blocks.
 	deadline := time.After(10 * time.Second)
-	for slices.Contains(c.router.Workers(), kvroute.WorkerKey{ID: victim.id}) {
+	for slices.Contains(c.router.Workers(), kvroute.WorkerKey{ID: victim.ID()}) {
 		select {
 		case <-deadline:
-			t.Fatalf("engine %d still registered: %+v", victim.id, c.gw.Stats())
+			t.Fatalf("engine %d still registered: %+v", victim.ID(), c.gw.Stats())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	assert.NotContains(t, c.router.Index().Workers(), kvroute.WorkerKey{ID: victim.id})
+	assert.NotContains(t, c.router.Index().Workers(), kvroute.WorkerKey{ID: victim.ID()})
 	for _, j := range jobs[killAt+concurrency:] {
-		assert.NotEqual(t, kvroute.WorkerKey{ID: victim.id}.String(), answers[j.i].worker, "request %d", j.i)
+		assert.NotEqual(t, kvroute.WorkerKey{ID: victim.ID()}.String(), answers[j.i].worker, "request %d", j.i)
 	}
 
 	// Every decision was balanced by Done (the handlers may still be
@@ -473,7 +473,7 @@ func TestGatewayAnswers(t *testing.T) {
 			c := newCluster(t, ctx, tt.engines, router.Config{}, gateway.Config{MaxRequestBytes: 1024, HealthInterval: -1},
 				func(i int, e *fakeEngine) {
 					if i == 0 || !tt.failOne {
-						e.fail.Store(tt.fail)
+						e.FailNext(int(tt.fail))
 					}
 				})
 			method := cmp.Or(tt.method, http.MethodPost)

@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/kvroute/kvroute/internal/words"
 	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/render"
 )
@@ -116,55 +114,13 @@ func (WordTokenizer) Tokenize(_ context.Context, p *Prompt, dst []uint32) ([]uin
 		if p.Tokens != nil {
 			return append(dst, p.Tokens...), nil
 		}
-		return appendWords(dst, p.Text), nil
+		return words.Append(dst, p.Text), nil
 	}
 	for _, m := range p.Messages {
-		dst = append(dst, roleToken(m.Role))
-		dst = appendWords(dst, m.Content)
+		dst = append(dst, words.Role(m.Role))
+		dst = words.Append(dst, m.Content)
 	}
-	return append(dst, roleToken("assistant")), nil
-}
-
-// roleToken is the token of "<|role|>".
-func roleToken(role string) uint32 {
-	h := fnvAdd(fnvOffset, "<|")
-	h = fnvAdd(h, role)
-	return fnvAdd(h, "|>")
-}
-
-const (
-	fnvOffset = 2166136261
-	fnvPrime  = 16777619
-)
-
-func fnvAdd(h uint32, s string) uint32 {
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= fnvPrime
-	}
-	return h
-}
-
-// appendWords appends the FNV-1a hash of every run of non-space characters
-// of s.
-func appendWords(dst []uint32, s string) []uint32 {
-	start := -1
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if unicode.IsSpace(r) {
-			if start >= 0 {
-				dst = append(dst, fnvAdd(fnvOffset, s[start:i]))
-				start = -1
-			}
-		} else if start < 0 {
-			start = i
-		}
-		i += n
-	}
-	if start >= 0 {
-		dst = append(dst, fnvAdd(fnvOffset, s[start:]))
-	}
-	return dst
+	return append(dst, words.Role("assistant")), nil
 }
 
 // RemoteTokenizer tokenizes through an engine's tokenizer endpoint: vLLM's
@@ -190,71 +146,43 @@ type RemoteTokenizer struct {
 
 var defaultTokenizeClient = &http.Client{Timeout: 10 * time.Second}
 
-// tokenizeRequest is the body of vLLM's /tokenize.
-type tokenizeRequest struct {
-	Model               string    `json:"model,omitempty"`
-	Prompt              *string   `json:"prompt,omitempty"`
-	Messages            []Message `json:"messages,omitempty"`
-	AddGenerationPrompt bool      `json:"add_generation_prompt,omitempty"`
-}
-
-// maxTokenizeResponse bounds the tokenizer's answer (a million token ids
-// as decimal text).
-const maxTokenizeResponse = 16 << 20
-
 // Tokenize implements Tokenizer. Errors wrap ErrTokenize.
 func (t *RemoteTokenizer) Tokenize(ctx context.Context, p *Prompt, dst []uint32) ([]uint32, error) {
 	if p.Messages == nil && p.Tokens != nil {
 		return append(dst, p.Tokens...), nil
 	}
-	if p.Request != nil {
-		api := render.APIVLLMTokenize
-		if t.Render {
-			api = render.APIVLLMRender
-		}
-		c := render.Client{URL: t.URL, API: api, HTTP: cmp.Or(t.Client, defaultTokenizeClient)}
-		ids, err := c.Tokenize(ctx, p.Request, dst)
-		if err != nil {
+	req := p.Request
+	if req == nil {
+		var err error
+		if req, err = p.request(); err != nil {
 			return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
 		}
-		return ids, nil
 	}
-	req := tokenizeRequest{Model: p.Model}
+	api := render.APIVLLMTokenize
+	if t.Render {
+		api = render.APIVLLMRender
+	}
+	c := render.Client{URL: t.URL, API: api, HTTP: cmp.Or(t.Client, defaultTokenizeClient)}
+	ids, err := c.Tokenize(ctx, req, dst)
+	if err != nil {
+		return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
+	}
+	return ids, nil
+}
+
+// request builds the request a prompt made without one stands for: its
+// model and text, or its messages as role and text.
+func (p *Prompt) request() (*openai.Request, error) {
+	fields := map[string]any{"model": p.Model}
+	kind := openai.KindCompletion
 	if p.Messages != nil {
-		req.Messages, req.AddGenerationPrompt = p.Messages, true
+		fields["messages"], kind = p.Messages, openai.KindChat
 	} else {
-		req.Prompt = &p.Text
+		fields["prompt"] = p.Text
 	}
-	body, err := json.Marshal(&req)
+	body, err := json.Marshal(fields)
 	if err != nil {
-		return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
+		return nil, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(t.URL, "/")+"/tokenize", bytes.NewReader(body))
-	if err != nil {
-		return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	client := t.Client
-	if client == nil {
-		client = defaultTokenizeClient
-	}
-	resp, err := client.Do(hreq)
-	if err != nil {
-		return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenizeResponse))
-	if err != nil {
-		return dst, fmt.Errorf("%w: reading the answer: %w", ErrTokenize, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return dst, fmt.Errorf("%w: %s answered %s: %.200s", ErrTokenize, hreq.URL, resp.Status, raw)
-	}
-	var out struct {
-		Tokens []uint32 `json:"tokens"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return dst, fmt.Errorf("%w: %s answered: %w", ErrTokenize, hreq.URL, err)
-	}
-	return append(dst, out.Tokens...), nil
+	return openai.ParseRequest(body, kind)
 }

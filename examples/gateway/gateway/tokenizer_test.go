@@ -20,7 +20,7 @@ func TestTokenizers(t *testing.T) {
 	engine := newFakeEngine(t, 1, blockSize, 64, 1, 0)
 	broken := httptest.NewServer(http.NotFoundHandler())
 	defer broken.Close()
-	remote := &gateway.RemoteTokenizer{URL: engine.srv.URL}
+	remote := &gateway.RemoteTokenizer{URL: engine.URL()}
 	chat := []gateway.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi  there\n"}}
 	tests := []struct {
 		name   string
