@@ -89,6 +89,8 @@ type PublisherConfig struct {
 // publish failed (during a NATS reconnect), and Serve answers replicas'
 // replay requests from them and announces every worker's last ID.
 //
+// Each worker must have one Publisher at a time: replicas follow the
+// Publisher whose heads they hear, and take another's as a relay restart.
 // Calls must be serialised per worker, as for any Sink; a Publisher is
 // otherwise safe for concurrent use.
 type Publisher struct {

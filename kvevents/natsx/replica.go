@@ -390,7 +390,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	defer r.running.Store(false)
 	ctx, cancel := context.WithCancel(ctx)
 	l := &loop{r: r, ctx: ctx, conn: r.cfg.Conn, ch: make(chan *nats.Msg, queueLen),
-		last: map[kvroute.WorkerKey]uint64{}, repairs: map[kvroute.WorkerKey]*repairState{},
+		last: map[kvroute.WorkerKey]uint64{}, epochs: map[kvroute.WorkerKey]uint64{}, repairs: map[kvroute.WorkerKey]*repairState{},
 		peers: map[string]*peerState{}, repaired: make(chan repairResult, 16), resynced: make(chan resyncResult, 16)}
 	defer func() {
 		cancel()
@@ -418,6 +418,7 @@ type loop struct {
 
 	start    *syncState                         // the start-up dump, until applied
 	last     map[kvroute.WorkerKey]uint64       // last event ID applied per worker
+	epochs   map[kvroute.WorkerKey]uint64       // the Publisher whose sequence last follows, from its heads
 	repairs  map[kvroute.WorkerKey]*repairState // workers being repaired
 	peers    map[string]*peerState
 	repaired chan repairResult
@@ -647,6 +648,7 @@ func (l *loop) handleEvent(data []byte) {
 			// The relay's new-sequence marker: its events of w start at 1.
 			r.cfg.Index.ResetWorker(w)
 			l.last[w] = 0
+			delete(l.epochs, w) // the next heads tell which Publisher
 			r.stats.applied.Add(1)
 			return
 		}
@@ -687,7 +689,9 @@ func (l *loop) apply(ev *kvroute.Event) {
 
 // handleHeads starts a repair of every worker the relay has published
 // more events of than this replica applied (events lost at the end of a
-// burst show no gap in the stream).
+// burst show no gap in the stream). Heads of a Publisher other than the
+// one the worker's sequence came from mean that this replica missed the
+// new Publisher's marker: the worker starts over from its first event.
 func (l *loop) handleHeads(data []byte) {
 	h, err := decodeHeads(data)
 	if err != nil {
@@ -695,6 +699,17 @@ func (l *loop) handleHeads(data []byte) {
 		return
 	}
 	for _, x := range h.last {
+		switch e, ok := l.epochs[x.worker]; {
+		case !ok:
+			l.epochs[x.worker] = h.epoch
+		case e != h.epoch:
+			l.r.stats.gaps.Add(1)
+			l.r.log.Info("natsx: missed a relay restart", "worker", x.worker.String(), "head", x.id)
+			l.r.cfg.Index.ResetWorker(x.worker)
+			l.last[x.worker] = 0
+			l.epochs[x.worker] = h.epoch
+			delete(l.repairs, x.worker) // a repair of the old sequence: its result is ignored
+		}
 		if x.id > l.last[x.worker] && l.repairs[x.worker] == nil {
 			l.r.stats.gaps.Add(1)
 			l.r.log.Info("natsx: events lost at the tail", "worker", x.worker.String(), "have", l.last[x.worker], "head", x.id)

@@ -418,11 +418,13 @@ func TestLocalIDAndConfig(t *testing.T) {
 
 // A relay that restarts numbers its workers' events from 1 again, after a
 // new-sequence marker; replicas apply the new sequence, not drop it as
-// duplicates of the old one. A reset of a worker later on is an event of
-// its sequence.
+// duplicates of the old one, also when they miss the marker (the new
+// Publisher's heads tell). A reset of a worker later on is an event of its
+// sequence.
 func TestReplicaFollowsARestartedRelay(t *testing.T) {
 	url := startNATS(t)
-	a := startNode(t, url, "a", nodeConfig{}, 3)
+	proxy := startProxy(t, url[len("nats://"):])
+	a := startNode(t, proxy.URL(), "a", nodeConfig{syncTimeout: time.Second}, 3)
 	w := kvroute.WorkerKey{ID: 3}
 	store := func(pub *natsx.Publisher, ext kvroute.ExternalHash, tok uint32) {
 		ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: 99,
@@ -437,12 +439,27 @@ func TestReplicaFollowsARestartedRelay(t *testing.T) {
 	pub.ResetWorker(w)
 	store(pub, 50, 50)
 	eventually(t, "the reset", func() bool { return len(a.blocks(w)) == 1 })
+	time.Sleep(200 * time.Millisecond) // the replica hears this Publisher's heads
 
 	// The relay restarts: marker, then IDs from 1.
 	stop()
-	pub2, _ := startRelay(t, connect(t, url), 0)
+	pub2, stop2 := startRelay(t, connect(t, url), 0)
 	store(pub2, 101, 101)
 	store(pub2, 102, 102)
 	eventually(t, "the new sequence", func() bool { return len(a.blocks(w)) == 2 })
+	time.Sleep(200 * time.Millisecond)
+
+	// It restarts again, and the replica misses the marker.
+	stop2()
+	proxy.setDrop(dropEvent(w, 0))
+	pub3, _ := startRelay(t, connect(t, url), 0)
+	store(pub3, 201, 201)
+	store(pub3, 202, 202)
+	store(pub3, 203, 203)
+	eventually(t, "the sequence after the missed marker", func() bool {
+		b := a.blocks(w)
+		return len(b) == 3 && slices.Contains(b, kvroute.SeqHash(hasher.HashBlock([]uint32{201, 1, 2, 3})))
+	})
+	require.Positive(t, proxy.dropped.Load())
 	require.Zero(t, a.rep.Stats().Resets)
 }
