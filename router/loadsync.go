@@ -14,7 +14,8 @@ import (
 // Select or of the Decision method, so implementations must be fast, must
 // not block and must be safe for concurrent use. ids are the router's own
 // tracker ids, unique among its active requests. blocks is only valid
-// during the call.
+// during the call: a sync that keeps it copies it, and that copy is then
+// Select's only allocation.
 type LoadSync interface {
 	// Added reports a request tracked on worker w (Tracker.Add).
 	Added(id scheduling.RequestID, w kvroute.WorkerKey, blocks []kvroute.SeqHash, prefillTokens int)
