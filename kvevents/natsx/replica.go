@@ -865,11 +865,17 @@ func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64
 		appendHaveReq(nil, &haveReq{from: r.cfg.ID, want: workerID{w, need}})); err != nil {
 		return "", false
 	}
-	ctx = withTimeout(ctx, wait)
+	// Once a peer has answered, the others get a short grace only: a peer
+	// far behind on its queue would hold the repair up for long.
+	all := withTimeout(ctx, wait)
+	next := all
 	for no := 0; peers == 0 || no < peers; no++ {
-		m, err := sub.NextMsgWithContext(ctx)
+		m, err := sub.NextMsgWithContext(next)
 		if err != nil {
 			return "", behind
+		}
+		if no == 0 {
+			next = withTimeout(all, wait/10)
 		}
 		switch {
 		case len(m.Data) > 1 && m.Data[0] == '+':
