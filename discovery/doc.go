@@ -31,6 +31,6 @@
 // does) and its metrics URL. Engines that are not Ready are treated as
 // absent. When a scraper is configured, an engine is registered only after
 // its first scrape shows the router's block size (see
-// enginemetrics.Scraper.Verify); an engine that fails the check is retried
-// at the next Sync and reported by Pool.Rejected.
+// enginemetrics.Scraper.Verify); an engine that fails the check is reported by
+// Pool.Rejected and tried again every PoolConfig.RetryInterval.
 package discovery

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/zeebo/xxh3"
 
@@ -146,6 +147,11 @@ type PoolConfig struct {
 	// router.StaticWorker with the engine's ranks and the router's block
 	// size.
 	Worker func(e *Engine) router.Worker
+	// RetryInterval is how often engines the last Sync left out (a failed
+	// block-size check, an engine whose metrics did not answer yet) are
+	// tried again, since sources call Sync only when something changes.
+	// Zero means 5 s; negative disables retries.
+	RetryInterval time.Duration
 	// Logger receives a record per engine added, removed or rejected.
 	// Nil discards.
 	Logger *slog.Logger
@@ -166,11 +172,14 @@ type Pool struct {
 	ctx context.Context
 	end context.CancelFunc
 
-	// mu protects members, rejected and closed, and serialises Sync.
+	// mu protects members, rejected, last and closed, and serialises
+	// Sync.
 	mu       sync.Mutex
 	members  map[string]*member
 	rejected map[string]error
+	last     []Engine // the last Sync's engines
 	closed   bool
+	retried  sync.WaitGroup
 }
 
 // NewPool returns an empty Pool.
@@ -183,7 +192,35 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.ctx, p.end = context.WithCancel(context.Background())
+	interval := cfg.RetryInterval
+	if interval == 0 {
+		interval = 5 * time.Second
+	}
+	if interval > 0 {
+		p.retried.Go(func() { p.retry(interval) })
+	}
 	return p, nil
+}
+
+// retry syncs the last engines again every interval while some were left
+// out, until the pool closes.
+func (p *Pool) retry(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		again := len(p.rejected) > 0 && !p.closed
+		last := p.last
+		p.mu.Unlock()
+		if again {
+			p.Sync(p.ctx, last)
+		}
+	}
 }
 
 // Sync makes the pool's members the ready engines among engines: it adds
@@ -196,6 +233,7 @@ func (p *Pool) Sync(ctx context.Context, engines []Engine) {
 	if p.closed {
 		return
 	}
+	p.last = slices.Clone(engines)
 	want := map[string]Engine{}
 	clear(p.rejected)
 	for _, e := range engines {
@@ -334,6 +372,9 @@ func (p *Pool) Close() error {
 		p.remove(context.Background(), m)
 	}
 	p.end()
+	p.mu.Unlock()
+	p.retried.Wait()
+	p.mu.Lock()
 	return nil
 }
 

@@ -2,8 +2,12 @@ package discovery_test
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,4 +99,40 @@ func TestParseEngine(t *testing.T) {
 		_, err := discovery.ParseEngine(bad)
 		require.ErrorIs(t, err, discovery.ErrEngine, bad)
 	}
+}
+
+func TestPoolRetriesRejected(t *testing.T) {
+	e, err := fakeengine.Start(fakeengine.Config{ID: 1})
+	require.NoError(t, err)
+	defer e.Close()
+	var up atomic.Bool
+	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !up.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		resp, err := http.Get(e.URL() + "/metrics")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	defer metrics.Close()
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	scraper, err := enginemetrics.New(enginemetrics.Config{Router: r})
+	require.NoError(t, err)
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, Scraper: scraper, RetryInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer pool.Close()
+	eng := describe(t, "ns/late", e, true)
+	eng.Metrics = metrics.URL + "/metrics"
+	pool.Sync(context.Background(), []discovery.Engine{eng})
+	require.ErrorIs(t, pool.Rejected()["ns/late"], enginemetrics.ErrScrape)
+	require.Empty(t, r.Workers())
+	up.Store(true)
+	require.Eventually(t, func() bool { return len(r.Workers()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Empty(t, pool.Rejected())
 }
