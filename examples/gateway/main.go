@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -60,6 +61,10 @@ type fileConfig struct {
 	RemoveAfter    string           `json:"remove_after"`
 	MaxAttempts    int              `json:"max_attempts"`
 	Engines        []gateway.Engine `json:"engines"`
+	// TokenizeRender uses vLLM's render endpoints at tokenize_url.
+	TokenizeRender bool `json:"tokenize_render"`
+	// Adapters maps model names to LoRA adapters.
+	Adapters map[string]string `json:"adapters"`
 }
 
 // engineFlags collects repeated -engine flags.
@@ -96,6 +101,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		block   = fs.Int("block-size", kvroute.DefaultBlockSize, "the engines' KV block size in tokens")
 		tokURL  = fs.String("tokenize-url", "", "engine whose /tokenize tokenizes prompts (empty: the word tokenizer, for tests)")
 		attempt = fs.Int("max-attempts", 3, "engines a request is tried on before it fails")
+		rend    = fs.Bool("tokenize-render", false, "tokenize through vLLM's /v1/*/render endpoints instead of /tokenize")
+		adapter = fs.String("adapters", "", "comma-separated MODEL=ADAPTER pairs: models served by LoRA adapters")
 	)
 	fs.Var(&engines, "engine", "engine as ID=URL[,events=tcp://host:port][,replay=...][,topic=...][,ranks=N] (repeatable)")
 	fs.DurationVar(&o.interval, "health-interval", 2*time.Second, "how often engines' /health is probed")
@@ -141,6 +148,19 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	override("block-size", func() { o.file.BlockSize = *block })
 	override("tokenize-url", func() { o.file.TokenizeURL = *tokURL })
 	override("max-attempts", func() { o.file.MaxAttempts = *attempt })
+	override("tokenize-render", func() { o.file.TokenizeRender = *rend })
+	if *adapter != "" {
+		if o.file.Adapters == nil {
+			o.file.Adapters = map[string]string{}
+		}
+		for _, pair := range strings.Split(*adapter, ",") {
+			m, a, ok := strings.Cut(pair, "=")
+			if !ok || m == "" || a == "" {
+				return nil, fmt.Errorf("-adapters: %q is not MODEL=ADAPTER", pair)
+			}
+			o.file.Adapters[m] = a
+		}
+	}
 	o.file.Engines = append(o.file.Engines, engines...)
 	if len(o.file.Engines) == 0 {
 		return nil, errors.New("no engines: give -engine or -config")
@@ -166,12 +186,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 	}
 	var tok gateway.Tokenizer = gateway.WordTokenizer{}
 	if o.file.TokenizeURL != "" {
-		tok = &gateway.RemoteTokenizer{URL: o.file.TokenizeURL}
+		tok = &gateway.RemoteTokenizer{URL: o.file.TokenizeURL, Render: o.file.TokenizeRender}
 	} else {
 		log.Warn("no -tokenize-url: using the word tokenizer, whose token ids match no real model")
 	}
 	gw, err := gateway.New(gateway.Config{
-		Router: r, Engines: o.file.Engines, Tokenizer: tok, MaxAttempts: o.file.MaxAttempts,
+		Router: r, Engines: o.file.Engines, Tokenizer: tok, MaxAttempts: o.file.MaxAttempts, Adapters: o.file.Adapters,
 		HealthInterval: o.interval, RemoveAfter: o.remove, Logger: log,
 	})
 	if err != nil {

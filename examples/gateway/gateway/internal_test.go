@@ -187,3 +187,30 @@ func TestSSEBody(t *testing.T) {
 		})
 	}
 }
+
+func TestAdapterMapping(t *testing.T) {
+	g := &Gateway{adapters: map[string]string{"support": "support-lora"}}
+	tests := []struct {
+		body, lora, model string
+		stream            bool
+	}{
+		{`{"model":"support","prompt":"x"}`, "support-lora", "support-lora", false},
+		{`{"model":"support","prompt":"x","stream":true}`, "support-lora", "support-lora", true},
+		{`{"model":"support-lora","prompt":"x","cache_salt":"s"}`, "support-lora", "support-lora", false},
+		{`{"model":"m","prompt":"x"}`, "", "m", false},
+	}
+	for _, tt := range tests {
+		req, err := parseRequest([]byte(tt.body), false)
+		require.NoError(t, err)
+		lora, err := g.adapter(req)
+		require.NoError(t, err)
+		require.Equal(t, tt.lora, lora, tt.body)
+		out, err := req.forwardBody([]byte(tt.body))
+		require.NoError(t, err)
+		var fields map[string]any
+		require.NoError(t, json.Unmarshal(out, &fields))
+		require.Equal(t, tt.model, fields["model"], tt.body)
+		require.Equal(t, tt.model, req.prompt.Request.Model, "the tokenizer sees the adapter")
+		require.Equal(t, tt.stream, req.injectedUsage)
+	}
+}
