@@ -151,6 +151,7 @@ type ownReq struct {
 type Replica struct {
 	cfg         ReplicaConfig
 	log         *slog.Logger
+	replies     *replies // answers to requests, while Run runs
 	ttl         time.Duration
 	incarnation uint64
 	running     atomic.Bool
@@ -388,6 +389,11 @@ func (r *Replica) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer r.running.Store(false)
+	var err error
+	if r.replies, err = openReplies(r.cfg.Conn); err != nil {
+		return fmt.Errorf("natsx: subscribe replies: %w", err)
+	}
+	defer r.replies.close()
 	ctx, cancel := context.WithCancel(ctx)
 	l := &loop{r: r, ctx: ctx, conn: r.cfg.Conn, ch: make(chan *nats.Msg, queueLen),
 		last: map[kvroute.WorkerKey]uint64{}, epochs: map[kvroute.WorkerKey]uint64{}, repairs: map[kvroute.WorkerKey]*repairState{},
@@ -855,12 +861,8 @@ func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64
 	if peers == 0 {
 		wait /= 4 // no peer known: a short look, for peers not heard yet
 	}
-	inbox := r.cfg.Conn.NewRespInbox()
-	sub, err := r.cfg.Conn.SubscribeSync(inbox)
-	if err != nil {
-		return "", false
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	inbox, answers, end := r.replies.request()
+	defer end()
 	if err := r.cfg.Conn.PublishRequest(haveSubject(r.cfg.Prefix), inbox,
 		appendHaveReq(nil, &haveReq{from: r.cfg.ID, want: workerID{w, need}})); err != nil {
 		return "", false
@@ -870,7 +872,7 @@ func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64
 	all := withTimeout(ctx, wait)
 	next := all
 	for no := 0; peers == 0 || no < peers; no++ {
-		m, err := sub.NextMsgWithContext(next)
+		m, err := nextReply(next, answers)
 		if err != nil {
 			return "", behind
 		}
@@ -900,17 +902,13 @@ func withTimeout(ctx context.Context, d time.Duration) context.Context {
 // index and whether it is the last) until the final one. Each chunk must
 // come within SyncTimeout.
 func (r *Replica) fetch(ctx context.Context, subject string, req []byte, chunk func([]byte) (uint64, bool, error)) error {
-	inbox := r.cfg.Conn.NewRespInbox()
-	sub, err := r.cfg.Conn.SubscribeSync(inbox)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	inbox, answers, end := r.replies.request()
+	defer end()
 	if err := r.cfg.Conn.PublishRequest(subject, inbox, req); err != nil {
 		return err
 	}
 	for next := uint64(0); ; next++ {
-		m, err := sub.NextMsgWithContext(withTimeout(ctx, r.cfg.SyncTimeout))
+		m, err := nextReply(withTimeout(ctx, r.cfg.SyncTimeout), answers)
 		if err != nil {
 			return err
 		}
