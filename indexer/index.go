@@ -424,7 +424,9 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 		return pr, j
 	}
 	capacity := max(left, minRun)
-	if pr != nil && j == int(pr.written) {
+	if left == 1 && pr != nil && j == int(pr.written) {
+		// A chain growing a block at a time (as decoding fills blocks):
+		// give each run twice the room of the last.
 		capacity = max(capacity, min(2*len(pr.seqs), maxRun))
 	}
 	r := newRun(min(capacity, maxPos), st.prev, st.hasPrev)
@@ -457,8 +459,8 @@ func (st *storer) hold(r *run, pos int) (*run, int) {
 	return r, pos
 }
 
-// Runs start with room for minRun blocks (or the event's remaining blocks)
-// and a run extended block by block doubles its successor's room up to
+// Runs start with room for the event's remaining blocks, at least minRun;
+// a chain that grows a block per event doubles each run's room up to
 // maxRun.
 const (
 	minRun = 4

@@ -90,8 +90,9 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 	r, pos, ok := ix.blocks.read(seqs[0])
 	for stuck := 0; ok && stuck <= maxStuck; stuck++ {
 		from := depth
-		// Walk the run from pos while it holds the request's blocks.
-		for ; pos < len(r.segs) && depth < len(seqs); pos++ {
+		// Walk the run from pos while it holds the request's blocks, a
+		// stretch of one segment at a time.
+		for pos < len(r.segs) && depth < len(seqs) {
 			s := r.segs[pos].Load()
 			if s == nil {
 				if depth == from {
@@ -99,11 +100,6 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 					// the block.
 					ok = false
 				}
-				break
-			}
-			// A live position was written before its segment was set, so
-			// its hash can be read once the segment is seen.
-			if r.seqs[pos] != seqs[depth] {
 				break
 			}
 			if s != cur {
@@ -119,6 +115,25 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 				if !loadHolders(s, held, dev) || r.segs[pos].Load() != s {
 					break // the position moved to another segment: look again
 				}
+			}
+			// The stretch of positions in segment s, then how much of it
+			// the request follows. A live position was written before its
+			// segment was set, so its hash can be read once the segment is
+			// seen.
+			segs := r.segs[pos:min(len(r.segs), pos+len(seqs)-depth)]
+			e := 1
+			for e < len(segs) && segs[e].Load() == s {
+				e++
+			}
+			run, q := r.seqs[pos:pos+e], seqs[depth:depth+e]
+			k := 0
+			for k < len(run) && run[k] == q[k] {
+				k++
+			}
+			if k == 0 {
+				break
+			}
+			if s != cur {
 				cur = s
 				live = 0
 				for w := range active {
@@ -136,8 +151,12 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 					break
 				}
 			}
-			stretch++
-			depth++
+			stretch += k
+			depth += k
+			pos += k
+			if k < e {
+				break // the request leaves the run here
+			}
 		}
 		if !ok || depth == len(seqs) {
 			break
@@ -239,9 +258,11 @@ func (r *MatchResult) finish(slots []slotKey, w int, mask uint64, depth int) {
 		}
 		m := WorkerMatch{Worker: slots[slot].key, Blocks: depth}
 		slow := 0
-		for t := kvroute.TierHost; t < kvroute.NumTiers; t++ {
-			m.ByTier[t] = int(r.tierCnt[slot][t])
-			slow += m.ByTier[t]
+		if r.touched[w]&(1<<b) != 0 {
+			for t := kvroute.TierHost; t < kvroute.NumTiers; t++ {
+				m.ByTier[t] = int(r.tierCnt[slot][t])
+				slow += m.ByTier[t]
+			}
 		}
 		m.ByTier[kvroute.TierDevice] = depth - slow
 		r.Workers = append(r.Workers, m)
