@@ -66,12 +66,15 @@ func (b BusyThresholds) Filter(cands []Candidate) ([]Candidate, error) {
 	if first < 0 {
 		return cands, &AllBusyError{Candidates: len(cands)}
 	}
-	n := 0
+	// Candidates are large: move only those after a busy one.
+	n := first
 	for i := first; i < len(cands); i++ {
 		if !b.Busy(&cands[i].Load) {
-			cands[n] = cands[i]
+			if n != i {
+				cands[n] = cands[i]
+			}
 			n++
 		}
 	}
-	return cands[:n], nil
+	return cands[first:n], nil
 }
