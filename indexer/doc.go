@@ -38,15 +38,38 @@
 //
 // # Design
 //
-// A block is named by its chained sequence hash, which already identifies
-// its whole path from the root, so the prefix tree is stored as a
-// concurrent hash map from sequence hash to node and matching needs one
-// lookup per block, never a pointer walk. Engines' own block hashes are
-// opaque: each worker keeps a map from its engine hashes to nodes, used to
-// find the parent of a Stored event and the blocks of a Removed one.
+// The index is a compressed radix tree. A run is a chain of blocks (each
+// the child of the one before) stored at fixed positions in contiguous
+// arrays: their chained sequence hashes, their own block hashes, and one
+// pointer per position to the position's holder set, a segment. Positions
+// with the same holders in the same tiers share one segment, so a long
+// prefix cached by the same workers is one segment: a request is matched
+// by one table lookup for the run that holds its first block, then by
+// comparing its sequence hashes with the run's in contiguous memory and
+// reloading holder words only where the segment changes. The block table
+// (sequence hash to run and position) holds only heads, the blocks a walk
+// cannot reach from their parent's position: run starts and blocks after a
+// dead position. Match takes no lock: positions are written once before
+// they are published, holder words are atomics, and a segment's words
+// change in place only when all of its positions change together (other
+// changes move the positions concerned to another segment).
 //
-// Worker identities are interned into dense slots; each node holds one
-// 64-bit word per tier for every 64 slots, so the holder set of a block in
-// a cluster of up to 64 cache domains is four words, updated with atomic
-// OR/AND under the map's bucket lock and read with plain atomic loads.
+// A block never moves while anyone holds it, so each worker's engine-hash
+// map points straight at (run, position) and no write updates other
+// workers' entries. When a worker stores or evicts part of a stretch, only
+// the positions concerned change segment: an eviction in the middle of a
+// chain drops that one position, and the blocks after it stay indexed (and
+// become reachable again when the evicted block is stored again), which is
+// exactly what the engine holds. Dead positions come back to life in place
+// when their block is stored again under the same parent; dead run starts
+// stay in the table for that until there are many.
+//
+// Engines' own block hashes are opaque: each worker's map from engine
+// hashes to blocks is an open-addressing table with control bytes apart
+// from the slots (a Swiss table without SIMD) and pointer-free slots, so
+// that storing a new hash reads only the control bytes and the garbage
+// collector never scans the maps. Worker identities are interned into dense
+// slots; a segment holds one 64-bit word per tier for every 64 slots, so
+// the holder set in a cluster of up to 64 cache domains is four words.
+// Writes serialise on one mutex.
 package indexer

@@ -36,20 +36,14 @@ type Config struct {
 // by its chained sequence hash) it records which cache domains hold it, and
 // in which storage tiers.
 //
-// The blocks form a prefix tree stored as a compressed radix tree: a node
-// is a run of consecutive blocks of one path that exactly the same workers
-// hold in the same tiers, with one holder bit set per tier for the whole
-// run. A table from sequence hash to (node, position) finds the run that
-// continues a request's prefix; matching then compares the request's hashes
-// with the run's in contiguous memory, so a request costs about one table
-// lookup per run rather than one per block. Worker identities are interned
-// into dense slots so that holder sets are a few machine words.
-//
-// When a worker comes to hold only part of a run (it stores or evicts some
-// of its blocks), the run is split at the boundaries, moving the shorter
-// side to a new node; no block any worker still holds is ever dropped, so
-// an eviction in the middle of a chain leaves the blocks after it indexed,
-// reachable again once the evicted block returns.
+// The blocks form a compressed radix tree of runs: chains of blocks at
+// fixed positions in contiguous memory, each position pointing at the set
+// of workers that hold it, shared by every position with the same holders
+// (see the package documentation). A request is matched by about one table
+// lookup per run and a contiguous comparison, not one lookup per block.
+// Worker identities are interned into dense slots so that holder sets are
+// a few machine words. Evicting a block in the middle of a chain drops only
+// that block: no block any worker still holds is lost.
 //
 // Concurrency: Match, Size, Stats, LastUpdate and the other read methods
 // take no lock and may run on any number of goroutines while events are
