@@ -354,7 +354,7 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 	var old entry
 	switch {
 	case !had:
-		ix.entryCount.Add(1)
+		bump(&ix.entryCount, 1)
 	case ix.seqOf(unpack(*p)) != seq:
 		// The engine reused its hash for other content: forget the old block.
 		st.flush()
@@ -481,7 +481,7 @@ func (ix *Index) holdRange(r *run, a, b, slot int, t kvroute.Tier) {
 		if had := s.tiersOf(slot); had&(1<<t) == 0 {
 			ix.regroup(r, a, y, s, slot, t, true)
 			if had == 0 {
-				ix.pairCount.Add(int64(y - a))
+				bump(&ix.pairCount, int64(y - a))
 			}
 		}
 		a = y
@@ -499,7 +499,7 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 	if int(s.count) == n {
 		if add {
 			_, added := s.setTier(slot, t)
-			ix.extraChunks.Add(int64(added))
+			bump(&ix.extraChunks, int64(added))
 		} else {
 			s.clearTier(slot, t)
 		}
@@ -528,11 +528,11 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 			return nil
 		}
 		target = &segment{}
-		ix.segCount.Add(1)
-		ix.extraChunks.Add(int64(target.copyHolders(s)))
+		bump(&ix.segCount, 1)
+		bump(&ix.extraChunks, int64(target.copyHolders(s)))
 		if add {
 			_, added := target.setTier(slot, t)
-			ix.extraChunks.Add(int64(added))
+			bump(&ix.extraChunks, int64(added))
 		} else {
 			target.clearTier(slot, t)
 		}
@@ -551,8 +551,8 @@ func (ix *Index) repoint(r *run, a, b int, s, target *segment) {
 		target.count += int32(b - a)
 	}
 	if s.count -= int32(b - a); s.count == 0 {
-		ix.segCount.Add(-1)
-		ix.extraChunks.Add(-int64(s.extraChunks()))
+		bump(&ix.segCount, -1)
+		bump(&ix.extraChunks, -int64(s.extraChunks()))
 	}
 }
 
@@ -634,9 +634,9 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 		s = after
 	default:
 		s = &segment{}
-		ix.segCount.Add(1)
+		bump(&ix.segCount, 1)
 		_, added := s.setTier(slot, t)
-		ix.extraChunks.Add(int64(added))
+		bump(&ix.extraChunks, int64(added))
 	}
 	s.count++
 	r.segs[i].Store(s)
@@ -644,8 +644,8 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 		ix.register(r)
 	}
 	r.live++
-	ix.blockCount.Add(1)
-	ix.pairCount.Add(1)
+	bump(&ix.blockCount, 1)
+	bump(&ix.pairCount, 1)
 	if before == nil {
 		ix.addHead(r, i)
 	}
@@ -664,8 +664,8 @@ func (ix *Index) register(r *run) {
 		r.id = uint32(len(ix.runs))
 		ix.runs = append(ix.runs, r)
 	}
-	ix.runCount.Add(1)
-	ix.runBytes.Add(runHeaderBytes + 24*int64(len(r.seqs)))
+	bump(&ix.runCount, 1)
+	bump(&ix.runBytes, runHeaderBytes + 24*int64(len(r.seqs)))
 }
 
 // addHead records that the live block at i of r is a head.
@@ -700,7 +700,7 @@ func (ix *Index) rebuildParents() {
 // died records that position i of r lost its last holder.
 func (ix *Index) died(r *run, i int) {
 	r.live--
-	ix.blockCount.Add(-1)
+	bump(&ix.blockCount, -1)
 	switch {
 	case i == 0:
 		// A dead run start stays in the table, so that storing the chain
@@ -721,8 +721,8 @@ func (ix *Index) died(r *run, i int) {
 		// No entry or head names the run any more: its id is free.
 		ix.runs[r.id] = nil
 		ix.freeRuns = append(ix.freeRuns, r.id)
-		ix.runCount.Add(-1)
-		ix.runBytes.Add(-(runHeaderBytes + 24*int64(len(r.seqs))))
+		bump(&ix.runCount, -1)
+		bump(&ix.runBytes, -(runHeaderBytes + 24*int64(len(r.seqs))))
 	}
 }
 
@@ -753,7 +753,7 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 	}
 	if e.tiers&^(1<<t) == 0 {
 		ws.blocks.del(ext)
-		ix.entryCount.Add(-1)
+		bump(&ix.entryCount, -1)
 	} else {
 		ws.blocks.put(ext, entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)})
 	}
@@ -782,7 +782,7 @@ func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
 		return
 	}
 	if had == 1<<t {
-		ix.pairCount.Add(-1)
+		bump(&ix.pairCount, -1)
 	}
 	if ix.regroup(r, pos, pos+1, s, ws.slot, t, false) == nil {
 		ix.died(r, pos)
@@ -799,7 +799,7 @@ func (ix *Index) clearWorker(ws *workerState) {
 			}
 		}
 	})
-	ix.entryCount.Add(-int64(ws.blocks.len()))
+	bump(&ix.entryCount, -int64(ws.blocks.len()))
 	ws.blocks.reset()
 	clear(ws.dups)
 }
@@ -899,6 +899,11 @@ func (ix *Index) AppendWorkerBlocks(w kvroute.WorkerKey, dst []kvroute.SeqHash) 
 	})
 	return dst
 }
+
+// bump adds d to a size counter. Only the writer, under the index's
+// lock, changes the counters, so a load and a store suffice: readers load
+// them atomically without the cost of an atomic add on every block.
+func bump(c *atomic.Int64, d int64) { c.Store(c.Load() + d) }
 
 func hasKey[K comparable, V any](m map[K]V, k K) bool {
 	_, ok := m[k]

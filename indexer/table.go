@@ -136,7 +136,7 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 	if k <= keyDead {
 		s := &t.low[k]
 		if s.node.Load() == nil {
-			t.count.Add(1)
+			t.count.Store(t.count.Load() + 1)
 		}
 		s.off.Store(int32(off))
 		s.node.Store(n)
@@ -166,7 +166,7 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 				dead = s
 			}
 			a.live++
-			t.count.Add(1)
+			t.count.Store(t.count.Load() + 1)
 			dead.node.Store(n)
 			dead.off.Store(int32(off))
 			dead.key.Store(uint64(k))
@@ -185,7 +185,7 @@ func (t *blockTable) del(k kvroute.SeqHash) {
 		return
 	}
 	s.node.Store(nil)
-	t.count.Add(-1)
+	t.count.Store(t.count.Load() - 1)
 	if k > keyDead {
 		s.key.Store(keyDead)
 		t.cur.Load().live--
