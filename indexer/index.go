@@ -481,7 +481,7 @@ func (ix *Index) holdRange(r *run, a, b, slot int, t kvroute.Tier) {
 		if had := s.tiersOf(slot); had&(1<<t) == 0 {
 			ix.regroup(r, a, y, s, slot, t, true)
 			if had == 0 {
-				bump(&ix.pairCount, int64(y - a))
+				bump(&ix.pairCount, int64(y-a))
 			}
 		}
 		a = y
@@ -665,7 +665,7 @@ func (ix *Index) register(r *run) {
 		ix.runs = append(ix.runs, r)
 	}
 	bump(&ix.runCount, 1)
-	bump(&ix.runBytes, runHeaderBytes + 24*int64(len(r.seqs)))
+	bump(&ix.runBytes, runHeaderBytes+24*int64(len(r.seqs)))
 }
 
 // addHead records that the live block at i of r is a head.
