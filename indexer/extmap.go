@@ -93,6 +93,9 @@ func (m *extMap) find(k kvroute.ExternalHash) int {
 // one another, so the CPU overlaps their cache misses; the operations that
 // follow then find the lines in the cache instead of missing one by one.
 func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
+	if len(m.slots) < prefetchSlots {
+		return // the table stays in the CPU caches anyway
+	}
 	var sum uint64
 	for i := range n {
 		h, _ := m.hash(key(i))
@@ -100,6 +103,10 @@ func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 	}
 	m.sink += sum
 }
+
+// prefetchSlots is the table size from which prefetching pays: smaller
+// tables (512 KiB of slots) stay in the caches of a busy core.
+const prefetchSlots = 1 << 15
 
 // get returns the entry for k.
 func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
@@ -151,10 +158,13 @@ func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 
 // del removes k.
 func (m *extMap) del(k kvroute.ExternalHash) {
-	i := m.find(k)
-	if i < 0 {
-		return
+	if i := m.find(k); i >= 0 {
+		m.delAt(i)
 	}
+}
+
+// delAt removes the entry in slot i, which find returned.
+func (m *extMap) delAt(i int) {
 	m.ctrl[i] = ctrlDeleted
 	m.count--
 	if len(m.slots) > extMapMinSlots && m.count*8 < len(m.slots) {

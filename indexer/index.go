@@ -746,16 +746,21 @@ func (ix *Index) sweepDeadHeads() {
 
 // removeBlock drops tier t of the block ws holds as ext.
 func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvroute.Tier) {
-	e, ok := ws.blocks.get(ext)
-	if !ok || e.tiers&(1<<t) == 0 {
+	i := ws.blocks.find(ext)
+	if i < 0 {
+		ix.stats.unknownRemoved.Add(1)
+		return
+	}
+	e := unpack(ws.blocks.slots[i].val)
+	if e.tiers&(1<<t) == 0 {
 		ix.stats.unknownRemoved.Add(1)
 		return
 	}
 	if e.tiers&^(1<<t) == 0 {
-		ws.blocks.del(ext)
+		ws.blocks.delAt(i)
 		bump(&ix.entryCount, -1)
 	} else {
-		ws.blocks.put(ext, entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)})
+		ws.blocks.slots[i].val = entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)}.pack()
 	}
 	r, pos := ix.place(e)
 	ix.release(ws, r, pos, t)
