@@ -73,7 +73,9 @@
 //     decision with an error wrapping context.Canceled, which does not
 //     count against the engine.
 //
-// Every Select is balanced by exactly one Done. Set Envoy's ext_proc
+// Every Select is balanced by exactly one Done, whatever the order of the
+// messages (a fuzz target plays arbitrary sequences); request headers sent
+// twice end the stream with codes.InvalidArgument (ErrProtocol). Set Envoy's ext_proc
 // message_timeout above the longest wait in the router's admission queue
 // (Config.Queue), since the picker answers the body only once Select
 // returns.

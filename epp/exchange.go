@@ -31,6 +31,9 @@ var (
 	// ErrServedElsewhere: the data plane served the request on another
 	// endpoint of the list, so the picked one failed.
 	ErrServedElsewhere = errors.New("epp: served on a fallback endpoint")
+	// ErrProtocol: the data plane sent a message out of sequence (request
+	// headers twice); the stream ends with codes.InvalidArgument.
+	ErrProtocol = errors.New("epp: ext_proc message out of sequence")
 )
 
 // maxChunk bounds the body of one streamed body response.
@@ -48,6 +51,7 @@ type exchange struct {
 	requestID string
 	subset    map[string]bool // nil: no hint
 	body      []byte
+	headers   bool // the request headers came
 	routed    bool // the headers and body responses are sent
 	rewritten bool // the body was changed
 	injected  bool // stream_options.include_usage was added
@@ -120,6 +124,10 @@ func (e *exchange) handle(msg *extprocv3.ProcessingRequest) (stop bool, err erro
 	}
 	switch m := msg.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		if e.headers || e.routed {
+			return true, status.Errorf(codes.InvalidArgument, "%v: request headers again", ErrProtocol)
+		}
+		e.headers = true
 		e.requestHeaders(m.RequestHeaders, msg.GetMetadataContext())
 		if m.RequestHeaders.GetEndOfStream() {
 			return e.route(false, true)
@@ -410,7 +418,7 @@ func (e *exchange) reject(code int, typ, msg string) error {
 // ErrServedElsewhere and the request is tracked on the served endpoint.
 func (e *exchange) checkServed(md *corev3.Metadata) {
 	v, ok := md.GetFilterMetadata()[NamespaceLB].GetFields()[KeyServed]
-	if !ok || e.d == nil || len(e.picked) == 0 {
+	if !ok || e.d == nil || e.finished || len(e.picked) == 0 {
 		return
 	}
 	e.served = true
