@@ -143,6 +143,11 @@ type PoolConfig struct {
 	// (timeouts, logger); the endpoints, topic, converter worker, block
 	// size and sink are filled in per rank.
 	Subscriber zmq.Config
+	// Admit, when set, is asked about each engine before it is
+	// registered (after the block-size check); an error leaves the engine
+	// out (see Rejected) until a later retry admits it. The token parity
+	// probe of package render is one such check.
+	Admit func(ctx context.Context, e *Engine) error
 	// Worker builds the router's description of an engine; nil means a
 	// router.StaticWorker with the engine's ranks and the router's block
 	// size.
@@ -280,6 +285,11 @@ func (p *Pool) add(ctx context.Context, e *Engine) error {
 	target := enginemetrics.Target{Worker: e.ID, URL: e.Metrics, Kind: kind, Ranks: len(e.Ports)}
 	if p.cfg.Scraper != nil && e.Metrics != "" {
 		if _, err := p.cfg.Scraper.Verify(ctx, target); err != nil {
+			return err
+		}
+	}
+	if p.cfg.Admit != nil {
+		if err := p.cfg.Admit(ctx, e); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package discovery_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -135,4 +136,25 @@ func TestPoolRetriesRejected(t *testing.T) {
 	up.Store(true)
 	require.Eventually(t, func() bool { return len(r.Workers()) == 1 }, 5*time.Second, 5*time.Millisecond)
 	require.Empty(t, pool.Rejected())
+}
+
+func TestPoolAdmit(t *testing.T) {
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	errNo := errors.New("not admitted")
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, RetryInterval: -1,
+		Admit: func(_ context.Context, e *discovery.Engine) error {
+			if e.Name == "no" {
+				return errNo
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	defer pool.Close()
+	pool.Sync(context.Background(), []discovery.Engine{
+		{Name: "yes", Host: "127.0.0.1", Ports: []int{1}, Ready: true},
+		{Name: "no", Host: "127.0.0.1", Ports: []int{2}, Ready: true},
+	})
+	require.Equal(t, []kvroute.WorkerKey{{ID: discovery.WorkerIDOf("yes")}}, r.Workers())
+	require.ErrorIs(t, pool.Rejected()["no"], errNo)
 }

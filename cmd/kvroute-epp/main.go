@@ -86,17 +86,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- addr
 	if err != nil {
 		return err
 	}
-	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, Addresses: eps, Scraper: scraper,
-		Subscriber: zmq.Config{Logger: log}, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
 	tok, err := cfg.tokenizer()
 	if err != nil {
 		return err
 	}
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, Addresses: eps, Scraper: scraper,
+		Subscriber: zmq.Config{Logger: log}, Admit: parityCheck(cfg, tok, log), Logger: log})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
 	picker, err := epp.New(epp.Config{Router: r, Endpoints: eps, Tokenizer: tok, Adapters: cfg.Adapters,
 		Fallbacks: cfg.Fallbacks, InjectUsage: cfg.InjectUsage, Logger: log})
 	if err != nil {
@@ -125,7 +124,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- addr
 	}
 
 	// Token parity: the picker's tokenizer against each engine's own.
-	if err := probeParity(ctx, cfg, tok, pool, log); err != nil {
+	if err := probeParity(ctx, cfg, pool); err != nil {
 		return err
 	}
 
@@ -186,37 +185,49 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- addr
 	}
 }
 
-// probeParity compares the picker's tokenizer with each engine's own
-// render endpoint on a chat with tools; a mismatch stops the picker, or
-// is logged as an error with -parity warn.
-func probeParity(ctx context.Context, cfg *config, tok epp.Tokenizer, pool *discovery.Pool, log *slog.Logger) error {
+// parityCheck returns the Pool's admission check: the picker's tokenizer
+// and the engine's own render endpoint tokenize a chat with tools; with
+// -parity fail an engine that disagrees is left out (and tried again
+// later), with -parity warn it is admitted and the mismatch logged as an
+// error.
+func parityCheck(cfg *config, tok epp.Tokenizer, log *slog.Logger) func(context.Context, *discovery.Engine) error {
 	if cfg.Parity == "off" {
 		return nil
 	}
-	// Give discovery a moment to find the first engines.
+	return func(ctx context.Context, e *discovery.Engine) error {
+		engine := &render.Client{URL: "http://" + e.Address(0), API: cfg.tokenizerAPI}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err := render.Probe(pctx, tok, engine, cfg.Model)
+		switch {
+		case err == nil:
+			log.Info("token parity probe passed", "engine", e.Name)
+			return nil
+		case cfg.Parity == "warn":
+			log.Error("TOKEN PARITY PROBE FAILED: the picker's token ids differ from the engine's; prefix routing will find no cache hits on it",
+				"engine", e.Name, "err", err)
+			return nil
+		default:
+			return fmt.Errorf("token parity probe failed (use -parity warn to route to it anyway): %w", err)
+		}
+	}
+}
+
+// probeParity waits for discovery to find the first engines and refuses to
+// start, with -parity fail, when any was left out by the parity check.
+func probeParity(ctx context.Context, cfg *config, pool *discovery.Pool) error {
+	if cfg.Parity != "fail" {
+		return nil
+	}
 	deadline := time.Now().Add(cfg.parityWait)
-	for len(pool.Members()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+	for len(pool.Members()) == 0 && len(pool.Rejected()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
 	}
 	var errs []error
-	for _, e := range pool.Members() {
-		engine := &render.Client{URL: "http://" + e.Address(0), API: cfg.tokenizerAPI}
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := render.Probe(pctx, tok, engine, cfg.Model)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("engine %s: %w", e.Name, err))
+	for name, err := range pool.Rejected() {
+		if errors.Is(err, render.ErrMismatch) {
+			errs = append(errs, fmt.Errorf("engine %s: %w", name, err))
 		}
 	}
-	err := errors.Join(errs...)
-	switch {
-	case err == nil:
-		log.Info("token parity probe passed", "engines", len(pool.Members()))
-		return nil
-	case cfg.Parity == "warn":
-		log.Error("TOKEN PARITY PROBE FAILED: the picker's token ids differ from the engines'; prefix routing will find no cache hits", "err", err)
-		return nil
-	default:
-		return fmt.Errorf("token parity probe failed (use -parity warn to start anyway): %w", err)
-	}
+	return errors.Join(errs...)
 }

@@ -105,6 +105,7 @@ func TestPickerServes(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, string(body), "kvroute_epp_routed_total 1")
 	require.Contains(t, logs.String(), "token parity probe passed")
+	require.Contains(t, logs.String(), "engine=e1")
 
 	cancel()
 	require.NoError(t, <-done)
