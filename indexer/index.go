@@ -77,6 +77,9 @@ type Index struct {
 	// runs are the runs with live blocks by id; entries name runs by id.
 	runs     []*run
 	freeRuns []uint32
+	// pendingHeads are positions that may have become heads during the
+	// current write (see flushHeads).
+	pendingHeads []place
 	// deadHeads counts the positions of the runs whose dead starts were
 	// left in the table since the last sweep.
 	deadHeads int
@@ -220,6 +223,7 @@ func (ix *Index) freeSlot(slot int) {
 func (ix *Index) Apply(ev *kvroute.Event) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.flushHeads()
 	if err := ev.Validate(); err != nil {
 		ix.stats.invalid.Add(1)
 		// A malformed event in sequence is consumed, like one with an
@@ -260,10 +264,8 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 		if len(ev.Removed) > 1 {
 			ws.blocks.prefetch(len(ev.Removed), func(i int) kvroute.ExternalHash { return ev.Removed[i] })
 		}
-		// Engines list a chain's blocks root first; removing them tail
-		// first keeps the blocks left from becoming heads one by one.
-		for i := len(ev.Removed) - 1; i >= 0; i-- {
-			ix.removeBlock(ws, ev.Removed[i], ev.Tier)
+		for _, h := range ev.Removed {
+			ix.removeBlock(ws, h, ev.Tier)
 		}
 	case kvroute.EventCleared:
 		ix.clearWorker(ws)
@@ -365,6 +367,7 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 				ix.release(ws, r, pos, tt)
 			}
 		}
+		ix.flushHeads()
 	default:
 		old = unpack(*p)
 		if old.tiers&(1<<t) != 0 {
@@ -715,7 +718,9 @@ func (ix *Index) died(r *run, i int) {
 		ix.dropHead(r, i)
 	}
 	if r.alive(i + 1) {
-		ix.addHead(r, i+1)
+		// The next block becomes a head unless it dies too before the
+		// write ends (an engine evicting a chain in any order).
+		ix.pendingHeads = append(ix.pendingHeads, place{r, i + 1})
 	}
 	if r.live == 0 {
 		// No entry or head names the run any more: its id is free.
@@ -724,6 +729,27 @@ func (ix *Index) died(r *run, i int) {
 		bump(&ix.runCount, -1)
 		bump(&ix.runBytes, -(runHeaderBytes + 24*int64(len(r.seqs))))
 	}
+}
+
+// place is a run and a position.
+type place struct {
+	r   *run
+	pos int
+}
+
+// flushHeads records the heads that deaths during the current write left:
+// live positions whose predecessor is dead. Every write calls it before
+// it releases the lock (and before it looks heads up again).
+func (ix *Index) flushHeads() {
+	for _, p := range ix.pendingHeads {
+		if p.r.alive(p.pos) && !p.r.alive(p.pos-1) {
+			if hr, hpos, ok := ix.blocks.get(p.r.seqs[p.pos]); !ok || hr != p.r || hpos != p.pos {
+				ix.addHead(p.r, p.pos)
+			}
+		}
+	}
+	clear(ix.pendingHeads)
+	ix.pendingHeads = ix.pendingHeads[:0]
 }
 
 // minSweep is the number of positions of dead runs kept for revival
@@ -821,6 +847,7 @@ func (ix *Index) ResetWorker(w kvroute.WorkerKey) {
 		return
 	}
 	ix.clearWorker(ws)
+	ix.flushHeads()
 	ws.lastID, ws.sequenced = 0, false
 }
 
@@ -834,6 +861,7 @@ func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
 		return false
 	}
 	ix.clearWorker(ws)
+	ix.flushHeads()
 	ix.workers.Delete(w)
 	ix.freeSlot(ws.slot)
 	return true
