@@ -16,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/epp"
 	"github.com/kvroute/kvroute/render"
+	"github.com/kvroute/kvroute/scheduling"
 )
 
 // config is the JSON configuration file; flags override its fields.
@@ -32,13 +33,19 @@ type config struct {
 	Tokenizer    string `json:"tokenizer"`
 	TokenizerAPI string `json:"tokenizer_api"`
 	// Parity is "fail" (default), "warn" or "off".
-	Parity         string             `json:"parity"`
-	ParityWait     string             `json:"parity_wait"`
-	Fallbacks      int                `json:"fallbacks"`
-	InjectUsage    bool               `json:"inject_usage"`
-	ScrapeInterval string             `json:"scrape_interval"`
-	Engines        []discovery.Engine `json:"engines"`
-	Etcd           struct {
+	Parity         string `json:"parity"`
+	ParityWait     string `json:"parity_wait"`
+	Fallbacks      int    `json:"fallbacks"`
+	InjectUsage    bool   `json:"inject_usage"`
+	ScrapeInterval string `json:"scrape_interval"`
+	// BusyKV and BusyPrefillTokens mark engines too loaded to pick (the
+	// picker answers 429 when all are): active decode blocks above this
+	// fraction of the engine's KV cache (num_gpu_blocks from its metrics),
+	// and active prefill tokens above this count. Zero disables each.
+	BusyKV            float64            `json:"busy_kv"`
+	BusyPrefillTokens int                `json:"busy_prefill_tokens"`
+	Engines           []discovery.Engine `json:"engines"`
+	Etcd              struct {
 		Endpoints []string `json:"endpoints"`
 		Prefix    string   `json:"prefix"`
 	} `json:"etcd"`
@@ -126,6 +133,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		fallback = fs.Int("fallbacks", epp.DefaultFallbacks, "fallback endpoints listed after the pick (-1: none)")
 		inject   = fs.Bool("inject-usage", true, "ask streamed requests for usage to learn the engines' cached tokens")
 		scrape   = fs.Duration("scrape-interval", time.Second, "engine metrics scrape interval")
+		busyKV   = fs.Float64("busy-kv", 0, "an engine whose active decode blocks exceed this fraction of its KV cache is busy (0: off)")
+		busyPF   = fs.Int("busy-prefill-tokens", 0, "an engine with more active prefill tokens is busy (0: off)")
 		etcdEPs  = fs.String("etcd", "", "comma-separated etcd endpoints to discover engines from")
 		etcdPfx  = fs.String("etcd-prefix", "/kvroute/engines/", "etcd key prefix of the engines")
 		kns      = fs.String("kube-namespace", "default", "namespace of the engines' pods and the InferencePool")
@@ -181,6 +190,15 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	}
 	if set["fallbacks"] || c.Fallbacks == 0 {
 		c.Fallbacks = *fallback
+	}
+	if set["busy-kv"] {
+		c.BusyKV = *busyKV
+	}
+	if set["busy-prefill-tokens"] {
+		c.BusyPrefillTokens = *busyPF
+	}
+	if err := c.busy().Validate(); err != nil {
+		return nil, err
 	}
 	if set["inject-usage"] || *path == "" {
 		c.InjectUsage = *inject
@@ -256,4 +274,9 @@ func duration(flagSet bool, file string, flagValue time.Duration) (time.Duration
 // tokenizer is the picker's tokenizer.
 func (c *config) tokenizer() (epp.Tokenizer, error) {
 	return &render.Client{URL: c.Tokenizer, API: c.tokenizerAPI}, nil
+}
+
+// busy is the router's busy thresholds.
+func (c *config) busy() scheduling.BusyThresholds {
+	return scheduling.BusyThresholds{DecodeBlocks: c.BusyKV, MaxPrefillTokens: c.BusyPrefillTokens}
 }

@@ -146,6 +146,7 @@ func TestParse(t *testing.T) {
 		{[]string{"-engine", "nonsense"}, "NAME=HOST:PORT"},
 		{[]string{"-engine", "a=127.0.0.1:1", "-adapter", "x"}, "MODEL=ADAPTER"},
 		{[]string{"-kube-selector", "app=vllm"}, "needs -kube-ports"},
+		{[]string{"-engine", "a=127.0.0.1:1", "-busy-kv", "-1"}, "scheduling"},
 		{[]string{"-kube-pool", "llama"}, "no tokenizer"},
 	} {
 		_, err := parse(tt.args, io.Discard)
