@@ -598,3 +598,36 @@ func TestAgenticChatNeedsTheEnginesTemplate(t *testing.T) {
 		})
 	}
 }
+
+func TestImagesAreHashedIntoBlocks(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 2,
+		tokenizer: func(es []*fakeengine.Engine) epp.Tokenizer { return &render.Client{URL: es[0].URL()} }})
+	var sys strings.Builder
+	for w := range 20 {
+		fmt.Fprintf(&sys, "s%d ", w)
+	}
+	chat := func(image string) string {
+		return `{"model":"m","messages":[{"role":"system","content":"` + sys.String() + `"},` +
+			`{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + image + `"}},{"type":"text","text":"describe this picture in words one two three four five six seven eight nine ten"}]}]}`
+	}
+	// system role token + 20 words = 21 tokens: block 0 (16) is text only;
+	// the image's 4 tokens start at 22, in block 1.
+	tests := []struct {
+		image  string
+		cached int
+	}{
+		{"https://example.invalid/a.png", 0},
+		{"https://example.invalid/a.png", 32}, // blocks 0 and 1: the same image
+		{"https://example.invalid/b.png", 16}, // another image: only block 0
+	}
+	for i, tt := range tests {
+		before := c.srv.Stats()
+		ex := c.do(envoyOpts{path: "/v1/chat/completions", body: chat(tt.image), subset: []string{c.engines[0].Addr()}})
+		require.Equal(t, 200, ex.status, i)
+		c.waitEvents()
+		after := c.srv.Stats()
+		require.EqualValues(t, tt.cached, after.ActualCachedTokens-before.ActualCachedTokens, "request %d: the engine's cache", i)
+		require.EqualValues(t, tt.cached, after.PredictedCachedTokens-before.PredictedCachedTokens, "request %d: the prediction", i)
+	}
+	c.balanced()
+}

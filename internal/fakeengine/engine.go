@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/tinylib/msgp/msgp"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/internal/words"
@@ -192,7 +193,7 @@ func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 // admit runs a prompt through the cache: it returns the cached prefix in
 // tokens and publishes the blocks stored and evicted as one vLLM batch.
 // Blocks of an adapter or under a cache salt are hashed with them.
-func (e *Engine) admit(tokens []uint32, model, salt string) (int, error) {
+func (e *Engine) admit(tokens []uint32, model, salt string, mm []kvroute.MMObject) (int, error) {
 	h, lora := e.hasher, ""
 	if slices.Contains(e.cfg.Adapters, model) {
 		h, lora = h.WithLoRA(model), model
@@ -201,7 +202,7 @@ func (e *Engine) admit(tokens []uint32, model, salt string) (int, error) {
 		h = h.WithSalt(salt)
 	}
 	bs := h.BlockSize()
-	seqs := h.AppendSeqHashes(nil, tokens)
+	seqs := h.AppendSeqHashesMM(nil, tokens, mm)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	cached := 0
@@ -217,6 +218,9 @@ func (e *Engine) admit(tokens []uint32, model, salt string) (int, error) {
 			LoRAName: lora, CacheSalt: salt}
 		if salt != "" {
 			stored.Layout = kvevents.LayoutMap // the array layout carries no salt field
+		}
+		if len(mm) > 0 {
+			stored.ExtraKeys = extraKeys(mm, cached, len(seqs), bs)
 		}
 		if cached > 0 {
 			stored.ParentBlockHash = kvevents.UintHash(uint64(seqs[cached-1]))
@@ -251,6 +255,33 @@ func (e *Engine) admit(tokens []uint32, model, salt string) (int, error) {
 		}
 	}
 	return cached * bs, nil
+}
+
+// extraKeys encodes vLLM's extra_keys for blocks first to end-1: for each,
+// nil or the [identifier, offset] pairs of the multimodal items whose
+// placeholder tokens it overlaps. The identifier is a 64-digit hex digest
+// whose first 16 digits are the item's hash.
+func extraKeys(mm []kvroute.MMObject, first, end, bs int) []byte {
+	b := msgp.AppendArrayHeader(nil, uint32(end-first))
+	for blk := first; blk < end; blk++ {
+		var items []kvroute.MMObject
+		for _, o := range mm {
+			if o.Offset < (blk+1)*bs && o.Offset+o.Length > blk*bs {
+				items = append(items, o)
+			}
+		}
+		if len(items) == 0 {
+			b = msgp.AppendNil(b)
+			continue
+		}
+		b = msgp.AppendArrayHeader(b, uint32(len(items)))
+		for _, o := range items {
+			b = msgp.AppendArrayHeader(b, 2)
+			b = msgp.AppendString(b, fmt.Sprintf("%016x%048x", o.Hash, 0))
+			b = msgp.AppendInt(b, o.Offset)
+		}
+	}
+	return b
 }
 
 // Ping publishes a batch without events, so that a subscriber that
@@ -302,7 +333,7 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	tokens, _, err := e.template(req)
+	tokens, mm, err := e.template(req)
 	if err == nil && len(tokens) == 0 {
 		err = fmt.Errorf("empty prompt")
 	}
@@ -310,7 +341,7 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	cached, err := e.admit(tokens, req.Model, req.CacheSalt)
+	cached, err := e.admit(tokens, req.Model, req.CacheSalt, mm)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
