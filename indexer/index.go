@@ -684,9 +684,7 @@ func (ix *Index) addHead(r *run, i int) {
 
 // dropHead records that the block at i of r is no longer a head.
 func (ix *Index) dropHead(r *run, i int) {
-	if hr, hpos, ok := ix.blocks.get(r.seqs[i]); ok && hr == r && hpos == i {
-		ix.blocks.del(r.seqs[i])
-	}
+	ix.blocks.delIf(r.seqs[i], r, i)
 }
 
 // rebuildParents rebuilds the parent filter from the heads in the table.
@@ -743,9 +741,7 @@ type place struct {
 func (ix *Index) flushHeads() {
 	for _, p := range ix.pendingHeads {
 		if p.r.alive(p.pos) && !p.r.alive(p.pos-1) {
-			if hr, hpos, ok := ix.blocks.get(p.r.seqs[p.pos]); !ok || hr != p.r || hpos != p.pos {
-				ix.addHead(p.r, p.pos)
-			}
+			ix.addHead(p.r, p.pos)
 		}
 	}
 	clear(ix.pendingHeads)

@@ -178,12 +178,22 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 	}
 }
 
+// delIf removes k when it names position pos of r. Writer only.
+func (t *blockTable) delIf(k kvroute.SeqHash, r *run, pos int) {
+	if s := t.find(k); s != nil && s.node.Load() == r && int(s.off.Load()) == pos {
+		t.delSlot(k, s)
+	}
+}
+
 // del removes k. Writer only.
 func (t *blockTable) del(k kvroute.SeqHash) {
-	s := t.find(k)
-	if s == nil {
-		return
+	if s := t.find(k); s != nil {
+		t.delSlot(k, s)
 	}
+}
+
+// delSlot removes k, found in slot s.
+func (t *blockTable) delSlot(k kvroute.SeqHash, s *tableSlot) {
 	s.node.Store(nil)
 	t.count.Store(t.count.Load() - 1)
 	if k > keyDead {
