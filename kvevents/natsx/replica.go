@@ -794,8 +794,10 @@ func (r *Replica) waitConnected(ctx context.Context) {
 func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need uint64, peers int) (done, final bool) {
 	p, w := r.cfg.Prefix, res.worker
 	peer, behind := r.findPeer(ctx, w, need, peers)
-	for wait := 10 * time.Millisecond; peer == "" && behind && wait <= 40*time.Millisecond; wait *= 2 {
-		// A peer that is only behind has the events in a moment.
+	// A peer that is only behind has the events in a moment: ask again
+	// while one says so (peers that lost the events too soon say they
+	// repair), for up to SyncTimeout.
+	for wait, end := 10*time.Millisecond, time.Now().Add(r.cfg.SyncTimeout); peer == "" && behind && time.Now().Before(end); wait = min(2*wait, 160*time.Millisecond) {
 		select {
 		case <-ctx.Done():
 			return false, true
