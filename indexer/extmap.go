@@ -108,6 +108,21 @@ func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 // tables (512 KiB of slots) stay in the caches of a busy core.
 const prefetchSlots = 1 << 15
 
+// next and prev return the slots after and before i, wrapping around.
+func (m *extMap) next(i int) int {
+	if i++; i == len(m.ctrl) {
+		return 0
+	}
+	return i
+}
+
+func (m *extMap) prev(i int) int {
+	if i == 0 {
+		return len(m.ctrl) - 1
+	}
+	return i - 1
+}
+
 // get returns the entry for k.
 func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 	if i := m.find(k); i >= 0 {
@@ -163,10 +178,22 @@ func (m *extMap) del(k kvroute.ExternalHash) {
 	}
 }
 
-// delAt removes the entry in slot i, which find returned.
+// delAt removes the entry in slot i, which find returned. When the slot
+// after it is empty, no probe needs to pass it, so it becomes empty, and so
+// do the tombstones right before it: under steady churn the table then
+// rarely fills with tombstones.
 func (m *extMap) delAt(i int) {
-	m.ctrl[i] = ctrlDeleted
 	m.count--
+	if m.ctrl[m.next(i)] != ctrlEmpty {
+		m.ctrl[i] = ctrlDeleted
+	} else {
+		m.ctrl[i] = ctrlEmpty
+		m.used--
+		for j := m.prev(i); m.ctrl[j] == ctrlDeleted; j = m.prev(j) {
+			m.ctrl[j] = ctrlEmpty
+			m.used--
+		}
+	}
 	if len(m.slots) > extMapMinSlots && m.count*8 < len(m.slots) {
 		m.rebuild()
 	}

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kvroute/kvroute"
 )
@@ -192,13 +193,26 @@ func (t *blockTable) del(k kvroute.SeqHash) {
 	}
 }
 
-// delSlot removes k, found in slot s.
+// delSlot removes k, found in slot s. As in extMap.delAt, the slot and
+// the tombstones before it become empty when the slot after it is empty.
 func (t *blockTable) delSlot(k kvroute.SeqHash, s *tableSlot) {
 	s.node.Store(nil)
 	t.count.Store(t.count.Load() - 1)
-	if k > keyDead {
+	if k <= keyDead {
+		return
+	}
+	a := t.cur.Load()
+	a.live--
+	i := int((uintptr(unsafe.Pointer(s)) - uintptr(unsafe.Pointer(&a.slots[0]))) / unsafe.Sizeof(*s))
+	if a.slots[(i+1)%len(a.slots)].key.Load() != keyEmpty {
 		s.key.Store(keyDead)
-		t.cur.Load().live--
+		return
+	}
+	s.key.Store(keyEmpty)
+	a.used--
+	for j := (i + len(a.slots) - 1) % len(a.slots); a.slots[j].key.Load() == keyDead; j = (j + len(a.slots) - 1) % len(a.slots) {
+		a.slots[j].key.Store(keyEmpty)
+		a.used--
 	}
 }
 

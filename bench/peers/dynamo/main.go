@@ -63,6 +63,7 @@ type options struct {
 	capacity  int
 	procs     int
 	profile   string
+	memProf   string
 }
 
 // allWorkloads names the workloads in the order they run.
@@ -87,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.capacity, "capacity", defaultTrace(evictLRU).Capacity, "blocks per worker cache in the replay workloads")
 	fs.IntVar(&o.procs, "procs", 1, "GOMAXPROCS while kvroute runs (0: leave it); the Dynamo side is single-threaded")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of this process (the kvroute side and the driver) to the file")
+	fs.StringVar(&o.memProf, "memprofile", "", "write an allocation profile of this process to the file at the end")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,6 +102,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("peers: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.memProf != "" {
+		defer func() {
+			if f, err := os.Create(o.memProf); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	if o.pairs < 1 || o.scale <= 0 || o.capacity < 1 {
 		return fmt.Errorf("peers: -pairs and -capacity must be at least 1 and -scale positive")
