@@ -16,11 +16,10 @@ import (
 // storing a new engine hash, the most common operation, costs no cache
 // miss on the slots at all (only the write of its own slot).
 //
-// Deleted slots become tombstones, reused by later inserts; the table is
-// rebuilt without them when live entries and tombstones fill seven eighths
-// of it (probes scan control bytes, 64 to a cache line, so long probe runs
-// stay cheap), doubling when live entries alone fill half and halving when
-// they fill less than an eighth. Its slots hold no pointers, so the
+// Deleted slots become tombstones, reused by later inserts, or cleared
+// when they end a probe run; the table is rebuilt without them when live
+// entries and tombstones fill three quarters of it, doubling when live
+// entries alone fill half and halving when they fill less than an eighth. Its slots hold no pointers, so the
 // garbage collector never scans them. An extMap is not safe for concurrent
 // use; the index's write lock protects it.
 type extMap struct {
@@ -144,7 +143,7 @@ func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 		switch c := m.ctrl[i]; {
 		case c == ctrlEmpty:
 			if dead < 0 {
-				if (m.used+1)*8 > len(m.slots)*7 {
+				if (m.used+1)*4 > len(m.slots)*3 {
 					m.rebuild()
 					return m.upsert(k)
 				}
