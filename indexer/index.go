@@ -562,11 +562,30 @@ func (ix *Index) repoint(r *run, a, b int, s, target *segment) {
 // sameHolders reports whether a and b have the same holders in the same
 // tiers.
 func sameHolders(a, b *segment) bool {
-	if a.holders != b.holders {
-		return false
-	}
+	return a.holders == b.holders && allWords(a, b, func(_ int, _ kvroute.Tier, x, y uint64) bool { return x == y })
+}
+
+// holdersDiffer reports whether n has the holders of s with slot's tier t
+// added (add) or removed (!add), and s does not have it (add) or has it
+// (!add).
+func holdersDiffer(n, s *segment, slot int, t kvroute.Tier, add bool) bool {
+	bit := uint64(1) << (slot % slotsPerChunk)
+	return allWords(n, s, func(c int, tt kvroute.Tier, x, y uint64) bool {
+		if tt == t && c == slot/slotsPerChunk {
+			if (y&bit != 0) == add {
+				return false
+			}
+			y ^= bit
+		}
+		return x == y
+	})
+}
+
+// allWords reports whether ok holds for every pair of holder words of a
+// and b, chunk by chunk and tier by tier (a missing chunk's words are 0).
+func allWords(a, b *segment, ok func(chunk int, t kvroute.Tier, x, y uint64) bool) bool {
 	x, y := &a.holder, &b.holder
-	for x != nil || y != nil {
+	for c := 0; x != nil || y != nil; c++ {
 		for t := range kvroute.NumTiers {
 			var xv, yv uint64
 			if x != nil {
@@ -575,42 +594,7 @@ func sameHolders(a, b *segment) bool {
 			if y != nil {
 				yv = y.tiers[t].Load()
 			}
-			if xv != yv {
-				return false
-			}
-		}
-		if x != nil {
-			x = x.next.Load()
-		}
-		if y != nil {
-			y = y.next.Load()
-		}
-	}
-	return true
-}
-
-// holdersDiffer reports whether n has the holders of s with slot's tier t
-// added (add) or removed (!add), and s does not have it (add) or has it
-// (!add).
-func holdersDiffer(n, s *segment, slot int, t kvroute.Tier, add bool) bool {
-	x, y := &n.holder, &s.holder
-	for i := 0; x != nil || y != nil; i++ {
-		for tt := range kvroute.NumTiers {
-			var xv, yv uint64
-			if x != nil {
-				xv = x.tiers[tt].Load()
-			}
-			if y != nil {
-				yv = y.tiers[tt].Load()
-			}
-			if tt == int(t) && i == slot/slotsPerChunk {
-				bit := uint64(1) << (slot % slotsPerChunk)
-				if (yv&bit != 0) == add {
-					return false
-				}
-				yv ^= bit
-			}
-			if xv != yv {
+			if !ok(c, kvroute.Tier(t), xv, yv) {
 				return false
 			}
 		}
