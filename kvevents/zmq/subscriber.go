@@ -286,7 +286,7 @@ func (s *Subscriber) session(ctx context.Context) (bool, error) {
 			done <- err // for the deferred wait
 			return true, err
 		case m := <-msgs:
-			s.handleLive(ctx, m)
+			s.handleLive(ctx, m.Frames)
 			idle.Reset(s.cfg.IdleTimeout)
 		case <-idle.C:
 			// Nothing for a while: fetch anything dropped at the end of the
@@ -326,17 +326,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // handleLive processes one message from the PUB socket.
-func (s *Subscriber) handleLive(ctx context.Context, m zmq4.Msg) {
-	if len(m.Frames) != 3 || len(m.Frames[1]) != 8 {
+func (s *Subscriber) handleLive(ctx context.Context, frames [][]byte) {
+	if len(frames) != 3 || len(frames[1]) != 8 {
 		s.stats.malformed.Add(1)
-		s.log.Warn("zmq: message with unexpected framing", "frames", len(m.Frames))
+		s.log.Warn("zmq: message with unexpected framing", "frames", len(frames))
 		return
 	}
-	if !strings.HasPrefix(string(m.Frames[0]), s.cfg.Topic) {
+	if !strings.HasPrefix(string(frames[0]), s.cfg.Topic) {
 		return
 	}
-	seq := binary.BigEndian.Uint64(m.Frames[1])
-	payload := m.Frames[2]
+	seq := binary.BigEndian.Uint64(frames[1])
+	payload := frames[2]
 	s.stats.received.Add(1)
 	if s.haveLive && seq <= s.lastLive {
 		// The live stream only moves forward: the publisher restarted and
@@ -485,7 +485,7 @@ func (s *Subscriber) replay(ctx context.Context, from, upto uint64) {
 	}()
 	timer := time.NewTimer(s.cfg.ReplayTimeout)
 	defer timer.Stop()
-	first := true
+	r := replayState{from: from, upto: upto, first: true}
 	for {
 		var m zmq4.Msg
 		select {
@@ -501,35 +501,51 @@ func (s *Subscriber) replay(ctx context.Context, from, upto uint64) {
 		case m = <-msgs:
 			timer.Reset(s.cfg.ReplayTimeout)
 		}
-		seq, payload, ok := replayFrames(m.Frames)
-		if !ok {
-			s.stats.malformed.Add(1)
-			s.log.Warn("zmq: replay reply with unexpected framing", "frames", len(m.Frames))
-			continue
-		}
-		if seq == endSeq {
+		if s.handleReplay(&r, m.Frames) {
 			return
 		}
-		if upto != 0 && seq >= upto {
-			// The live message that revealed the gap and anything after it
-			// arrive on the PUB socket too; stop at it so that order holds.
-			continue
-		}
-		if first && seq > from {
-			// The buffer starts after what is missing.
-			s.lose(s.next, seq)
-		}
-		first = false
-		if seq < s.next {
-			continue
-		}
-		if seq > s.next {
-			s.lose(s.next, seq)
-		}
-		s.apply(payload)
-		s.stats.replayed.Add(1)
-		s.next = seq + 1
 	}
+}
+
+// replayState is what one replay exchange remembers between replies.
+type replayState struct {
+	from  uint64 // the first sequence number asked for
+	upto  uint64 // the live sequence number that revealed the gap, or 0
+	first bool   // no reply has been applied yet
+}
+
+// handleReplay processes one reply of the replay exchange r and reports
+// whether it was the end marker.
+func (s *Subscriber) handleReplay(r *replayState, frames [][]byte) bool {
+	seq, payload, ok := replayFrames(frames)
+	if !ok {
+		s.stats.malformed.Add(1)
+		s.log.Warn("zmq: replay reply with unexpected framing", "frames", len(frames))
+		return false
+	}
+	if seq == endSeq {
+		return true
+	}
+	if r.upto != 0 && seq >= r.upto {
+		// The live message that revealed the gap and anything after it
+		// arrive on the PUB socket too; stop at it so that order holds.
+		return false
+	}
+	if r.first && seq > r.from {
+		// The buffer starts after what is missing.
+		s.lose(s.next, seq)
+	}
+	r.first = false
+	if seq < s.next {
+		return false
+	}
+	if seq > s.next {
+		s.lose(s.next, seq)
+	}
+	s.apply(payload)
+	s.stats.replayed.Add(1)
+	s.next = seq + 1
+	return false
 }
 
 // replayFrames extracts the sequence number and payload of a replay reply:
