@@ -60,6 +60,10 @@ type Layout struct {
 // their int indices stay in range on every platform.
 const maxLayoutDescs = 1 << 30
 
+// maxKVHeads bounds the KV heads of a tensor-parallel group (KVHeads ×
+// TPSize), so head indices and offsets cannot overflow.
+const maxKVHeads = 1 << 24
+
 // planes returns Planes with its default applied.
 func (l *Layout) planes() int {
 	if l.Planes == 0 {
@@ -133,6 +137,9 @@ func (l *Layout) Validate() error {
 	}
 	if l.Planes < 0 || l.TPSize < 0 {
 		return bad("negative planes or tp size")
+	}
+	if l.KVHeads > maxKVHeads || l.tpSize() > maxKVHeads || l.KVHeads*l.tpSize() > maxKVHeads {
+		return bad("%d kv heads × tp size %d exceeds %d heads", l.KVHeads, l.tpSize(), maxKVHeads)
 	}
 	if l.TPRank < 0 || l.TPRank >= l.tpSize() {
 		return bad("tp rank %d outside tp size %d", l.TPRank, l.tpSize())
