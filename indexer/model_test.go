@@ -2,6 +2,7 @@ package indexer_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,11 +301,32 @@ func checkAgainstModels(t *testing.T, ix *indexer.Index, models []*model, probeS
 	}
 }
 
+// FuzzApply applies events decoded from the input (3 workers, 8 engine
+// hashes, 3 block contents, every kind, tier and parent, malformed ones
+// included) and checks the index against the plain model: the blocks each
+// worker holds, the pair count, every match of every prompt over the three
+// contents up to depth 4, and a Dump round trip. The checks use no
+// reflection, so that an execution costs little more than the events.
 func FuzzApply(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte("stored removed cleared and more bytes"))
+	f.Add([]byte{0, 0x80, 3, 0, 0x81, 3, 1, 0x80, 2, 0, 1, 1, 1, 0x80, 3, 0, 1, 2})
+	// Prompts over the three block contents up to depth 4.
+	var fuzzProbes [][]kvroute.SeqHash
+	var rec func(prefix []kvroute.BlockHash)
+	rec = func(prefix []kvroute.BlockHash) {
+		if len(prefix) > 0 {
+			fuzzProbes = append(fuzzProbes, kvroute.ChainSeqHashes(nil, 0, false, prefix))
+		}
+		if len(prefix) < 4 {
+			for b := range kvroute.BlockHash(3) {
+				rec(append(slices.Clone(prefix), b))
+			}
+		}
+	}
+	rec(nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ix := newIndex(t)
+		ix, _ := indexer.New(indexer.Config{Hasher: testHasher})
 		models := map[kvroute.WorkerKey]*model{}
 		r := rand.New(rand.NewPCG(uint64(len(data)), 7))
 		for i := 0; i+3 <= len(data); i += 3 {
@@ -335,26 +357,42 @@ func FuzzApply(f *testing.F) {
 			}
 		}
 		pairs := 0
+		tiers := map[kvroute.WorkerKey]map[kvroute.SeqHash]uint8{}
 		for w, m := range models {
-			seqs := map[kvroute.SeqHash]bool{}
-			for _, e := range m.blocks {
-				seqs[e.seq] = true
+			held := m.tiersBySeq()
+			tiers[w] = held
+			pairs += len(held)
+			got := ix.AppendWorkerBlocks(w, nil)
+			if len(got) != len(held) {
+				t.Fatalf("worker %v holds %d blocks, model %d", w, len(got), len(held))
 			}
-			pairs += len(seqs)
-			require.ElementsMatch(t, keys(seqs), ix.AppendWorkerBlocks(w, nil))
+			for _, s := range got {
+				if held[s] == 0 {
+					t.Fatalf("worker %v holds %#x, which the model does not", w, uint64(s))
+				}
+			}
 		}
-		require.Equal(t, pairs, ix.Size().Pairs)
-		rebuilt := newIndex(t)
-		require.NoError(t, ix.Dump(rebuilt.Apply))
-		require.Equal(t, ix.Size().Pairs, rebuilt.Size().Pairs)
-		require.Equal(t, ix.Size().Entries, rebuilt.Size().Entries)
+		if got := ix.Size().Pairs; got != pairs {
+			t.Fatalf("%d pairs, model %d", got, pairs)
+		}
+		var res indexer.MatchResult
+		for _, p := range fuzzProbes {
+			ix.Match(p, &res)
+			for w := range models {
+				byTier, depth := matchTiers(tiers[w], p)
+				got, ok := res.Find(w)
+				if ok != (depth > 0) || got.Blocks != depth || (ok && got.ByTier != byTier) {
+					t.Fatalf("worker %v on a %d-block prompt: index %+v (found %v), model %d blocks %v", w, len(p), got, ok, depth, byTier)
+				}
+			}
+		}
+		rebuilt, _ := indexer.New(indexer.Config{Hasher: testHasher})
+		if err := ix.Dump(rebuilt.Apply); err != nil {
+			t.Fatalf("dump: %v", err)
+		}
+		if a, b := ix.Size(), rebuilt.Size(); a.Pairs != b.Pairs || a.Entries != b.Entries || a.Blocks != b.Blocks {
+			t.Fatalf("rebuilt from its dump: %+v, index %+v", b, a)
+		}
 	})
 }
 
-func keys(m map[kvroute.SeqHash]bool) []kvroute.SeqHash {
-	out := []kvroute.SeqHash{}
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
