@@ -395,4 +395,3 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
-
