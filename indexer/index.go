@@ -56,7 +56,7 @@ type Index struct {
 	clock  kvroute.Clock
 
 	// mu serialises every write and protects the writer-only state: the
-	// workers' engine-hash maps and sequence numbers, the nodes' writer
+	// workers' engine-hash maps and sequence numbers, the runs' writer
 	// fields, freeSlots.
 	mu     sync.Mutex
 	blocks *blockTable
@@ -952,7 +952,7 @@ type Size struct {
 	Pairs   int // (block, worker) pairs, whatever the tiers
 	Entries int // (engine hash, worker) entries
 	// Bytes estimates the memory the index uses, from the sizes of its
-	// structures: nodes, holder-set chunks, map slots and per-worker
+	// structures: runs, segments, holder-set chunks, table slots and per-worker
 	// entries. Benchmarks check it against the Go heap.
 	Bytes int64
 }

@@ -34,9 +34,9 @@ type blockTable struct {
 
 // tableSlot is one slot: a key, its run and its position in the run.
 type tableSlot struct {
-	key  atomic.Uint64
-	node atomic.Pointer[run]
-	off  atomic.Int32
+	key atomic.Uint64
+	run atomic.Pointer[run]
+	pos atomic.Int32
 }
 
 const (
@@ -79,8 +79,8 @@ func newBlockTable(hint int) *blockTable {
 func (t *blockTable) read(k kvroute.SeqHash) (*run, int, bool) {
 	if k <= keyDead {
 		s := &t.low[k]
-		n := s.node.Load()
-		return n, int(s.off.Load()), n != nil
+		n := s.run.Load()
+		return n, int(s.pos.Load()), n != nil
 	}
 	a := t.cur.Load()
 	for i := a.home(uint64(k)); ; {
@@ -88,8 +88,8 @@ func (t *blockTable) read(k kvroute.SeqHash) (*run, int, bool) {
 		switch s.key.Load() {
 		case uint64(k):
 			// A concurrent delete may have cleared the run: a miss.
-			n := s.node.Load()
-			return n, int(s.off.Load()), n != nil
+			n := s.run.Load()
+			return n, int(s.pos.Load()), n != nil
 		case keyEmpty:
 			return nil, 0, false
 		}
@@ -103,7 +103,7 @@ func (t *blockTable) read(k kvroute.SeqHash) (*run, int, bool) {
 func (t *blockTable) find(k kvroute.SeqHash) *tableSlot {
 	if k <= keyDead {
 		s := &t.low[k]
-		if s.node.Load() == nil {
+		if s.run.Load() == nil {
 			return nil
 		}
 		return s
@@ -129,18 +129,18 @@ func (t *blockTable) get(k kvroute.SeqHash) (*run, int, bool) {
 	if s == nil {
 		return nil, 0, false
 	}
-	return s.node.Load(), int(s.off.Load()), true
+	return s.run.Load(), int(s.pos.Load()), true
 }
 
 // put sets the place of k, inserting it when absent. Writer only.
 func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 	if k <= keyDead {
 		s := &t.low[k]
-		if s.node.Load() == nil {
+		if s.run.Load() == nil {
 			t.count.Store(t.count.Load() + 1)
 		}
-		s.off.Store(int32(off))
-		s.node.Store(n)
+		s.pos.Store(int32(off))
+		s.run.Store(n)
 		return
 	}
 	a := t.cur.Load()
@@ -149,8 +149,8 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 		s := &a.slots[i]
 		switch s.key.Load() {
 		case uint64(k):
-			s.node.Store(n)
-			s.off.Store(int32(off))
+			s.run.Store(n)
+			s.pos.Store(int32(off))
 			return
 		case keyDead:
 			if dead == nil {
@@ -168,8 +168,8 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 			}
 			a.live++
 			t.count.Store(t.count.Load() + 1)
-			dead.node.Store(n)
-			dead.off.Store(int32(off))
+			dead.run.Store(n)
+			dead.pos.Store(int32(off))
 			dead.key.Store(uint64(k))
 			return
 		}
@@ -181,7 +181,7 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 
 // delIf removes k when it names position pos of r. Writer only.
 func (t *blockTable) delIf(k kvroute.SeqHash, r *run, pos int) {
-	if s := t.find(k); s != nil && s.node.Load() == r && int(s.off.Load()) == pos {
+	if s := t.find(k); s != nil && s.run.Load() == r && int(s.pos.Load()) == pos {
 		t.delSlot(k, s)
 	}
 }
@@ -196,7 +196,7 @@ func (t *blockTable) del(k kvroute.SeqHash) {
 // delSlot removes k, found in slot s. As in extMap.delAt, the slot and
 // the tombstones before it become empty when the slot after it is empty.
 func (t *blockTable) delSlot(k kvroute.SeqHash, s *tableSlot) {
-	s.node.Store(nil)
+	s.run.Store(nil)
 	t.count.Store(t.count.Load() - 1)
 	if k <= keyDead {
 		return
@@ -237,8 +237,8 @@ func (t *blockTable) rebuild(a *tableArray) {
 		for j := b.home(k); ; {
 			d := &b.slots[j]
 			if d.key.Load() == keyEmpty {
-				d.node.Store(s.node.Load())
-				d.off.Store(s.off.Load())
+				d.run.Store(s.run.Load())
+				d.pos.Store(s.pos.Load())
 				d.key.Store(k)
 				break
 			}
@@ -254,15 +254,15 @@ func (t *blockTable) rebuild(a *tableArray) {
 // each calls fn with the place of every key. Writer only.
 func (t *blockTable) each(fn func(*run, int)) {
 	for i := range t.low {
-		if n := t.low[i].node.Load(); n != nil {
-			fn(n, int(t.low[i].off.Load()))
+		if n := t.low[i].run.Load(); n != nil {
+			fn(n, int(t.low[i].pos.Load()))
 		}
 	}
 	a := t.cur.Load()
 	for i := range a.slots {
 		s := &a.slots[i]
 		if s.key.Load() > keyDead {
-			fn(s.node.Load(), int(s.off.Load()))
+			fn(s.run.Load(), int(s.pos.Load()))
 		}
 	}
 }
