@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -299,6 +300,9 @@ func (c *peerConn) receive(conn net.Conn) {
 
 // response handles one response whose header and message were read.
 func (c *peerConn) response(conn net.Conn, h respHeader, msg string) error {
+	if h.dataLen > math.MaxInt64 {
+		return c.agent.errorf("transfer", c.remote, transfer.ErrBackend, "protocol error: response of %d bytes", h.dataLen)
+	}
 	f := c.take(h.id)
 	if f == nil || f.req == nil {
 		// Canceled: drop its data.
@@ -310,7 +314,11 @@ func (c *peerConn) response(conn net.Conn, h respHeader, msg string) error {
 	r := f.req
 	if h.status != statusOK {
 		if h.dataLen != 0 {
-			return c.agent.errorf("transfer", c.remote, transfer.ErrBackend, "protocol error: error response with data")
+			// The request was taken off the connection: complete it here,
+			// failing the connection does not reach it any more.
+			err := c.agent.errorf("transfer", c.remote, transfer.ErrBackend, "protocol error: error response with data")
+			r.complete(f.id, err)
+			return err
 		}
 		r.complete(f.id, c.agent.errorf("transfer", c.remote, statusErr(h.status), "peer: %s", msg))
 		return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"time"
 
@@ -136,7 +137,7 @@ func (s *server) check() (uint8, string) {
 // notification, then acknowledges it.
 func (s *server) write(h reqHeader, notif []byte) error {
 	total, ok := totalLen(s.descs)
-	if !ok || total != h.dataLen {
+	if !ok || total != h.dataLen || total > math.MaxInt64 {
 		return fmt.Errorf("write of %d bytes for descriptors of %d", h.dataLen, total)
 	}
 	regs := &s.agent.regs
