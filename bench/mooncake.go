@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 )
@@ -135,7 +136,7 @@ func FromMooncake(records []TraceRecord, cfg MooncakeConfig) (*Workload, error) 
 		if cfg.MaxInputTokens > 0 && rec.InputLength > cfg.MaxInputTokens {
 			continue
 		}
-		at := max(time.Duration(float64(rec.Timestamp)*float64(time.Millisecond)/cfg.Speed), last)
+		at := max(arrival(rec.Timestamp, cfg.Speed), last)
 		last = at
 		p := make(Prompt, len(rec.HashIDs))
 		left := rec.InputLength
@@ -151,4 +152,15 @@ func FromMooncake(records []TraceRecord, cfg MooncakeConfig) (*Workload, error) 
 		})
 	}
 	return w, nil
+}
+
+// arrival returns the arrival time of a record at timestamp ms replayed at
+// speed, saturated at the longest time.Duration (a float64 beyond it
+// would convert to an arbitrary Duration).
+func arrival(ms int64, speed float64) time.Duration {
+	ns := float64(ms) * float64(time.Millisecond) / speed
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }
