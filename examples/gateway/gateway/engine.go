@@ -113,6 +113,9 @@ func (e *Engine) validate() error {
 	if e.Replay != "" && e.Events == "" {
 		return fmt.Errorf("%w: engine %d: replay endpoint without an events endpoint", ErrEngineConfig, e.ID)
 	}
+	if e.Ranks > maxRanks {
+		return fmt.Errorf("%w: engine %d: %d ranks (at most %d)", ErrEngineConfig, e.ID, e.Ranks, maxRanks)
+	}
 	for r := range max(e.Ranks, 1) {
 		for _, ep := range []string{e.Events, e.Replay} {
 			if _, err := rankEndpoint(ep, r); err != nil {
@@ -122,6 +125,10 @@ func (e *Engine) validate() error {
 	}
 	return nil
 }
+
+// maxRanks bounds an engine's data-parallel ranks: each rank publishes on
+// its own port.
+const maxRanks = 1 << 16
 
 // rankEndpoint returns the ZMQ endpoint of data-parallel rank r: the
 // endpoint's port plus r. Rank 0 and an empty endpoint are returned as is.

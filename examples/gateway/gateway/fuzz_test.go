@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// FuzzParseEngine parses engine specifications as the command line gives
+// them. An accepted one has an http(s) URL, non-negative capacities, a
+// replay endpoint only with an events endpoint, and an endpoint for each
+// rank; a rejected one wraps ErrEngineConfig. Parsing stays fast for any
+// rank count.
+func FuzzParseEngine(f *testing.F) {
+	f.Add("1=http://127.0.0.1:8000,events=tcp://127.0.0.1:5557")
+	f.Add("2=https://engine:8443,zmq=tcp://e:5557,replay=tcp://e:5558,topic=kv-events,ranks=4,max-requests=256,max-batched-tokens=8192,kv-blocks=27910")
+	f.Add("3=http://e,ranks=9223372036854775807")
+	f.Add("4=http://e,replay=tcp://e:1")
+	f.Add("x=ftp://e")
+	f.Add("5=http://e,ranks=-1,kv-blocks=x")
+	f.Fuzz(func(t *testing.T, spec string) {
+		e, err := ParseEngine(spec)
+		if err != nil {
+			if !errors.Is(err, ErrEngineConfig) {
+				t.Fatalf("error %q does not wrap ErrEngineConfig", err)
+			}
+			return
+		}
+		if !strings.HasPrefix(e.URL, "http://") && !strings.HasPrefix(e.URL, "https://") {
+			t.Fatalf("accepted URL %q", e.URL)
+		}
+		if e.Ranks < 0 || e.MaxRequests < 0 || e.MaxBatchedTokens < 0 || e.KVCapacityBlocks < 0 {
+			t.Fatalf("accepted negative numbers: %+v", e)
+		}
+		if e.Replay != "" && e.Events == "" {
+			t.Fatalf("accepted replay without events: %+v", e)
+		}
+		if e.Events != "" {
+			if _, err := rankEndpoint(e.Events, max(e.Ranks, 1)-1); err != nil {
+				t.Fatalf("accepted engine without an endpoint for its last rank: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzParseAPIRequest parses completion and chat request bodies as the
+// gateway receives them from clients. A rejected body wraps ErrBadRequest;
+// an accepted one has a prompt (text, token ids or messages) and a
+// non-negative max_tokens, and its forwarded body is a JSON object.
+func FuzzParseAPIRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","prompt":"hello world","max_tokens":16,"stream":true}`), false)
+	f.Add([]byte(`{"model":"m","prompt":[[1,2,3]],"cache_salt":"s"}`), false)
+	f.Add([]byte(`{"model":"m","prompt":["a","b"]}`), false)
+	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_completion_tokens":-3,"stream":true,"stream_options":{"include_usage":false}}`), true)
+	f.Add([]byte(`{"messages":[]}`), true)
+	f.Add([]byte(`[1]`), true)
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		r, err := parseRequest(body, chat)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("error %q does not wrap ErrBadRequest", err)
+			}
+			return
+		}
+		if r.maxTokens < 0 {
+			t.Fatalf("max tokens %d", r.maxTokens)
+		}
+		if chat && len(r.prompt.Messages) == 0 {
+			t.Fatal("chat request accepted without messages")
+		}
+		fwd, err := r.forwardBody(body)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("forward body: error %q does not wrap ErrBadRequest", err)
+			}
+			return
+		}
+		if _, err := parseRequest(fwd, chat); err != nil {
+			t.Fatalf("forwarded body %q does not parse again: %v", fwd, err)
+		}
+	})
+}
+
+// recordHooks records what an sseBody reports.
+type recordHooks struct {
+	chunks int
+	failures int
+}
+
+var fuzzFailedEvent = []byte("data: {\"error\":\"upstream\"}\n\ndata: [DONE]\n\n")
+
+func (h *recordHooks) chunk(bool, *apiUsage, bool) { h.chunks++ }
+
+func (h *recordHooks) failed(error) []byte {
+	h.failures++
+	return fuzzFailedEvent
+}
+
+// FuzzSSEBody relays an engine's event stream through the gateway's SSE
+// reader. Without dropping usage chunks, the client receives the upstream
+// bytes unchanged, up to the point where the stream broke and then one
+// error event; with dropping, it receives no more than that. A stream
+// breaks at most once, and no event held in memory exceeds maxEventBytes.
+func FuzzSSEBody(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\ndata: [DONE]\n\n"), true)
+	f.Add([]byte(": keep-alive\r\n\r\ndata: {\"error\":{\"message\":\"x\"}}\r\n\r\n"), false)
+	f.Add([]byte("data: {\"choices\":[1]}\n\ndata: partial"), false)
+	f.Add([]byte("data: a\ndata: b\n\nevent: x\n\n"), true)
+	f.Add(append([]byte("data: "), bytes.Repeat([]byte("x"), 70<<10)...), false)
+	f.Fuzz(func(t *testing.T, in []byte, dropUsage bool) {
+		h := &recordHooks{}
+		b := newSSEBody(io.NopCloser(bytes.NewReader(in)), h, dropUsage)
+		var out []byte
+		buf := make([]byte, 512)
+		for {
+			n, err := b.Read(buf)
+			out = append(out, buf[:n]...)
+			if cap(b.event) > 2*maxEventBytes+64<<10 {
+				t.Fatalf("event buffer of %d bytes", cap(b.event))
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("read: %v (failed hook returned an event)", err)
+			}
+			if len(out) > len(in)+len(fuzzFailedEvent) {
+				t.Fatalf("%d bytes relayed from %d", len(out), len(in))
+			}
+		}
+		if h.failures > 1 {
+			t.Fatalf("stream failed %d times", h.failures)
+		}
+		relayed := out
+		if h.failures == 1 {
+			var ok bool
+			if relayed, ok = bytes.CutSuffix(out, fuzzFailedEvent); !ok {
+				t.Fatalf("broken stream does not end with the error event: %q", out)
+			}
+		}
+		if len(relayed) > len(in) {
+			t.Fatalf("%d bytes relayed from %d", len(relayed), len(in))
+		}
+		if !dropUsage {
+			if !bytes.HasPrefix(in, relayed) {
+				t.Fatalf("relayed %q is not a prefix of %q", relayed, in)
+			}
+			if h.failures == 0 && !bytes.Equal(relayed, in) {
+				t.Fatalf("clean stream relayed as %q, sent %q", relayed, in)
+			}
+		}
+	})
+}
