@@ -45,6 +45,9 @@ targets=$(grep -rE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.
   sed -E 's#^\./(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*).*#\1 \2#; s#^\./[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*).*#. \1#' |
   sort -u)
 
+targets=$(echo "$targets" | while read -r dir name; do
+  [ -n "$name" ] && echo "${dir#./}.$name" | grep -Eq -- "$filter" && echo "$dir $name"
+done)
 echo "fuzzing $(echo "$targets" | grep -c .) targets for $fuzztime each, $parallel worker(s), logs in $outdir" >&2
 echo "| Package | Target | Time | Executions | New corpus entries | Result |"
 echo "|---|---|---|---|---|---|"
@@ -52,7 +55,6 @@ failed=0
 while read -r dir name; do
   [ -n "$name" ] || continue
   pkg=${dir#./}
-  echo "$pkg.$name" | grep -Eq -- "$filter" || continue
   log="$outdir/$(echo "$pkg" | tr / _).$name.log"
   echo "== $pkg $name" >&2
   nice -n 19 go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" \

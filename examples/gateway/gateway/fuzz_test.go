@@ -85,7 +85,7 @@ func FuzzParseAPIRequest(f *testing.F) {
 
 // recordHooks records what an sseBody reports.
 type recordHooks struct {
-	chunks int
+	chunks   int
 	failures int
 }
 
