@@ -58,6 +58,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/router"
 )
 
 // Annotation names read from pods.
@@ -206,8 +207,9 @@ func (w *Watcher) Engine(p *corev1.Pod) (discovery.Engine, error) {
 	}
 	if s, ok := p.Annotations[AnnotationRanks]; ok {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || len(w.TargetPorts) != 1 {
-			return e, fmt.Errorf("%w: %s: %s %q needs one target port and a positive count", discovery.ErrEngine, e.Name, AnnotationRanks, s)
+		if err != nil || n < 1 || n > router.MaxDataParallelRanks || len(w.TargetPorts) != 1 {
+			return e, fmt.Errorf("%w: %s: %s %q needs one target port and a count from 1 to %d",
+				discovery.ErrEngine, e.Name, AnnotationRanks, s, router.MaxDataParallelRanks)
 		}
 		e.Ports = e.Ports[:0]
 		for r := range n {
