@@ -127,12 +127,6 @@ func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 	return entry{}, false
 }
 
-// put sets the entry for k.
-func (m *extMap) put(k kvroute.ExternalHash, e entry) {
-	p, _ := m.upsert(k)
-	*p = e.pack()
-}
-
 // upsert returns the packed entry of k for the caller to read and set, and
 // whether k was present; an absent k is inserted with a zero word, which
 // the caller must set before the next operation on the map.
@@ -206,7 +200,6 @@ func (m *extMap) rebuild() {
 	}
 	ctrl, slots := m.ctrl, m.slots
 	m.ctrl, m.slots = make([]uint8, n), make([]extSlot, n)
-	m.count, m.used = 0, 0
 	for i, c := range ctrl {
 		if c < ctrlFull {
 			continue
@@ -220,12 +213,7 @@ func (m *extMap) rebuild() {
 		m.ctrl[j] = tag
 		m.slots[j] = slots[i]
 	}
-	for _, c := range m.ctrl {
-		if c >= ctrlFull {
-			m.count++
-		}
-	}
-	m.used = m.count
+	m.used = m.count // no tombstones left
 }
 
 // len returns the number of entries.

@@ -54,3 +54,9 @@ func TestExtMapAgainstBuiltin(t *testing.T) {
 	_, ok := m.get(1)
 	require.False(t, ok)
 }
+
+// put sets the entry for k.
+func (m *extMap) put(k kvroute.ExternalHash, e entry) {
+	p, _ := m.upsert(k)
+	*p = e.pack()
+}
