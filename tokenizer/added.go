@@ -1,0 +1,111 @@
+package tokenizer
+
+import (
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// addedToken is an entry of tokenizer.json's "added_tokens": text matched
+// in the input before any other processing and given its own id.
+type addedToken struct {
+	content        string
+	id             uint32
+	lstrip, rstrip bool
+	special        bool
+}
+
+// matchSet finds added tokens in text, leftmost first and longest among
+// those starting at the same place, as Hugging Face tokenizers' added
+// vocabulary does.
+type matchSet struct {
+	byFirst map[byte][]*addedToken // longest first
+}
+
+func newMatchSet(tokens []*addedToken) *matchSet {
+	if len(tokens) == 0 {
+		return nil
+	}
+	m := &matchSet{byFirst: make(map[byte][]*addedToken)}
+	for _, t := range tokens {
+		if t.content == "" {
+			continue
+		}
+		m.byFirst[t.content[0]] = append(m.byFirst[t.content[0]], t)
+	}
+	for _, l := range m.byFirst {
+		sort.SliceStable(l, func(i, j int) bool { return len(l[i].content) > len(l[j].content) })
+	}
+	return m
+}
+
+// segment is a part of the input: an added token (tok != nil) or text.
+type segment struct {
+	text  string
+	tok   *addedToken
+	first bool // starts at the beginning of the original text
+}
+
+// split appends the segments of s to dst. Text segments are never empty.
+func (m *matchSet) split(dst []segment, s string, first bool) []segment {
+	if m == nil {
+		if s != "" {
+			dst = append(dst, segment{text: s, first: first})
+		}
+		return dst
+	}
+	done := 0 // end of the last emitted segment
+	for i := 0; i < len(s); {
+		t := m.at(s, i)
+		if t == nil {
+			i++
+			continue
+		}
+		start, stop := i, i+len(t.content)
+		if t.lstrip {
+			start = max(len(strings.TrimRightFunc(s[:start], unicode.IsSpace)), done)
+		}
+		if t.rstrip {
+			stop = len(s) - len(strings.TrimLeftFunc(s[stop:], unicode.IsSpace))
+		}
+		if done < start {
+			dst = append(dst, segment{text: s[done:start], first: first && done == 0})
+		}
+		dst = append(dst, segment{text: s[start:stop], tok: t, first: first && start == 0})
+		done, i = stop, stop
+	}
+	if done < len(s) {
+		dst = append(dst, segment{text: s[done:], first: first && done == 0})
+	}
+	return dst
+}
+
+func (m *matchSet) at(s string, i int) *addedToken {
+	for _, t := range m.byFirst[s[i]] {
+		if strings.HasPrefix(s[i:], t.content) {
+			return t
+		}
+	}
+	return nil
+}
+
+// validUTF8 replaces each byte of s that is not part of a valid UTF-8
+// sequence with U+FFFD, as encoding/json does.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteString("\uFFFD")
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}

@@ -1,0 +1,34 @@
+// Package tokenizer encodes text into token ids exactly as a Hugging Face
+// tokenizer.json does, and renders chats with the model's chat template.
+//
+// # Usage
+//
+// Load a tokenizer.json with FromFile (or Parse), then call Encode from
+// any goroutine:
+//
+//	tok, err := tokenizer.FromFile("/models/llama/tokenizer.json")
+//	if err != nil {
+//		return err // wraps ErrUnsupported for options not implemented
+//	}
+//	ids := tok.Encode(nil, "Hello world", true) // with the BOS token
+//
+// # What is supported
+//
+// The families in common use, each checked id for id against the Python
+// tokenizers library on a fixed corpus (testdata/*/golden.json):
+//
+//   - byte-level BPE (GPT-2, Llama 3, Qwen 2 and the like): the ByteLevel
+//     pre-tokenizer, Split with the GPT-2, Llama 3 (cl100k) or Qwen 2
+//     regular expression, ignore_merges, the NFC/NFD/NFKC/NFKD normalizers;
+//   - SentencePiece-style BPE (Llama 2, Mistral): Metaspace with every
+//     prepend scheme, or the Prepend and Replace normalizers, byte
+//     fallback, fused unknown tokens;
+//   - Unigram (T5, ALBERT and the like) with byte fallback;
+//   - added tokens (special or not, lstrip, rstrip, normalized or not) and
+//     the TemplateProcessing post-processor.
+//
+// Anything else (other regular expressions, WordPiece, Lowercase, single
+// word added tokens, truncation, dropout, ...) is refused at load with an
+// error wrapping ErrUnsupported, never approximated: ids that differ from
+// the engine's match nothing in its KV cache.
+package tokenizer

@@ -1,0 +1,139 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// normalizer rewrites a piece of text before pre-tokenization, as the
+// normalizers of Hugging Face tokenizers do.
+type normalizer interface {
+	normalize(s string) string
+}
+
+type unicodeNorm struct{ form norm.Form }
+
+func (n unicodeNorm) normalize(s string) string { return n.form.String(s) }
+
+// prepend adds its text to a non-empty piece.
+type prepend struct{ text string }
+
+func (n prepend) normalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return n.text + s
+}
+
+// replace replaces every occurrence of a literal.
+type replace struct{ old, new string }
+
+func (n replace) normalize(s string) string {
+	if n.old == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, n.old, n.new)
+}
+
+// strip removes Unicode white space on either side.
+type strip struct{ left, right bool }
+
+func (n strip) normalize(s string) string {
+	if n.left {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	}
+	if n.right {
+		s = strings.TrimRightFunc(s, unicode.IsSpace)
+	}
+	return s
+}
+
+type normalizerSeq []normalizer
+
+func (q normalizerSeq) normalize(s string) string {
+	for _, n := range q {
+		s = n.normalize(s)
+	}
+	return s
+}
+
+// parseNormalizer reads a "normalizer" object; nil means none.
+func parseNormalizer(raw json.RawMessage) (normalizer, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	typ, err := componentType("normalizer", raw)
+	if err != nil {
+		return nil, err
+	}
+	what := "normalizer " + typ
+	switch typ {
+	case "NFC", "NFD", "NFKC", "NFKD":
+		var v struct {
+			Type string `json:"type"`
+		}
+		if err := strict(what, raw, &v); err != nil {
+			return nil, err
+		}
+		return unicodeNorm{map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}[typ]}, nil
+	case "Prepend":
+		var v struct {
+			Type    string `json:"type"`
+			Prepend string `json:"prepend"`
+		}
+		if err := strict(what, raw, &v); err != nil {
+			return nil, err
+		}
+		return prepend{v.Prepend}, nil
+	case "Replace":
+		var v struct {
+			Type    string  `json:"type"`
+			Pattern pattern `json:"pattern"`
+			Content string  `json:"content"`
+		}
+		if err := strict(what, raw, &v); err != nil {
+			return nil, err
+		}
+		if v.Pattern.String == nil {
+			return nil, fmt.Errorf("%w: %s with a regular expression pattern", ErrUnsupported, what)
+		}
+		return replace{*v.Pattern.String, v.Content}, nil
+	case "Strip":
+		var v struct {
+			Type  string `json:"type"`
+			Left  bool   `json:"strip_left"`
+			Right bool   `json:"strip_right"`
+		}
+		if err := strict(what, raw, &v); err != nil {
+			return nil, err
+		}
+		return strip{v.Left, v.Right}, nil
+	case "Sequence":
+		var v struct {
+			Type        string            `json:"type"`
+			Normalizers []json.RawMessage `json:"normalizers"`
+		}
+		if err := strict(what, raw, &v); err != nil {
+			return nil, err
+		}
+		var seq normalizerSeq
+		for _, r := range v.Normalizers {
+			n, err := parseNormalizer(r)
+			if err != nil {
+				return nil, err
+			}
+			if n != nil {
+				seq = append(seq, n)
+			}
+		}
+		if len(seq) == 0 {
+			return nil, nil
+		}
+		return seq, nil
+	}
+	return nil, fmt.Errorf("%w: normalizer %q", ErrUnsupported, typ)
+}

@@ -1,0 +1,211 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+)
+
+// Tokenizer turns text into token ids as a Hugging Face tokenizer.json
+// describes, reproducing the ids of the tokenizers library exactly for
+// the options it accepts (see the package documentation). It is
+// immutable after loading and safe for concurrent use.
+type Tokenizer struct {
+	added      []*addedToken
+	raw        *matchSet // added tokens matched on the raw text
+	normed     *matchSet // added tokens matched on normalized text
+	normalizer normalizer
+	pre        preTokenizer
+	model      model
+	post       postProcessor
+	decoder    []decoder
+	idToToken  map[uint32]string
+	special    map[uint32]bool
+	tokenToID  map[string]uint32
+}
+
+// model is the last step of encoding: one pre-tokenized piece to ids.
+type model interface {
+	tokenize(dst []uint32, s string) []uint32
+}
+
+// FromFile loads a tokenizer.json file. Errors wrap ErrInvalid,
+// ErrUnsupported or the file system's error.
+func FromFile(path string) (*Tokenizer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return Parse(b)
+}
+
+// Parse loads a tokenizer from the contents of a tokenizer.json file.
+// Options this package does not implement are refused with an error
+// wrapping ErrUnsupported; malformed files give one wrapping ErrInvalid.
+func Parse(data []byte) (*Tokenizer, error) {
+	var spec fileSpec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if !isNull(spec.Truncation) {
+		return nil, fmt.Errorf("%w: truncation", ErrUnsupported)
+	}
+	if !isNull(spec.Padding) {
+		return nil, fmt.Errorf("%w: padding", ErrUnsupported)
+	}
+	if isNull(spec.Model) {
+		return nil, fmt.Errorf("%w: no model", ErrInvalid)
+	}
+	t := &Tokenizer{idToToken: make(map[uint32]string), special: make(map[uint32]bool), tokenToID: make(map[string]uint32)}
+	var err error
+	if t.normalizer, err = parseNormalizer(spec.Normalizer); err != nil {
+		return nil, err
+	}
+	var byteLevel bool
+	if t.pre, byteLevel, err = parsePreTokenizer(spec.PreTokenizer); err != nil {
+		return nil, err
+	}
+	typ, err := componentType("model", spec.Model)
+	if err != nil {
+		return nil, err
+	}
+	switch typ {
+	case "BPE":
+		m, err := parseBPE(spec.Model, byteLevel)
+		if err != nil {
+			return nil, err
+		}
+		t.model = m
+		for tok, id := range m.vocab {
+			t.idToToken[id] = tok
+			t.tokenToID[tok] = id
+		}
+	case "Unigram":
+		if byteLevel {
+			return nil, fmt.Errorf("%w: Unigram with a ByteLevel pre-tokenizer", ErrUnsupported)
+		}
+		m, err := parseUnigram(spec.Model)
+		if err != nil {
+			return nil, err
+		}
+		t.model = m
+		for id, p := range m.pieces {
+			t.idToToken[uint32(id)] = p.text
+			t.tokenToID[p.text] = uint32(id)
+		}
+	default:
+		return nil, fmt.Errorf("%w: model %q", ErrUnsupported, typ)
+	}
+	var rawTokens, normTokens []*addedToken
+	for _, a := range spec.AddedTokens {
+		if a.ID == nil || *a.ID < 0 || *a.ID > maxID {
+			return nil, fmt.Errorf("%w: added token %q without a valid id", ErrInvalid, a.Content)
+		}
+		if a.SingleWord {
+			return nil, fmt.Errorf("%w: added token %q with single_word", ErrUnsupported, a.Content)
+		}
+		at := &addedToken{content: a.Content, id: uint32(*a.ID), lstrip: a.LStrip, rstrip: a.RStrip, special: a.Special}
+		t.added = append(t.added, at)
+		t.idToToken[at.id] = at.content
+		t.tokenToID[at.content] = at.id
+		if a.Special {
+			t.special[at.id] = true
+		}
+		if a.Normalized && t.normalizer != nil {
+			n := *at
+			n.content = t.normalizer.normalize(at.content)
+			normTokens = append(normTokens, &n)
+		} else if a.Normalized {
+			normTokens = append(normTokens, at)
+		} else {
+			rawTokens = append(rawTokens, at)
+		}
+	}
+	t.raw, t.normed = newMatchSet(rawTokens), newMatchSet(normTokens)
+	if t.post, err = parsePostProcessor(spec.PostProcessor, t.tokenToID); err != nil {
+		return nil, err
+	}
+	if t.decoder, err = parseDecoder(spec.Decoder); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// encodeBuf holds the pieces of one Encode call, pooled.
+type encodeBuf struct {
+	segs, subs []segment
+	pieces     []piece
+}
+
+var encodePool = sync.Pool{New: func() any { return new(encodeBuf) }}
+
+// Encode appends the ids of text to dst and returns the extended slice.
+// With addSpecialTokens the post-processor's special tokens are added (a
+// leading BOS for Llama-style files), as tokenizers' encode does by
+// default; chat templates write their special tokens themselves and are
+// encoded without. Added tokens in text (such as "<|im_start|>") are
+// always recognised. Bytes that are not valid UTF-8 are read as U+FFFD.
+func (t *Tokenizer) Encode(dst []uint32, text string, addSpecialTokens bool) []uint32 {
+	if t.post != nil && addSpecialTokens {
+		return t.post.process(dst, func(dst []uint32) []uint32 { return t.encode(dst, text) })
+	}
+	return t.encode(dst, text)
+}
+
+func (t *Tokenizer) encode(dst []uint32, text string) []uint32 {
+	text = validUTF8(text)
+	buf := encodePool.Get().(*encodeBuf)
+	defer encodePool.Put(buf)
+	buf.segs = t.raw.split(buf.segs[:0], text, true)
+	for _, sg := range buf.segs {
+		if sg.tok != nil {
+			dst = append(dst, sg.tok.id)
+			continue
+		}
+		s := sg.text
+		if t.normalizer != nil {
+			s = t.normalizer.normalize(s)
+		}
+		buf.subs = t.normed.split(buf.subs[:0], s, sg.first)
+		for _, sub := range buf.subs {
+			if sub.tok != nil {
+				dst = append(dst, sub.tok.id)
+				continue
+			}
+			buf.pieces = buf.pieces[:0]
+			if t.pre != nil {
+				buf.pieces = t.pre.split(buf.pieces, piece{sub.text, sub.first})
+			} else {
+				buf.pieces = append(buf.pieces, piece{sub.text, sub.first})
+			}
+			for _, p := range buf.pieces {
+				if p.s != "" {
+					dst = t.model.tokenize(dst, p.s)
+				}
+			}
+		}
+	}
+	return dst
+}
+
+// TokenID returns the id of a token of the vocabulary or of the added
+// tokens, and whether there is one.
+func (t *Tokenizer) TokenID(token string) (uint32, bool) {
+	id, ok := t.tokenToID[token]
+	return id, ok
+}
+
+// Token returns the text of a token id as the vocabulary writes it (in the
+// byte-level alphabet for byte-level models), and whether there is one.
+func (t *Tokenizer) Token(id uint32) (string, bool) {
+	s, ok := t.idToToken[id]
+	return s, ok
+}
+
+// IsSpecial reports whether id is an added token marked special.
+func (t *Tokenizer) IsSpecial(id uint32) bool { return t.special[id] }
+
+// VocabSize returns the number of distinct ids: the model's vocabulary and
+// the added tokens.
+func (t *Tokenizer) VocabSize() int { return len(t.idToToken) }
