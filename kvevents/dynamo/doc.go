@@ -1,0 +1,56 @@
+// Package dynamo subscribes to NVIDIA Dynamo's event plane: the KV events
+// and load reports Dynamo workers publish for Dynamo's own router, applied
+// to a kvroute index and router.
+//
+// It reads Dynamo 1.6.1's wire format as its publishers send it: over ZMQ
+// (one PUB socket per worker and topic, listed in Dynamo's discovery under
+// v1/event_channels) and over NATS (one subject per endpoint and topic).
+//
+// # Usage
+//
+//  1. Create a [Subscriber] with the index as Config.Sink and, for load
+//     reports, the router as Config.Load. Register Dynamo workers in the
+//     router under their instance ids (RouterEvents name their worker by
+//     it), with the engine's block size.
+//  2. Run [Subscriber.Run] on a goroutine of your own.
+//  3. For each event channel discovery reports (topics "kv-events",
+//     "kv_metrics", "forward-pass-metrics"), call
+//     [Subscriber.AddPublisher] with its endpoint and topic, and the
+//     worker's KV capacity and block size from its model card; call
+//     [Subscriber.RemovePublisher] when the channel goes away.
+//  4. Read [Subscriber.Stats] for monitoring.
+//
+// In code:
+//
+//	sub, err := dynamo.New(dynamo.Config{Sink: index, Load: rtr})
+//	if err != nil {
+//		return err
+//	}
+//	go sub.Run(ctx)
+//	_ = sub.AddPublisher(dynamo.Publisher{
+//		Endpoint: "tcp://10.0.0.7:44351", Topic: dynamo.TopicKVEvents,
+//	})
+//	_ = sub.AddPublisher(dynamo.Publisher{
+//		Endpoint: "tcp://10.0.0.7:33257", Topic: dynamo.TopicKVMetrics,
+//		KVCapacityBlocks: 800, BlockSize: 16,
+//	})
+//
+// # Wire format
+//
+// A ZMQ message has four frames: the topic, the publisher id and the
+// sequence number (8-byte big-endian integers), and a data frame: a
+// version byte (1), the envelope's length (4 bytes, big-endian) and the
+// envelope, a msgpack map {topic, publisher_id, sequence, published_at,
+// payload} ([Envelope]). Over NATS the message body is the envelope alone,
+// on subject namespace.<ns>.component.<component>.endpoint.<endpoint>.<topic>
+// ([Subject]). The payload is msgpack with field names: on "kv-events" a
+// list of RouterEvents (kvevents.DynamoEvent), on "kv_metrics" an
+// [ActiveLoad], on "forward-pass-metrics" [ForwardPassMetrics].
+//
+// RouterEvents carry Dynamo's tokens_hash for each block: the XXH3 hash
+// of the block's tokens that kvroute.Hasher computes too, so the index
+// matches requests hashed by the router, without token ids on the wire.
+//
+// Decoders never panic on their input and are fuzzed with frames captured
+// from Dynamo's own publishers (testdata/frames).
+package dynamo

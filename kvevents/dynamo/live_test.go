@@ -1,0 +1,366 @@
+package dynamo_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/dynamo"
+	kvzmq "github.com/kvroute/kvroute/kvevents/zmq"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// dynamoPython returns the interpreter and PYTHONPATH that import
+// ai-dynamo-runtime's dynamo._core (KVROUTE_DYNAMO_PYTHON, default
+// python3; KVROUTE_DYNAMO_PYTHONPATH, set by .ci/setup-dynamo.sh), or
+// skips the test naming what is missing (fails it under
+// KVROUTE_EXTERNAL_TESTS=1).
+func dynamoPython(t *testing.T) (string, string) {
+	t.Helper()
+	py := os.Getenv("KVROUTE_DYNAMO_PYTHON")
+	if py == "" {
+		py = "python3"
+	}
+	path := os.Getenv("KVROUTE_DYNAMO_PYTHONPATH")
+	var missing string
+	if _, err := exec.LookPath(py); err != nil {
+		missing = py
+	} else {
+		cmd := exec.Command(py, "-c", "import dynamo._core")
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+path)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			missing = fmt.Sprintf("ai-dynamo-runtime 1.6.1 for %s (%s)", py, strings.TrimSpace(string(out)))
+		}
+	}
+	if missing == "" {
+		return py, path
+	}
+	if os.Getenv("KVROUTE_EXTERNAL_TESTS") == "1" {
+		t.Fatalf("missing %s (KVROUTE_EXTERNAL_TESTS=1)", missing)
+	}
+	t.Skipf("missing %s; source .ci/setup-dynamo.sh with CI=true, or set KVROUTE_DYNAMO_PYTHON/KVROUTE_DYNAMO_PYTHONPATH to a Python with ai-dynamo-runtime==1.6.1", missing)
+	return "", ""
+}
+
+// relay is Dynamo's KvEventPublisher relaying a vLLM-format ZMQ stream onto
+// its event plane, plus its WorkerMetricsPublisher (testdata/relay.py).
+type relay struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Scanner
+	dir    string // DYN_FILE_KV
+}
+
+func startRelay(t *testing.T, vllmEndpoint string, blockSize int) (*relay, kvroute.WorkerID) {
+	py, path := dynamoPython(t)
+	dir := t.TempDir()
+	cmd := exec.Command(py, "testdata/relay.py", vllmEndpoint, fmt.Sprint(blockSize))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "DYN_FILE_KV="+dir, "DYN_LOG=warn",
+		"DYN_EVENT_PLANE_HOST=127.0.0.1", "DYN_TCP_RPC_HOST=127.0.0.1",
+		"DYN_TCP_RESPONSE_STREAM_HOST=127.0.0.1", "DYN_SYSTEM_HOST=127.0.0.1", "NO_COLOR=1")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	r := &relay{cmd: cmd, stdin: stdin, stdout: bufio.NewScanner(out), dir: dir}
+	t.Cleanup(func() {
+		stdin.Close() // end of input stops the relay
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("relay stderr:\n%s", stderr.String())
+		}
+	})
+	var worker kvroute.WorkerID
+	_, err = fmt.Sscanf(r.line(t), "ready %d", &worker)
+	require.NoError(t, err)
+	return r, worker
+}
+
+// expect reads the relay's next line of output and checks it.
+func (r *relay) expect(t *testing.T, want string) {
+	t.Helper()
+	require.Equal(t, want, r.line(t))
+}
+
+// line reads the relay's next line of output, within 30 s.
+func (r *relay) line(t *testing.T) string {
+	t.Helper()
+	got := make(chan string, 1)
+	go func() {
+		if r.stdout.Scan() {
+			got <- r.stdout.Text()
+		}
+		close(got)
+	}()
+	select {
+	case line, ok := <-got:
+		if !ok {
+			t.Fatal("relay exited")
+		}
+		return line
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay printed nothing for 30 s")
+	}
+	return ""
+}
+
+func (r *relay) command(t *testing.T, format string, args ...any) {
+	t.Helper()
+	_, err := fmt.Fprintf(r.stdin, format+"\n", args...)
+	require.NoError(t, err)
+	r.expect(t, "ok")
+}
+
+// channels reads the event channels the relay registered in Dynamo's file
+// discovery: endpoint by topic.
+func (r *relay) channels(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(r.dir, "v1", "event_channels", "*"))
+	require.NoError(t, err)
+	out := make(map[string]string)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var ch struct {
+			Topic     string `json:"topic"`
+			Transport struct {
+				Kind   string `json:"kind"`
+				Config struct {
+					Endpoint string `json:"endpoint"`
+				} `json:"config"`
+			} `json:"transport"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &ch), "%s", raw)
+		require.Equal(t, "Zmq", ch.Transport.Kind)
+		out[ch.Topic] = ch.Transport.Config.Endpoint
+	}
+	return out
+}
+
+// loadLog records heartbeats.
+type loadLog struct {
+	mu   sync.Mutex
+	last map[kvroute.WorkerKey]scheduling.Load
+}
+
+func (l *loadLog) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = make(map[kvroute.WorkerKey]scheduling.Load)
+	}
+	l.last[w] = load
+	return nil
+}
+
+func (l *loadLog) get(w kvroute.WorkerKey) (scheduling.Load, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.last[w]
+	return v, ok
+}
+
+func freeEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ep := "tcp://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	return ep
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool, poke func()) {
+	t.Helper()
+	for !cond() {
+		if poke != nil {
+			poke()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestLiveDynamoRelayMatchesVLLMPath publishes vLLM-format KV events once
+// and indexes them twice: directly (kvevents/zmq, kvroute hashing the
+// tokens) and through Dynamo's own KvEventPublisher relay and event plane
+// (this package, Dynamo hashing the tokens). Every prompt must match the
+// same workers and depths in both indexes; Dynamo's kv_metrics must arrive
+// as heartbeats.
+func TestLiveDynamoRelayMatchesVLLMPath(t *testing.T) {
+	const (
+		blockSize = 16
+		capacity  = 800
+	)
+	pubEP := freeEndpoint(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	require.NoError(t, pub.Listen(pubEP))
+
+	rl, worker := startRelay(t, pubEP, blockSize)
+	chans := rl.channels(t)
+	require.Contains(t, chans, dynamo.TopicKVEvents)
+	require.Contains(t, chans, dynamo.TopicKVMetrics)
+
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize})
+	direct, err := indexer.New(indexer.Config{Hasher: h})
+	require.NoError(t, err)
+	viaDynamo, err := indexer.New(indexer.Config{Hasher: h})
+	require.NoError(t, err)
+
+	zsub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, Sink: direct,
+		Converter: kvevents.ConverterConfig{Worker: worker, BlockSize: blockSize}})
+	require.NoError(t, err)
+	loads := &loadLog{}
+	dsub, err := dynamo.New(dynamo.Config{Sink: viaDynamo, Load: loads})
+	require.NoError(t, err)
+	require.NoError(t, dsub.AddPublisher(dynamo.Publisher{Endpoint: chans[dynamo.TopicKVEvents], Topic: dynamo.TopicKVEvents}))
+	require.NoError(t, dsub.AddPublisher(dynamo.Publisher{Endpoint: chans[dynamo.TopicKVMetrics], Topic: dynamo.TopicKVMetrics,
+		KVCapacityBlocks: capacity, BlockSize: blockSize}))
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{zsub.Run, dsub.Run} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run(ctx) }()
+	}
+	defer wg.Wait()
+	defer cancel()
+
+	// ZMQ subscribers join late: publish clears (idempotent) until both
+	// paths have seen one.
+	var seq uint64
+	send := func(evs ...kvevents.EngineEvent) {
+		p, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: float64(seq), Events: evs, RankSlot: true, DPRank: kvevents.Some(0)})
+		require.NoError(t, err)
+		var b [8]byte
+		for i := range 8 {
+			b[i] = byte(seq >> (56 - 8*i))
+		}
+		seq++
+		require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom([]byte("kv-events"), b[:], p)))
+	}
+	waitFor(t, ctx, "both paths to receive", func() bool {
+		return zsub.Stats().AppliedCleared > 0 && dsub.Stats().AppliedCleared > 0
+	}, func() { send(kvevents.EngineEvent{Type: kvevents.AllBlocksCleared, Layout: kvevents.LayoutMap}) })
+
+	// Prompts sharing system prompts, stored in chunks with parents, some
+	// tails evicted.
+	prompts := make([][]uint32, 0, 12)
+	for i := range 12 {
+		sys := make([]uint32, 48) // 3 blocks shared by prompts with the same i%3
+		for j := range sys {
+			sys[j] = uint32(1000*(i%3) + j)
+		}
+		user := make([]uint32, 16*(1+i%4)+5) // 1-4 own blocks and a partial one
+		for j := range user {
+			user[j] = uint32(50000 + 100*i + j)
+		}
+		prompts = append(prompts, append(sys, user...))
+	}
+	ext := func(s kvroute.SeqHash) kvevents.Hash { return kvevents.UintHash(uint64(s) ^ 0x5bd1e995) }
+	stored := make(map[kvroute.SeqHash]bool)
+	for i, p := range prompts {
+		seqs := h.AppendSeqHashes(nil, p)
+		// Store the blocks not stored yet, in one event with its parent.
+		first := 0
+		for first < len(seqs) && stored[seqs[first]] {
+			first++
+		}
+		if first < len(seqs) {
+			ev := kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: blockSize,
+				TokenIDs: p[first*blockSize : len(seqs)*blockSize]}
+			if first > 0 {
+				ev.ParentBlockHash = ext(seqs[first-1])
+			}
+			for _, s := range seqs[first:] {
+				ev.BlockHashes = append(ev.BlockHashes, ext(s))
+				stored[s] = true
+			}
+			send(ev)
+		}
+		if i%4 == 3 { // evict the last block of this prompt
+			last := seqs[len(seqs)-1]
+			send(kvevents.EngineEvent{Type: kvevents.BlockRemoved, Layout: kvevents.LayoutMap, BlockHashes: []kvevents.Hash{ext(last)}})
+			delete(stored, last)
+		}
+	}
+	// A sentinel stored last: once both indexes hold it, they hold
+	// everything before it.
+	sentinel := make([]uint32, blockSize)
+	for j := range sentinel {
+		sentinel[j] = uint32(90000 + j)
+	}
+	ss := h.AppendSeqHashes(nil, sentinel)
+	send(kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: blockSize, TokenIDs: sentinel,
+		BlockHashes: []kvevents.Hash{ext(ss[0])}})
+	holds := func(ix *indexer.Index) func() bool {
+		return func() bool {
+			var r indexer.MatchResult
+			ix.Match(ss, &r)
+			return r.Blocks == 1
+		}
+	}
+	waitFor(t, ctx, "the sentinel through kvevents/zmq", holds(direct), nil)
+	waitFor(t, ctx, "the sentinel through Dynamo's event plane", holds(viaDynamo), nil)
+
+	matched := 0
+	for i, p := range append(prompts, []uint32{7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}) {
+		seqs := h.AppendSeqHashes(nil, p)
+		var a, b indexer.MatchResult
+		direct.Match(seqs, &a)
+		viaDynamo.Match(seqs, &b)
+		require.Equal(t, a.Blocks, b.Blocks, "prompt %d", i)
+		require.ElementsMatch(t, a.Workers, b.Workers, "prompt %d", i)
+		if a.Blocks > 0 {
+			matched++
+			require.Equal(t, kvroute.WorkerKey{ID: worker}, b.Workers[0].Worker)
+		}
+	}
+	require.Equal(t, len(prompts), matched, "every stored prompt matches")
+	st := dsub.Stats()
+	t.Logf("dynamo subscriber: %+v", st)
+	require.Zero(t, st.Malformed)
+	require.Zero(t, st.ApplyErrs)
+
+	// kv_metrics: Dynamo's WorkerMetricsPublisher → heartbeats.
+	w := kvroute.WorkerKey{ID: worker}
+	var n int
+	waitFor(t, ctx, "a kv_metrics heartbeat", func() bool {
+		l, ok := loads.get(w)
+		return ok && l.ActiveDecodeBlocks == 3+n-1 && l.KVUtilization == float64(200+n-1)/capacity
+	}, func() {
+		rl.command(t, "load 0 %d %d", 3+n, 200+n)
+		n++
+	})
+	l, _ := loads.get(w)
+	require.Equal(t, capacity, l.KVCapacityBlocks)
+}

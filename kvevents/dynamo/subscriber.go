@@ -1,0 +1,382 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvroute/kvroute/kvevents"
+)
+
+// Errors returned by New, AddPublisher and Run.
+var (
+	// ErrConfig is wrapped for an invalid Config or Publisher.
+	ErrConfig = errors.New("dynamo: invalid configuration")
+	// ErrRunning is returned by Run when the Subscriber is already running.
+	ErrRunning = errors.New("dynamo: subscriber already running")
+)
+
+// Defaults of Config's durations.
+const (
+	DefaultIdleTimeout = 30 * time.Second
+	DefaultDialTimeout = 2 * time.Second
+	DefaultMaxBackoff  = 5 * time.Second
+	minBackoff         = 50 * time.Millisecond
+	// queueLen is the number of received messages buffered between the
+	// sockets and the loop that applies them.
+	queueLen = 1024
+)
+
+// Config configures a Subscriber.
+type Config struct {
+	// Sink receives the events of "kv-events" publishers, numbered
+	// consecutively per worker: an *indexer.Index, or a relay. It is
+	// called from Run's goroutine only. Nil skips kv-events.
+	Sink kvevents.Sink
+	// Load receives a heartbeat per "kv_metrics" or
+	// "forward-pass-metrics" message (see LoadOf): a *router.Router. It is
+	// called from Run's goroutine only. Nil skips those topics. Sink or
+	// Load is required.
+	Load LoadReporter
+	// Logger receives records of gaps, restarts, malformed messages and
+	// reconnects. Nil discards.
+	Logger *slog.Logger
+	// IdleTimeout is how long a connection may stay silent before the
+	// subscriber reconnects it, in case the publisher went away without
+	// the TCP connection noticing. A reconnect may lose the messages sent
+	// while it happens (they show as a gap). Zero means
+	// DefaultIdleTimeout; negative never reconnects an idle connection.
+	IdleTimeout time.Duration
+	// DialTimeout bounds each connection attempt. Zero means
+	// DefaultDialTimeout.
+	DialTimeout time.Duration
+	// MaxBackoff bounds the wait between connection attempts. Zero means
+	// DefaultMaxBackoff.
+	MaxBackoff time.Duration
+}
+
+// Publisher is one ZMQ PUB socket of Dynamo's event plane: a
+// v1/event_channels record.
+type Publisher struct {
+	// Endpoint is the publisher's ZMQ endpoint (the record's
+	// transport.config.endpoint), such as "tcp://127.0.0.1:44351".
+	// Required; it identifies the publisher in RemovePublisher.
+	Endpoint string
+	// Topic is the topic to subscribe to (the record's topic): TopicKVEvents,
+	// TopicKVMetrics or TopicForwardPassMetrics. Empty receives every topic
+	// the socket sends.
+	Topic string
+	// KVCapacityBlocks is the worker's KV cache size in blocks (the model
+	// card's runtime_config.total_kv_blocks), for the load reports of
+	// kv_metrics; zero when unknown.
+	KVCapacityBlocks int
+	// BlockSize is the worker's KV block size (the model card's
+	// kv_cache_block_size), for the load reports of forward-pass-metrics;
+	// zero when unknown.
+	BlockSize int
+}
+
+// Subscriber applies what Dynamo workers publish on the ZMQ event plane
+// (one PUB socket per worker and topic, discovered in v1/event_channels)
+// to an index and a router: RouterEvents of "kv-events" go to Config.Sink,
+// "kv_metrics" and "forward-pass-metrics" become heartbeats on
+// Config.Load.
+//
+// Each message is [topic, publisher id, sequence, data] (see DecodeZMQ).
+// The worker is named by the payload: a RouterEvent's worker_id (the
+// worker's instance id) and dp_rank are the kvroute.WorkerKey, so the
+// host registers workers under their instance ids.
+//
+// Sequence handling, per publisher id: the first message from a publisher
+// is accepted whatever its number (what the worker cached before is not
+// known until it stores it again or is evicted: the index starts empty, as
+// Dynamo's router does before its recovery query). A number one above the
+// last is applied. A jump is a gap: it is counted (Stats.Gaps, Stats.Lost)
+// and the message applied; nothing is reset, because a reset would drop
+// every valid block of the worker for the sake of a few events. What the
+// lost messages carried is lost until the worker reports those blocks
+// again: blocks they stored are missing from the index (and later stores
+// whose parent is one of them are refused by the index, counted in
+// Stats.UnknownParents, until the prefix is stored anew), blocks they
+// removed stay indexed (predicted hits the worker no longer has) until the
+// worker clears its cache. A number not above the last is a duplicate and
+// skipped, except 0, which means the publisher restarted: the workers it
+// reported are reset. Dynamo's own router repairs a gap by asking the
+// worker's local indexer (its worker_kv_query endpoint, on Dynamo's TCP
+// request plane) for the missing events; this subscriber does not speak
+// that request plane.
+//
+// A message that does not decode is counted in Stats.Malformed and
+// skipped; it never resets a worker.
+//
+// A Subscriber does nothing until the host calls Run, and stops when Run's
+// context ends; AddPublisher, RemovePublisher and Stats may be called from
+// any goroutine, before or during Run.
+type Subscriber struct {
+	cfg     Config
+	log     *slog.Logger
+	stats   counters
+	running atomic.Bool
+
+	// mu protects pubs and wake's pending state.
+	mu   sync.Mutex
+	pubs map[string]Publisher // the publishers to follow, by endpoint
+	wake chan struct{}        // signals Run that pubs changed (capacity 1)
+}
+
+// New returns a Subscriber for cfg. It returns an error wrapping ErrConfig
+// when neither Sink nor Load is set or a duration is negative where it
+// may not be. It connects to nothing.
+func New(cfg Config) (*Subscriber, error) {
+	if cfg.Sink == nil && cfg.Load == nil {
+		return nil, fmt.Errorf("%w: neither Sink nor Load", ErrConfig)
+	}
+	if cfg.DialTimeout < 0 || cfg.MaxBackoff < 0 {
+		return nil, fmt.Errorf("%w: negative DialTimeout or MaxBackoff", ErrConfig)
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Subscriber{
+		cfg:  cfg,
+		log:  log,
+		pubs: make(map[string]Publisher),
+		wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// AddPublisher makes the subscriber follow p (replacing an earlier
+// Publisher with the same endpoint). It returns an error wrapping
+// ErrConfig when the endpoint is empty or a count is negative.
+func (s *Subscriber) AddPublisher(p Publisher) error {
+	if p.Endpoint == "" {
+		return fmt.Errorf("%w: publisher without endpoint", ErrConfig)
+	}
+	if p.KVCapacityBlocks < 0 || p.BlockSize < 0 {
+		return fmt.Errorf("%w: negative capacity or block size", ErrConfig)
+	}
+	s.mu.Lock()
+	s.pubs[p.Endpoint] = p
+	s.mu.Unlock()
+	s.notify()
+	return nil
+}
+
+// RemovePublisher stops following the publisher at endpoint, and forgets
+// its sequence state. It does not touch the index: the host removes the
+// worker (router.RemoveWorker) when discovery says it is gone.
+func (s *Subscriber) RemovePublisher(endpoint string) {
+	s.mu.Lock()
+	delete(s.pubs, endpoint)
+	s.mu.Unlock()
+	s.notify()
+}
+
+// Publishers returns the publishers the subscriber follows.
+func (s *Subscriber) Publishers() []Publisher {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Publisher, 0, len(s.pubs))
+	for _, p := range s.pubs {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (s *Subscriber) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the subscriber's counters.
+func (s *Subscriber) Stats() Stats { return s.stats.snapshot() }
+
+// inbound is one received message and the connection it came from.
+type inbound struct {
+	conn   *conn
+	frames [][]byte
+}
+
+// conn is one followed publisher endpoint while Run runs.
+type conn struct {
+	pub    Publisher
+	cancel context.CancelFunc
+	ids    map[uint64]struct{} // publisher ids seen on it (Run's goroutine)
+}
+
+// Run follows the publishers (as they are added and removed) until ctx
+// ends, reconnecting each (with backoff up to MaxBackoff) when it cannot
+// connect, fails or stays idle for IdleTimeout. It returns nil when ctx
+// ends, or ErrRunning if Run is already running. The goroutines it starts
+// have ended when it returns.
+func (s *Subscriber) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer s.running.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	c := newCore(s.cfg.Sink, s.cfg.Load, s.log, &s.stats)
+	msgs := make(chan inbound, queueLen)
+	conns := make(map[string]*conn)
+	reconcile := func() {
+		s.mu.Lock()
+		want := make(map[string]Publisher, len(s.pubs))
+		for k, v := range s.pubs {
+			want[k] = v
+		}
+		s.mu.Unlock()
+		for ep, cn := range conns {
+			if p, ok := want[ep]; !ok || p != cn.pub {
+				cn.cancel()
+				c.forget(cn.ids)
+				delete(conns, ep)
+			}
+		}
+		for ep, p := range want {
+			if conns[ep] != nil {
+				continue
+			}
+			cctx, ccancel := context.WithCancel(ctx)
+			cn := &conn{pub: p, cancel: ccancel, ids: make(map[uint64]struct{})}
+			conns[ep] = cn
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.follow(cctx, cn, msgs)
+			}()
+		}
+	}
+	reconcile()
+	var m Message
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.wake:
+			reconcile()
+		case in := <-msgs:
+			if conns[in.conn.pub.Endpoint] != in.conn {
+				continue // from a connection removed since
+			}
+			s.stats.received.Add(1)
+			if err := DecodeZMQ(in.frames, &m); err != nil {
+				s.stats.malformed.Add(1)
+				s.log.Warn("dynamo: skipping malformed message", "endpoint", in.conn.pub.Endpoint, "err", err)
+				continue
+			}
+			in.conn.ids[m.PublisherID] = struct{}{}
+			c.handle(m.Topic, &m.Envelope, source{capacity: in.conn.pub.KVCapacityBlocks, blockSize: in.conn.pub.BlockSize})
+		}
+	}
+}
+
+// follow keeps a SUB connection to cn's endpoint until ctx ends.
+func (s *Subscriber) follow(ctx context.Context, cn *conn, out chan<- inbound) {
+	backoff := minBackoff
+	log := s.log.With("endpoint", cn.pub.Endpoint)
+	for ctx.Err() == nil {
+		connected, err := s.session(ctx, cn, out)
+		if err != nil && ctx.Err() == nil {
+			log.Debug("dynamo: connection ended", "err", err)
+		}
+		if connected {
+			backoff = minBackoff
+			continue
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.cfg.MaxBackoff)
+	}
+}
+
+// session runs one SUB connection until ctx ends, it fails or it stays
+// idle. It reports whether it connected.
+func (s *Subscriber) session(ctx context.Context, cn *conn, out chan<- inbound) (bool, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sub := zmq4.NewSub(sctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
+	defer sub.Close()
+	if err := sub.Dial(cn.pub.Endpoint); err != nil {
+		return false, err
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, cn.pub.Topic); err != nil {
+		return false, err
+	}
+	s.stats.reconnects.Add(1)
+	recv := make(chan [][]byte, 64)
+	done := make(chan error, 1)
+	go func() {
+		for {
+			m, err := sub.Recv()
+			if err != nil {
+				done <- err
+				return
+			}
+			select {
+			case recv <- m.Frames:
+			case <-sctx.Done():
+				done <- sctx.Err()
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		sub.Close()
+		<-done
+	}()
+	var idle <-chan time.Time
+	var timer *time.Timer
+	if s.cfg.IdleTimeout > 0 {
+		timer = time.NewTimer(s.cfg.IdleTimeout)
+		defer timer.Stop()
+		idle = timer.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case err := <-done:
+			done <- err // for the deferred wait
+			return true, err
+		case f := <-recv:
+			select {
+			case out <- inbound{conn: cn, frames: f}:
+			case <-ctx.Done():
+				return true, nil
+			}
+			if timer != nil {
+				timer.Reset(s.cfg.IdleTimeout)
+			}
+		case <-idle:
+			return true, nil
+		}
+	}
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Dynamo's own KV event relay and load publisher, for the live tests of
+package kvevents/dynamo (live_test.go starts it; it is not run otherwise).
+
+    relay.py VLLM_ENDPOINT BLOCK_SIZE
+
+ai-dynamo-runtime's KvEventPublisher, in relay mode, subscribes to the
+vLLM-format ZMQ endpoint VLLM_ENDPOINT (a PUB socket of the test), turns
+each batch into RouterEvents (hashing the tokens itself) and publishes them
+on Dynamo's ZMQ event plane; a WorkerMetricsPublisher publishes kv_metrics
+on the same endpoint. Both name the worker by the runtime's connection id
+(the instance id a served endpoint registers), which the relay prints as
+"ready WORKER_ID" once both publishers are registered. Discovery is
+Dynamo's file backend under $DYN_FILE_KV, where the test finds the event
+channels.
+
+Commands on stdin, one a line, each answered "ok" on stdout:
+    load DP_RANK ACTIVE_DECODE_BLOCKS KV_USED_BLOCKS   publish kv_metrics
+End of input stops the relay.
+"""
+
+import asyncio
+import sys
+
+from dynamo._core import DistributedRuntime, KvEventPublisher, WorkerMetricsPublisher
+
+
+async def main():
+    vllm_endpoint, block_size = sys.argv[1], int(sys.argv[2])
+    loop = asyncio.get_running_loop()
+    rt = DistributedRuntime(loop, "file", "tcp", event_plane="zmq")
+    endpoint = rt.endpoint("kvroute.relay.generate")
+    relay = KvEventPublisher(endpoint, kv_block_size=block_size,
+                             zmq_endpoint=vllm_endpoint, zmq_topic="")
+    metrics = WorkerMetricsPublisher()
+    await metrics.create_endpoint(endpoint)
+    print("ready", endpoint.connection_id(), flush=True)
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            break
+        cmd = line.split()
+        if cmd and cmd[0] == "load":
+            metrics.publish(int(cmd[1]), int(cmd[2]), int(cmd[3]))
+        print("ok", flush=True)
+    relay.shutdown()
+    rt.shutdown()
+
+
+asyncio.run(main())
