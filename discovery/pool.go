@@ -50,6 +50,52 @@ type Engine struct {
 	Metrics string `json:"metrics,omitempty"`
 	// Kind names the engine's metrics ("vllm", "sglang", empty: auto).
 	Kind string `json:"kind,omitempty"`
+
+	// Ranks is the number of data-parallel ranks of an engine without
+	// Ports: one reached through a shared URL and a per-worker header
+	// (Dynamo's frontend), which gets no AddressBook entry. With Ports it
+	// must be zero or len(Ports).
+	Ranks int `json:"ranks,omitempty"`
+	// BlockSize is the engine's KV block size when its source reports it;
+	// an engine whose block size differs from the router's is left out
+	// with an *enginemetrics.BlockSizeError. Zero: unknown.
+	BlockSize int `json:"block_size,omitempty"`
+	// KVBlocks, MaxRequests and MaxBatchedTokens are the engine's KV cache
+	// size in blocks per rank and its batch limits, when known; the
+	// default router worker reports them (router.Capacity).
+	KVBlocks         int `json:"kv_blocks,omitempty"`
+	MaxRequests      int `json:"max_requests,omitempty"`
+	MaxBatchedTokens int `json:"max_batched_tokens,omitempty"`
+	// Role is "aggregated" (or empty), "prefill" or "decode".
+	Role string `json:"role,omitempty"`
+	// DynamoEvents are the endpoints of the engine's publishers on
+	// Dynamo's event plane (its envelope names the worker and rank of
+	// each event), for engines found by package discovery/dynamo; the
+	// Pool subscribes with PoolConfig.DynamoEvents.
+	DynamoEvents []string `json:"dynamo_events,omitempty"`
+}
+
+// RankCount returns the engine's number of data-parallel ranks:
+// len(Ports), or Ranks for an engine without ports.
+func (e *Engine) RankCount() int {
+	if len(e.Ports) > 0 {
+		return len(e.Ports)
+	}
+	return e.Ranks
+}
+
+// ParseRole returns the router role a name gives: "" or "aggregated",
+// "prefill", "decode".
+func ParseRole(s string) (router.Role, error) {
+	switch s {
+	case "", "aggregated":
+		return router.RoleAggregated, nil
+	case "prefill":
+		return router.RolePrefill, nil
+	case "decode":
+		return router.RoleDecode, nil
+	}
+	return 0, fmt.Errorf("%w: unknown role %q", ErrEngine, s)
 }
 
 // WorkerIDOf returns the worker id derived from an engine's name:
@@ -73,11 +119,34 @@ func (e *Engine) Validate() error {
 	if e.Name == "" {
 		return fmt.Errorf("%w: no name", ErrEngine)
 	}
-	if e.Host == "" {
-		return fmt.Errorf("%w: %s: no host", ErrEngine, e.Name)
+	if len(e.Ports) == 0 {
+		if e.Ranks < 1 || e.Ranks > router.MaxDataParallelRanks {
+			return fmt.Errorf("%w: %s: no ports and %d ranks, want 1 to %d", ErrEngine, e.Name, e.Ranks, router.MaxDataParallelRanks)
+		}
+		if e.Events != "" {
+			return fmt.Errorf("%w: %s: vLLM events need per-rank ports", ErrEngine, e.Name)
+		}
+	} else {
+		if e.Host == "" {
+			return fmt.Errorf("%w: %s: no host", ErrEngine, e.Name)
+		}
+		if len(e.Ports) > router.MaxDataParallelRanks {
+			return fmt.Errorf("%w: %s: %d ports, want 1 to %d", ErrEngine, e.Name, len(e.Ports), router.MaxDataParallelRanks)
+		}
+		if e.Ranks != 0 && e.Ranks != len(e.Ports) {
+			return fmt.Errorf("%w: %s: %d ranks but %d ports", ErrEngine, e.Name, e.Ranks, len(e.Ports))
+		}
 	}
-	if len(e.Ports) == 0 || len(e.Ports) > router.MaxDataParallelRanks {
-		return fmt.Errorf("%w: %s: %d ports, want 1 to %d", ErrEngine, e.Name, len(e.Ports), router.MaxDataParallelRanks)
+	if e.BlockSize < 0 || e.KVBlocks < 0 || e.MaxRequests < 0 || e.MaxBatchedTokens < 0 {
+		return fmt.Errorf("%w: %s: negative block size or capacity", ErrEngine, e.Name)
+	}
+	if _, err := ParseRole(e.Role); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrEngine, e.Name, err)
+	}
+	for _, ep := range e.DynamoEvents {
+		if ep == "" {
+			return fmt.Errorf("%w: %s: empty Dynamo event endpoint", ErrEngine, e.Name)
+		}
 	}
 	for _, p := range e.Ports {
 		if p < 1 || p > 65535 {
@@ -148,9 +217,15 @@ type PoolConfig struct {
 	// out (see Rejected) until a later retry admits it. The token parity
 	// probe of package render is one such check.
 	Admit func(ctx context.Context, e *Engine) error
+	// DynamoEvents builds the subscriber of one of an engine's Dynamo
+	// event-plane endpoints (Engine.DynamoEvents), which applies its
+	// events to the router's index while it runs; package
+	// discovery/dynamo provides one. Engines that list such endpoints are
+	// left out while it is nil.
+	DynamoEvents func(e *Engine, endpoint string) (EventRunner, error)
 	// Worker builds the router's description of an engine; nil means a
-	// router.StaticWorker with the engine's ranks and the router's block
-	// size.
+	// router.StaticWorker with the engine's ranks, role and capacities and
+	// the router's block size.
 	Worker func(e *Engine) router.Worker
 	// RetryInterval is how often engines the last Sync left out (a failed
 	// block-size check, an engine whose metrics did not answer yet) are
@@ -160,6 +235,12 @@ type PoolConfig struct {
 	// Logger receives a record per engine added, removed or rejected.
 	// Nil discards.
 	Logger *slog.Logger
+}
+
+// EventRunner is a KV-event subscriber the Pool runs for a member until
+// the member leaves; Run returns when ctx ends.
+type EventRunner interface {
+	Run(ctx context.Context) error
 }
 
 // member is a registered engine and the goroutines serving it.
@@ -271,7 +352,9 @@ func (p *Pool) Sync(ctx context.Context, engines []Engine) {
 
 func equalEngines(a, b *Engine) bool {
 	return a.ID == b.ID && a.Host == b.Host && slices.Equal(a.Ports, b.Ports) && a.Events == b.Events &&
-		a.Replay == b.Replay && a.Topic == b.Topic && a.Metrics == b.Metrics && a.Kind == b.Kind
+		a.Replay == b.Replay && a.Topic == b.Topic && a.Metrics == b.Metrics && a.Kind == b.Kind &&
+		a.Ranks == b.Ranks && a.BlockSize == b.BlockSize && a.KVBlocks == b.KVBlocks && a.MaxRequests == b.MaxRequests &&
+		a.MaxBatchedTokens == b.MaxBatchedTokens && a.Role == b.Role && slices.Equal(a.DynamoEvents, b.DynamoEvents)
 }
 
 func (p *Pool) reject(ctx context.Context, name string, err error) {
@@ -282,7 +365,15 @@ func (p *Pool) reject(ctx context.Context, name string, err error) {
 // add registers e and starts its subscribers and scraper.
 func (p *Pool) add(ctx context.Context, e *Engine) error {
 	kind, _ := enginemetrics.ParseKind(e.Kind)
-	target := enginemetrics.Target{Worker: e.ID, URL: e.Metrics, Kind: kind, Ranks: len(e.Ports)}
+	ranks := e.RankCount()
+	block := p.cfg.Router.Hasher().BlockSize()
+	if e.BlockSize != 0 && e.BlockSize != block {
+		return &enginemetrics.BlockSizeError{Worker: e.ID, Engine: e.BlockSize, Router: block}
+	}
+	if len(e.DynamoEvents) > 0 && p.cfg.DynamoEvents == nil {
+		return fmt.Errorf("%w: %s: Dynamo event endpoints but no PoolConfig.DynamoEvents", ErrEngine, e.Name)
+	}
+	target := enginemetrics.Target{Worker: e.ID, URL: e.Metrics, Kind: kind, Ranks: ranks}
 	if p.cfg.Scraper != nil && e.Metrics != "" {
 		if _, err := p.cfg.Scraper.Verify(ctx, target); err != nil {
 			return err
@@ -293,18 +384,27 @@ func (p *Pool) add(ctx context.Context, e *Engine) error {
 			return err
 		}
 	}
-	var w router.Worker = router.StaticWorker{WorkerID: e.ID, Ranks: len(e.Ports), Block: p.cfg.Router.Hasher().BlockSize()}
+	role, _ := ParseRole(e.Role)
+	var w router.Worker = router.StaticWorker{WorkerID: e.ID, Ranks: ranks, Block: block, WorkerRole: role,
+		BatchedTokens: e.MaxBatchedTokens, Requests: e.MaxRequests, CapacityBlocks: e.KVBlocks}
 	if p.cfg.Worker != nil {
 		w = p.cfg.Worker(e)
 	}
-	subs := make([]*zmq.Subscriber, 0, len(e.Ports))
+	subs := make([]EventRunner, 0, len(e.Ports)+len(e.DynamoEvents))
+	for _, ep := range e.DynamoEvents {
+		sub, err := p.cfg.DynamoEvents(e, ep)
+		if err != nil {
+			return fmt.Errorf("%w: %s: Dynamo events at %s: %w", ErrEngine, e.Name, ep, err)
+		}
+		subs = append(subs, sub)
+	}
 	if e.Events != "" {
 		for r := range e.Ports {
 			sc := p.cfg.Subscriber
 			sc.Endpoint, _ = RankEndpoint(e.Events, r)
 			sc.ReplayEndpoint, _ = RankEndpoint(e.Replay, r)
 			sc.Topic = e.Topic
-			sc.Converter.Worker, sc.Converter.BlockSize = e.ID, p.cfg.Router.Hasher().BlockSize()
+			sc.Converter.Worker, sc.Converter.BlockSize = e.ID, block
 			sc.Sink = p.cfg.Router.Index()
 			sub, err := zmq.New(sc)
 			if err != nil {
@@ -334,7 +434,7 @@ func (p *Pool) add(ctx context.Context, e *Engine) error {
 		m.done.Go(func() { _ = p.cfg.Scraper.Run(mctx, target) })
 	}
 	p.members[e.Name] = m
-	p.log.InfoContext(ctx, "discovery: engine added", "engine", e.Name, "worker", uint64(e.ID), "ranks", len(e.Ports), "host", e.Host)
+	p.log.InfoContext(ctx, "discovery: engine added", "engine", e.Name, "worker", uint64(e.ID), "ranks", ranks, "host", e.Host)
 	return nil
 }
 

@@ -158,3 +158,56 @@ func TestPoolAdmit(t *testing.T) {
 	require.Equal(t, []kvroute.WorkerKey{{ID: discovery.WorkerIDOf("yes")}}, r.Workers())
 	require.ErrorIs(t, pool.Rejected()["no"], errNo)
 }
+
+func TestEngineWithoutPorts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		e    discovery.Engine
+		ok   bool
+	}{
+		{"ranks", discovery.Engine{Name: "d", Ranks: 2, Ready: true}, true},
+		{"dynamo events", discovery.Engine{Name: "d", Ranks: 1, DynamoEvents: []string{"tcp://127.0.0.1:1"}, Role: "decode"}, true},
+		{"no ranks", discovery.Engine{Name: "d"}, false},
+		{"too many ranks", discovery.Engine{Name: "d", Ranks: router.MaxDataParallelRanks + 1}, false},
+		{"vllm events need ports", discovery.Engine{Name: "d", Ranks: 1, Events: "tcp://h:1"}, false},
+		{"ranks differ from ports", discovery.Engine{Name: "d", Host: "h", Ports: []int{1}, Ranks: 2}, false},
+		{"negative capacity", discovery.Engine{Name: "d", Ranks: 1, KVBlocks: -1}, false},
+		{"unknown role", discovery.Engine{Name: "d", Ranks: 1, Role: "judge"}, false},
+		{"empty dynamo endpoint", discovery.Engine{Name: "d", Ranks: 1, DynamoEvents: []string{""}}, false},
+	} {
+		err := tc.e.Validate()
+		if tc.ok {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.ErrorIs(t, err, discovery.ErrEngine, tc.name)
+		}
+	}
+}
+
+// An engine without ports registers with its ranks, role and capacity and
+// gets no address; one whose block size differs from the router's, or
+// that lists Dynamo event endpoints without a subscriber, is left out.
+func TestPoolEngineWithoutPorts(t *testing.T) {
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	require.NoError(t, err)
+	eps := &epp.Endpoints{}
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, Addresses: eps, RetryInterval: -1})
+	require.NoError(t, err)
+	defer pool.Close()
+	pool.Sync(context.Background(), []discovery.Engine{
+		{Name: "p", ID: 7, Ranks: 2, Ready: true, BlockSize: 16, KVBlocks: 800, MaxRequests: 4, MaxBatchedTokens: 512, Role: "prefill"},
+		{Name: "b32", ID: 8, Ranks: 1, Ready: true, BlockSize: 32},
+		{Name: "ev", ID: 9, Ranks: 1, Ready: true, DynamoEvents: []string{"tcp://127.0.0.1:1"}},
+	})
+	require.Equal(t, []kvroute.WorkerKey{{ID: 7}, {ID: 7, Rank: 1}}, r.Workers())
+	require.Zero(t, eps.Len())
+	var bs *enginemetrics.BlockSizeError
+	require.ErrorAs(t, pool.Rejected()["b32"], &bs)
+	require.Equal(t, enginemetrics.BlockSizeError{Worker: 8, Engine: 32, Router: 16}, *bs)
+	require.ErrorIs(t, pool.Rejected()["ev"], discovery.ErrEngine)
+	st := r.Stats()
+	require.Len(t, st.Workers, 2)
+	for _, w := range st.Workers {
+		require.Equal(t, router.RolePrefill, w.Role)
+	}
+}

@@ -3,11 +3,6 @@ package etcd_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,61 +15,13 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/epp"
+	"github.com/kvroute/kvroute/internal/etcdtest"
 	"github.com/kvroute/kvroute/router"
 )
 
-// etcdBinary finds the etcd server: $KVROUTE_ETCD (set by
-// .ci/setup-etcd.sh) or etcd on the PATH. Without it the test skips,
-// unless KVROUTE_EXTERNAL_TESTS=1.
-func etcdBinary(t *testing.T) string {
-	if p := os.Getenv("KVROUTE_ETCD"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("etcd"); err == nil {
-		return p
-	}
-	if os.Getenv("KVROUTE_EXTERNAL_TESTS") == "1" {
-		t.Fatal("etcd server not found: install Debian's etcd-server or set KVROUTE_ETCD")
-	}
-	t.Skip("etcd server not found (Debian package etcd-server, or KVROUTE_ETCD)")
-	return ""
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startEtcd runs a one-member etcd on loopback for the test.
 func startEtcd(t *testing.T) *clientv3.Client {
-	bin := etcdBinary(t)
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "--name", "t", "--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "t="+peer, "--log-level", "error")
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
-	require.NoError(t, err)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-	})
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := c.Get(ctx, "probe")
-		return err == nil
-	}, 20*time.Second, 50*time.Millisecond, "etcd did not start; its log is in %s", dir)
+	c, _ := etcdtest.Start(t)
 	return c
 }
 

@@ -1,0 +1,298 @@
+package dynamo_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/dynamo"
+	"github.com/kvroute/kvroute/enginemetrics"
+	"github.com/kvroute/kvroute/internal/etcdtest"
+	"github.com/kvroute/kvroute/router"
+)
+
+// latest is a Sink that keeps the last deployment.
+type latest struct {
+	mu sync.Mutex
+	d  dynamo.Deployment
+	n  int
+}
+
+func (l *latest) Sync(_ context.Context, d dynamo.Deployment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.d, l.n = d, l.n+1
+}
+
+// ids returns the last deployment's worker ids.
+func (l *latest) ids() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []uint64
+	for _, w := range l.d.Workers {
+		out = append(out, w.InstanceID)
+	}
+	return out
+}
+
+// renamer rewrites the golden worker's ids (instance and publishers) in
+// keys and values, in decimal and hex, to make another worker.
+func renamer(t *testing.T, files []goldenFile, delta uint64) (*strings.Replacer, uint64) {
+	t.Helper()
+	var pairs []string
+	var id uint64
+	add := func(v uint64) {
+		pairs = append(pairs, strconv.FormatUint(v, 10), strconv.FormatUint(v+delta, 10),
+			strconv.FormatUint(v, 16), strconv.FormatUint(v+delta, 16))
+	}
+	for _, f := range files {
+		switch {
+		case f.rec.Model != nil:
+			id = f.rec.Model.InstanceID
+			add(id)
+		case f.rec.Channel != nil:
+			add(f.rec.Channel.PublisherID)
+		}
+	}
+	return strings.NewReplacer(pairs...), id + delta
+}
+
+// writeWorker writes a copy of the golden worker with its ids moved by
+// delta into the store at dir and returns the new instance id and the
+// paths written.
+func writeWorker(t *testing.T, dir string, delta uint64) (uint64, []string) {
+	t.Helper()
+	files := goldenFiles(t)
+	r, id := renamer(t, files, delta)
+	var paths []string
+	for _, f := range files {
+		p := filepath.Join(dir, filepath.FromSlash(f.bucket), r.Replace(f.name))
+		require.NoError(t, os.WriteFile(p, []byte(r.Replace(string(f.value))), 0o644))
+		paths = append(paths, p)
+	}
+	return id, paths
+}
+
+func TestFileWatcher(t *testing.T) {
+	dir := copyStore(t)
+	files := goldenFiles(t)
+	_, first := renamer(t, files, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink := &latest{}
+	w := &dynamo.FileWatcher{Dir: dir, TTL: 3 * time.Second, Resync: 50 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, sink) }()
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first) }, 5*time.Second, 5*time.Millisecond)
+
+	// A second worker appears.
+	second, paths := writeWorker(t, dir, 1)
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first, second) }, 5*time.Second, 5*time.Millisecond)
+
+	// Half-written files and invalid values are left out; the others stay.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "v1", "instances", ".tmp_0123"), []byte("{"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "v1", "mdc", "x%2Fy%2Fz%2F5"), []byte(`{"type":"Model"}`), 0o644))
+	n := sink.n
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, n, sink.n, "nothing changed, no sync")
+	require.True(t, slicesEqual(sink.ids(), first, second))
+
+	// The second stops cleanly: its files go.
+	for _, p := range paths {
+		require.NoError(t, os.Remove(p))
+	}
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first) }, 5*time.Second, 5*time.Millisecond)
+
+	// A third dies: nobody touches its files any more and they age out
+	// while the first worker's writer keeps touching its own.
+	third, paths := writeWorker(t, dir, 2)
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first, third) }, 5*time.Second, 5*time.Millisecond)
+	touch := time.NewTicker(500 * time.Millisecond)
+	defer touch.Stop()
+	start := time.Now()
+	for !slicesEqual(sink.ids(), first) {
+		require.Less(t, time.Since(start), 10*time.Second, "the dead worker did not age out")
+		<-touch.C
+		now := time.Now()
+		for _, f := range files {
+			_ = os.Chtimes(filepath.Join(dir, filepath.FromSlash(f.bucket), f.name), now, now)
+		}
+	}
+	require.Greater(t, time.Since(start), 2*time.Second, "aged out before the TTL")
+
+	// A whole bucket removed and created again is watched again.
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "v1", "mdc")))
+	require.Eventually(t, func() bool { return len(sink.ids()) == 0 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "v1", "mdc"), 0o755))
+	_, _ = writeWorker(t, dir, 0)
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first) }, 5*time.Second, 5*time.Millisecond)
+	_ = paths
+
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+func TestFileWatcherConfig(t *testing.T) {
+	require.ErrorIs(t, (&dynamo.FileWatcher{}).Run(context.Background(), &latest{}), dynamo.ErrConfig)
+	require.ErrorIs(t, (&dynamo.FileWatcher{Dir: "x"}).Run(context.Background(), nil), dynamo.ErrConfig)
+	require.ErrorIs(t, (&dynamo.EtcdWatcher{}).Run(context.Background(), &latest{}), dynamo.ErrConfig)
+}
+
+// A store directory that does not exist yet is waited for.
+func TestFileWatcherLateStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "kv")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink := &latest{}
+	go func() { _ = (&dynamo.FileWatcher{Dir: dir, Resync: 50 * time.Millisecond}).Run(ctx, sink) }()
+	time.Sleep(100 * time.Millisecond)
+	require.Empty(t, sink.ids())
+	require.NoError(t, os.CopyFS(dir, os.DirFS(copyStore(t))))
+	_, first := renamer(t, goldenFiles(t), 0)
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first) }, 5*time.Second, 5*time.Millisecond)
+}
+
+func slicesEqual(got []uint64, want ...uint64) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// The golden worker registers with a Pool: its instance id is the router's
+// worker id; a router hashing other block sizes refuses it.
+func TestEngineSinkPool(t *testing.T) {
+	d := goldenState(t, "file").Deployment(dynamo.Selector{})
+	require.Len(t, d.Workers, 1)
+	w := d.Workers[0]
+	e := w.Engine()
+	require.Equal(t, kvroute.WorkerID(w.InstanceID), e.ID)
+	require.Equal(t, "dynamo/backend/generate/"+strconv.FormatUint(w.InstanceID, 16), e.Name)
+	require.Equal(t, w.KVEvents[0].Endpoints, e.DynamoEvents)
+	require.NoError(t, e.Validate())
+
+	for _, tc := range []struct {
+		block int
+		want  error
+	}{{16, nil}, {32, enginemetrics.ErrBlockSize}} {
+		r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: tc.block})})
+		require.NoError(t, err)
+		var started, stopped sync.WaitGroup
+		started.Add(1)
+		pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, RetryInterval: -1,
+			DynamoEvents: func(e *discovery.Engine, endpoint string) (discovery.EventRunner, error) {
+				return runnerFunc(func(ctx context.Context) error {
+					started.Done()
+					stopped.Add(1)
+					defer stopped.Done()
+					<-ctx.Done()
+					require.NotEmpty(t, r.Workers(), "stopped before RemoveWorker")
+					return ctx.Err()
+				}), nil
+			}})
+		require.NoError(t, err)
+		dynamo.EngineSink(pool).Sync(context.Background(), d)
+		if tc.want != nil {
+			require.ErrorIs(t, pool.Rejected()[e.Name], tc.want)
+			require.Empty(t, r.Workers())
+			require.NoError(t, pool.Close())
+			continue
+		}
+		started.Wait()
+		require.Equal(t, []kvroute.WorkerKey{{ID: e.ID}}, r.Workers())
+		st := r.Stats()
+		require.Len(t, st.Workers, 1)
+		dynamo.EngineSink(pool).Sync(context.Background(), dynamo.Deployment{})
+		stopped.Wait()
+		require.Empty(t, r.Workers())
+		require.NoError(t, pool.Close())
+	}
+}
+
+type runnerFunc func(ctx context.Context) error
+
+func (f runnerFunc) Run(ctx context.Context) error { return f(ctx) }
+
+func TestEtcdWatcher(t *testing.T) {
+	c, _ := etcdtest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	recs := goldenEtcd(t)
+	// putWorker writes the golden keys (ids moved by delta) under one
+	// lease, as Dynamo does.
+	putWorker := func(delta uint64) (uint64, clientv3.LeaseID) {
+		var id uint64
+		var pairs []string
+		for _, r := range recs {
+			rec, err := dynamo.Decode(r.Value)
+			require.NoError(t, err)
+			var v uint64
+			switch {
+			case rec.Model != nil:
+				v, id = rec.Model.InstanceID, rec.Model.InstanceID+delta
+			case rec.Channel != nil:
+				v = rec.Channel.PublisherID
+			default:
+				continue
+			}
+			pairs = append(pairs, strconv.FormatUint(v, 10), strconv.FormatUint(v+delta, 10),
+				strconv.FormatUint(v, 16), strconv.FormatUint(v+delta, 16))
+		}
+		rp := strings.NewReplacer(pairs...)
+		lease, err := c.Grant(ctx, 60)
+		require.NoError(t, err)
+		for _, r := range recs {
+			_, err := c.Put(ctx, "/dyn/"+rp.Replace(r.Key), rp.Replace(string(r.Value)), clientv3.WithLease(lease.ID))
+			require.NoError(t, err)
+		}
+		return id, lease.ID
+	}
+	first, _ := putWorker(0)
+	sink := &latest{}
+	done := make(chan error, 1)
+	go func() {
+		done <- (&dynamo.EtcdWatcher{Client: c, Prefix: "/dyn/", Backoff: 50 * time.Millisecond}).Run(ctx, sink)
+	}()
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first) }, 10*time.Second, 5*time.Millisecond)
+	sink.mu.Lock()
+	require.Len(t, sink.d.Workers[0].Metrics, 2)
+	sink.mu.Unlock()
+
+	second, lease := putWorker(1)
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first, second) }, 10*time.Second, 5*time.Millisecond)
+
+	// An invalid value is left out, the rest stays; its lease ending
+	// takes the worker away.
+	_, err := c.Put(ctx, "/dyn/v1/mdc/x/y/z/1", "{")
+	require.NoError(t, err)
+	_, err = c.Revoke(ctx, lease)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first) }, 10*time.Second, 5*time.Millisecond)
+
+	// After a compaction past the watch's revision the watcher lists
+	// again and still follows.
+	resp, err := c.Get(ctx, "x")
+	require.NoError(t, err)
+	_, err = c.Compact(ctx, resp.Header.Revision)
+	require.NoError(t, err)
+	third, _ := putWorker(2)
+	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first, third) }, 10*time.Second, 5*time.Millisecond)
+
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
