@@ -385,6 +385,31 @@ func TestDumpStopsAtError(t *testing.T) {
 	require.Equal(t, 1, calls)
 }
 
+// Dump calls fn without the index's lock: fn may apply events to the same
+// index (a replica serving a dump while it ingests), and the dump is the
+// snapshot taken before.
+func TestDumpCallsFnUnlocked(t *testing.T) {
+	ix := newIndex(t)
+	a, b := wk(1), wk(2)
+	require.NoError(t, ix.Apply(stored(a, 1, 0, 0, []H{11, 12}, prompt(1, 2))))
+	require.NoError(t, ix.Apply(stored(b, 1, 0, 0, []H{21}, prompt(1))))
+	rebuilt := newIndex(t)
+	applied := false
+	require.NoError(t, ix.Dump(func(ev *kvroute.Event) error {
+		if !applied {
+			applied = true
+			require.NoError(t, ix.Apply(stored(a, 2, 0, 12, []H{13}, prompt(3))))
+			require.NoError(t, ix.Apply(stored(b, 2, 0, 21, []H{22}, prompt(2))))
+		}
+		return rebuilt.Apply(ev)
+	}))
+	require.True(t, applied)
+	// Worker a's snapshot was taken before the store of block 13; worker
+	// b's after the store of block 22.
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(2), b: dev(2)}, matchMap(rebuilt, prompt(1, 2, 3)))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(3), b: dev(2)}, matchMap(ix, prompt(1, 2, 3)))
+}
+
 func TestEvictedBlocksLeaveTheIndex(t *testing.T) {
 	ix := newIndex(t)
 	w := wk(1)
