@@ -68,3 +68,12 @@ func TestEncodeGolden(t *testing.T) {
 		})
 	}
 }
+
+func readFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

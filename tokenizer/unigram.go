@@ -94,10 +94,10 @@ func parseUnigram(raw json.RawMessage) (*unigram, error) {
 }
 
 type bestPath struct {
-	score  float64
-	start  int // -1: not reached
-	id     uint32
-	isUnk  bool
+	score float64
+	start int // -1: not reached
+	id    uint32
+	isUnk bool
 }
 
 func (m *unigram) tokenize(dst []uint32, s string) []uint32 {
