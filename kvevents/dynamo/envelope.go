@@ -131,18 +131,18 @@ func readBytesOrArray(p []byte) ([]byte, []byte, error) {
 }
 
 // AppendEnvelope appends e encoded as Dynamo encodes an EventEnvelope
-// (rmp_serde::to_vec_named: topic, publisher_id, sequence, published_at,
-// payload as bin).
+// (rmp_serde::to_vec_named, fields in Dynamo's order: publisher_id,
+// sequence, published_at, topic, payload as bin).
 func AppendEnvelope(dst []byte, e *Envelope) []byte {
 	dst = msgp.AppendMapHeader(dst, 5)
-	dst = msgp.AppendString(dst, "topic")
-	dst = msgp.AppendString(dst, e.Topic)
 	dst = msgp.AppendString(dst, "publisher_id")
 	dst = msgp.AppendUint64(dst, e.PublisherID)
 	dst = msgp.AppendString(dst, "sequence")
 	dst = msgp.AppendUint64(dst, e.Sequence)
 	dst = msgp.AppendString(dst, "published_at")
 	dst = msgp.AppendUint64(dst, e.PublishedAt)
+	dst = msgp.AppendString(dst, "topic")
+	dst = msgp.AppendString(dst, e.Topic)
 	dst = msgp.AppendString(dst, "payload")
 	return msgp.AppendBytes(dst, e.Payload)
 }

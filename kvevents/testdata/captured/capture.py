@@ -43,6 +43,9 @@ What is real and what stands in:
     byte, a 4-byte big-endian length and a msgpack map whose "payload" is
     the msgpack list of RouterEvents (rmp_serde named maps). NAME.msgpack
     is that payload; NAME.json has it decoded, with the envelope fields.
+    Whole event-plane messages (all four frames, kv_metrics and
+    forward-pass-metrics too, and a live dynamo.mocker worker's) are
+    captured by capture_dynamo.py.
 """
 
 import __future__
