@@ -109,7 +109,10 @@ func TestSubscriberSequence(t *testing.T) {
 		{"first message mid-stream is applied", func() { pub.message(1, 5, dynamo.TopicKVEvents, stored(t, w, 0, a[:4])) },
 			func(st dynamo.Stats) { require.Equal(t, uint64(1), st.Applied); require.Zero(t, st.Gaps) }},
 		{"next sequence extends the chain", func() { pub.message(1, 6, dynamo.TopicKVEvents, stored(t, w, uint64(aHashes[0]), a[4:])) },
-			func(st dynamo.Stats) { require.Equal(t, uint64(2), st.Applied); require.Equal(t, 2, matchBlocks(ix, a)) }},
+			func(st dynamo.Stats) {
+				require.Equal(t, uint64(2), st.Applied)
+				require.Equal(t, 2, matchBlocks(ix, a))
+			}},
 		{"a repeated sequence is a duplicate", func() { pub.message(1, 6, dynamo.TopicKVEvents, stored(t, w, 0, c)) },
 			func(st dynamo.Stats) { require.Equal(t, uint64(1), st.Duplicates); require.Zero(t, matchBlocks(ix, c)) }},
 		{"a gap is counted and nothing is reset", func() { pub.message(1, 9, dynamo.TopicKVEvents, stored(t, w, 0, b)) },
