@@ -735,6 +735,9 @@ func binary(op string, l, r value) (value, error) {
 			}
 		}
 	case "*":
+		if _, _, isInt, ok := number(l); ok && isInt {
+			l, r = r, l
+		}
 		if n, _, isInt, ok := number(r); ok && isInt {
 			switch lv := l.(type) {
 			case string:

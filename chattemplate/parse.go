@@ -291,7 +291,7 @@ func (p *exprParser) parseTuple() (expr, error) {
 	items := []expr{first}
 	for p.isOp(",") {
 		p.next()
-		if p.peek().kind == tkEOF || p.isName("if") {
+		if p.peek().kind == tkEOF || p.isName("if") || p.isOp(")") || p.isOp("=") {
 			break
 		}
 		e, err := p.parseExpr()

@@ -1,0 +1,50 @@
+package chattemplate_test
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/kvroute/kvroute/chattemplate"
+)
+
+// TestCasesGolden renders small templates exercising one feature each and
+// compares with jinja2 in transformers' environment
+// (testdata/cases.json, written by testdata/cases.py).
+func TestCasesGolden(t *testing.T) {
+	b, err := os.ReadFile("testdata/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Vars  map[string]json.RawMessage `json:"vars"`
+		Cases []struct {
+			Template string  `json:"template"`
+			Output   *string `json:"output"`
+			Error    string  `json:"error"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]any{}
+	for k, v := range g.Vars {
+		vars[k] = v
+	}
+	for _, c := range g.Cases {
+		tmpl, err := chattemplate.Parse(c.Template)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", c.Template, err)
+			continue
+		}
+		out, err := tmpl.Render(vars, chattemplate.Options{})
+		switch {
+		case c.Output == nil && err == nil:
+			t.Errorf("Render(%q) = %q, want error %q", c.Template, out, c.Error)
+		case c.Output != nil && err != nil:
+			t.Errorf("Render(%q): %v, want %q", c.Template, err, *c.Output)
+		case c.Output != nil && out != *c.Output:
+			t.Errorf("Render(%q) =\n %q, want\n %q", c.Template, out, *c.Output)
+		}
+	}
+}
