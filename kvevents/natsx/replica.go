@@ -914,20 +914,29 @@ func (r *Replica) fetch(ctx context.Context, subject string, req []byte, chunk f
 		if err != nil {
 			return err
 		}
-		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-			return nats.ErrNoResponders
-		}
-		i, final, err := chunk(m.Data)
-		if err != nil {
+		final, err := fetchReply(m, next, chunk)
+		if err != nil || final {
 			return err
 		}
-		if i != next {
-			return fmt.Errorf("%w: chunk %d, want %d", kvevents.ErrMalformed, i, next)
-		}
-		if final {
-			return nil
-		}
 	}
+}
+
+// fetchReply takes reply m of a fetch, which must be chunk next: it
+// returns nats.ErrNoResponders for the server's 503 status (nobody serves
+// the subject), chunk's error, or an error wrapping kvevents.ErrMalformed
+// when the chunk's index is not next.
+func fetchReply(m *nats.Msg, next uint64, chunk func([]byte) (uint64, bool, error)) (final bool, err error) {
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return false, nats.ErrNoResponders
+	}
+	i, final, err := chunk(m.Data)
+	if err != nil {
+		return false, err
+	}
+	if i != next {
+		return false, fmt.Errorf("%w: chunk %d, want %d", kvevents.ErrMalformed, i, next)
+	}
+	return final, nil
 }
 
 // finishRepair applies a repair's result, then the worker's held events.
