@@ -24,23 +24,32 @@
 //  1. Create the router with the deployment's block size (a worker whose
 //     kv_cache_block_size differs is refused with
 //     enginemetrics.ErrBlockSize).
-//  2. Create a discovery.Pool whose PoolConfig.DynamoEvents subscribes to
-//     a worker's kv-events publishers (package kvevents/dynamo).
-//  3. Run a watcher with EngineSink(pool): each Worker becomes a
+//  2. Create an event-plane subscriber (package kvevents/dynamo) that
+//     applies kv-events to the router's index and load reports to the
+//     router, and run it.
+//  3. Create a discovery.Pool whose PoolConfig.DynamoEvents is
+//     KVEvents(subscriber).
+//  4. Run a watcher with PoolSink(pool, subscriber): each Worker becomes a
 //     discovery.Engine whose ID is the instance id, so the router's choice
 //     can be forwarded to Dynamo's frontend as the
-//     x-dynamo-worker-instance-id header. Workers that leave the store
-//     have their subscribers stopped, then are removed from the router.
+//     x-dynamo-worker-instance-id header; its kv-events publishers and the
+//     deployment's load channels are followed. A worker that leaves the
+//     store has its publishers dropped, then is removed from the router.
 //
 // In code:
 //
-//	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: subscribe})
+//	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
+//	if err != nil {
+//		return err
+//	}
+//	go sub.Run(ctx)
+//	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: dynamo.KVEvents(sub)})
 //	if err != nil {
 //		return err
 //	}
 //	defer pool.Close()
 //	w := &dynamo.FileWatcher{Dir: os.Getenv("DYN_FILE_KV"), Selector: dynamo.Selector{Model: "llama"}}
-//	return w.Run(ctx, dynamo.EngineSink(pool))
+//	return w.Run(ctx, dynamo.PoolSink(pool, sub))
 //
 // # Liveness
 //

@@ -13,7 +13,8 @@ import (
 )
 
 // dynamoPython returns the interpreter and PYTHONPATH that run Dynamo's
-// mocker (KVROUTE_DYNAMO_PYTHON, default python3;
+// mocker (KVROUTE_DYNAMO_PYTHON, default python3; PYTHONPATH joins
+// KVROUTE_DYNAMO_MOCKER_PYTHONPATH, set by .ci/setup-dynamo-mocker.sh, and
 // KVROUTE_DYNAMO_PYTHONPATH, set by .ci/setup-dynamo.sh), or skips the
 // test naming what is missing (fails it under KVROUTE_EXTERNAL_TESTS=1).
 func dynamoPython(t *testing.T) (string, string) {
@@ -22,7 +23,13 @@ func dynamoPython(t *testing.T) (string, string) {
 	if py == "" {
 		py = "python3"
 	}
-	path := os.Getenv("KVROUTE_DYNAMO_PYTHONPATH")
+	var dirs []string
+	for _, v := range []string{"KVROUTE_DYNAMO_MOCKER_PYTHONPATH", "KVROUTE_DYNAMO_PYTHONPATH"} {
+		if d := os.Getenv(v); d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	path := strings.Join(dirs, string(os.PathListSeparator))
 	var missing string
 	if _, err := exec.LookPath(py); err != nil {
 		missing = py
@@ -40,7 +47,7 @@ func dynamoPython(t *testing.T) (string, string) {
 	if os.Getenv("KVROUTE_EXTERNAL_TESTS") == "1" {
 		t.Fatalf("missing %s (KVROUTE_EXTERNAL_TESTS=1)", missing)
 	}
-	t.Skipf("missing %s; source .ci/setup-dynamo.sh with CI=true, or set KVROUTE_DYNAMO_PYTHON/KVROUTE_DYNAMO_PYTHONPATH", missing)
+	t.Skipf("missing %s; source .ci/setup-dynamo.sh and .ci/setup-dynamo-mocker.sh with CI=true, or set KVROUTE_DYNAMO_PYTHON to a Python with ai-dynamo", missing)
 	return "", ""
 }
 

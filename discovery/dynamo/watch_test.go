@@ -176,7 +176,7 @@ func slicesEqual(got []uint64, want ...uint64) bool {
 
 // The golden worker registers with a Pool: its instance id is the router's
 // worker id; a router hashing other block sizes refuses it.
-func TestEngineSinkPool(t *testing.T) {
+func TestPoolSinkEngines(t *testing.T) {
 	d := goldenState(t, "file").Deployment(dynamo.Selector{})
 	require.Len(t, d.Workers, 1)
 	w := d.Workers[0]
@@ -206,7 +206,7 @@ func TestEngineSinkPool(t *testing.T) {
 				}), nil
 			}})
 		require.NoError(t, err)
-		dynamo.EngineSink(pool).Sync(context.Background(), d)
+		dynamo.PoolSink(pool, nil).Sync(context.Background(), d)
 		if tc.want != nil {
 			require.ErrorIs(t, pool.Rejected()[e.Name], tc.want)
 			require.Empty(t, r.Workers())
@@ -217,7 +217,7 @@ func TestEngineSinkPool(t *testing.T) {
 		require.Equal(t, []kvroute.WorkerKey{{ID: e.ID}}, r.Workers())
 		st := r.Stats()
 		require.Len(t, st.Workers, 1)
-		dynamo.EngineSink(pool).Sync(context.Background(), dynamo.Deployment{})
+		dynamo.PoolSink(pool, nil).Sync(context.Background(), dynamo.Deployment{})
 		stopped.Wait()
 		require.Empty(t, r.Workers())
 		require.NoError(t, pool.Close())

@@ -1,0 +1,198 @@
+package dynamo_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/dynamo"
+	"github.com/kvroute/kvroute/internal/etcdtest"
+	kvdynamo "github.com/kvroute/kvroute/kvevents/dynamo"
+	"github.com/kvroute/kvroute/router"
+)
+
+// liveRouter is a router fed by discovery: a Pool whose workers' kv-events
+// and the deployment's load channels go through a real kvevents/dynamo
+// subscriber.
+type liveRouter struct {
+	r    *router.Router
+	sub  *kvdynamo.Subscriber
+	pool *discovery.Pool
+	sink dynamo.Sink
+}
+
+func newLiveRouter(t *testing.T, ctx context.Context) *liveRouter {
+	t.Helper()
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	require.NoError(t, err)
+	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = sub.Run(ctx)
+	}()
+	t.Cleanup(func() { <-done })
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: dynamo.KVEvents(sub)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Close() })
+	return &liveRouter{r: r, sub: sub, pool: pool, sink: dynamo.PoolSink(pool, sub)}
+}
+
+// workers returns the router's worker ids.
+func (l *liveRouter) workers() []uint64 {
+	var out []uint64
+	for _, k := range l.r.Workers() {
+		out = append(out, uint64(k.ID))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// reported reports whether the router has a load report for worker id
+// with the mocker's KV capacity: the worker's load channels were found
+// and followed.
+func (l *liveRouter) reported(id uint64) bool {
+	for _, w := range l.r.Stats().Workers {
+		if uint64(w.Worker.ID) == id && w.Reported.KVCapacityBlocks == 800 {
+			return true
+		}
+	}
+	return false
+}
+
+// following returns the topics the subscriber follows.
+func (l *liveRouter) following() []string {
+	var out []string
+	for _, p := range l.sub.Publishers() {
+		out = append(out, p.Topic)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// instanceIDs reads the instance ids of the "generate" endpoints a file
+// store holds, from its file names.
+func instanceIDs(t *testing.T, store string) []uint64 {
+	t.Helper()
+	ents, _ := os.ReadDir(filepath.Join(store, "v1", "instances"))
+	var out []uint64
+	for _, e := range ents {
+		key, err := dynamo.FileKey(dynamo.BucketInstances, e.Name())
+		require.NoError(t, err)
+		parts := strings.Split(key, "/")
+		if parts[len(parts)-2] == "generate" {
+			id, err := strconv.ParseUint(parts[len(parts)-1], 16, 64)
+			require.NoError(t, err)
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Real mocker workers come and go in a file store: the router follows,
+// with each worker's kv-events publisher and load channels subscribed.
+func TestLiveFileStore(t *testing.T) {
+	dynamoPython(t)
+	model := filepath.Join(t.TempDir(), "model")
+	writeModel(t, model)
+	store := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := newLiveRouter(t, ctx)
+	w := &dynamo.FileWatcher{Dir: store, Selector: dynamo.Selector{Namespace: "dynamo", Model: "tiny"}, TTL: 5 * time.Second,
+		Resync: 200 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, l.sink) }()
+
+	a := startMocker(t, model, "file", store)
+	waitFor(t, a, "worker a registered", func() bool { ids := instanceIDs(t, store); return len(ids) == 1 && slices.Equal(l.workers(), ids) })
+	idA := l.workers()[0]
+	waitFor(t, a, "worker a's load reported", func() bool { return l.reported(idA) })
+	require.Equal(t, []string{dynamo.TopicForwardPassMetrics, dynamo.TopicKVEvents, dynamo.TopicKVMetrics}, l.following())
+	m := l.pool.Members()
+	require.Len(t, m, 1)
+	require.Equal(t, kvroute.WorkerID(idA), m[0].ID)
+	require.Len(t, m[0].DynamoEvents, 1)
+	require.True(t, strings.HasPrefix(m[0].DynamoEvents[0], "tcp://127.0.0.1:"), m[0].DynamoEvents[0])
+
+	b := startMocker(t, model, "file", store)
+	waitFor(t, b, "worker b registered", func() bool { return len(l.workers()) == 2 })
+	idB := l.workers()[slices.Index(l.workers(), idA)^1]
+	require.Equal(t, instanceIDs(t, store), l.workers())
+	waitFor(t, b, "worker b's load reported", func() bool { return l.reported(idB) })
+	require.Len(t, l.following(), 6)
+
+	// b stops cleanly: it deletes its files.
+	b.stop(t, syscall.SIGTERM)
+	waitFor(t, a, "worker b removed", func() bool { return slices.Equal(l.workers(), []uint64{idA}) })
+	require.Len(t, l.following(), 3)
+
+	// a is killed: its files stay, untouched, until they are TTL old.
+	a.stop(t, syscall.SIGKILL)
+	require.Equal(t, []uint64{idA}, instanceIDs(t, store))
+	waitFor(t, a, "worker a aged out", func() bool { return len(l.workers()) == 0 })
+	require.Equal(t, []uint64{idA}, instanceIDs(t, store), "the watcher never deletes")
+	require.Empty(t, l.following())
+	require.Empty(t, l.pool.Members())
+
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// A real mocker registers in etcd: the router follows its lease.
+func TestLiveEtcdStore(t *testing.T) {
+	dynamoPython(t)
+	c, url := etcdtest.Start(t)
+	model := filepath.Join(t.TempDir(), "model")
+	writeModel(t, model)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := newLiveRouter(t, ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- (&dynamo.EtcdWatcher{Client: c, Selector: dynamo.Selector{Model: "tiny"}}).Run(ctx, l.sink)
+	}()
+	a := startMocker(t, model, "etcd", url)
+	waitFor(t, a, "worker registered", func() bool { return len(l.workers()) == 1 })
+	id := l.workers()[0]
+	waitFor(t, a, "load reported", func() bool { return l.reported(id) })
+	require.Equal(t, []string{dynamo.TopicForwardPassMetrics, dynamo.TopicKVEvents, dynamo.TopicKVMetrics}, l.following())
+	// Its keys are under its lease, whose id is the instance id.
+	resp, err := c.Get(ctx, "v1/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.Kvs)
+	for _, kv := range resp.Kvs {
+		require.Equal(t, id, uint64(kv.Lease), string(kv.Key))
+	}
+	a.stop(t, syscall.SIGTERM)
+	waitFor(t, a, "worker removed", func() bool { return len(l.workers()) == 0 })
+	require.Empty(t, l.following())
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// waitFor polls cond for up to a minute (mockers take seconds to start
+// on a loaded machine) and fails with the mocker's log.
+func waitFor(t *testing.T, m *mocker, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: timed out; mocker log:\n%s", what, m.tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
