@@ -72,7 +72,8 @@ func FuzzPeerInfo(f *testing.F) {
 	if err := agent.RegisterMem(local.layout.RegList()); err != nil {
 		f.Fatal(err)
 	}
-	puller, err := transfer.NewPuller(transfer.PullerConfig{Agent: agent, Worker: kvroute.WorkerKey{ID: 9}, Layout: local.layout})
+	puller, err := transfer.NewPuller(transfer.PullerConfig{Agent: agent, Worker: kvroute.WorkerKey{ID: 9}, Layout: local.layout,
+		MaxPeerDescs: maxFuzzDescs})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -106,15 +107,15 @@ func FuzzPeerInfo(f *testing.F) {
 		for _, lr := range locals {
 			checkPair(t, &lr.layout, remote)
 		}
-		if remote.NumDescs() > maxFuzzDescs {
-			return
-		}
 		if err := puller.AddPeer(p); err != nil {
 			if !errors.Is(err, transfer.ErrMismatch) && !errors.Is(err, transfer.ErrBadMetadata) &&
 				!errors.Is(err, transfer.ErrInvalidParam) && !errors.Is(err, transfer.ErrNotRegistered) {
 				t.Fatalf("AddPeer: undocumented error %v", err)
 			}
 			return
+		}
+		if remote.NumDescs() > maxFuzzDescs {
+			t.Fatalf("AddPeer accepted %d descriptors, above the bound of %d", remote.NumDescs(), maxFuzzDescs)
 		}
 		if err := puller.RemovePeer(p.Agent); err != nil {
 			t.Fatalf("RemovePeer after AddPeer: %v", err)

@@ -21,6 +21,12 @@ type PullerConfig struct {
 	Worker kvroute.WorkerKey
 	// Layout is this rank's KV cache layout.
 	Layout Layout
+	// MaxPeerDescs bounds a prefill rank's descriptor count (its layout's
+	// NumDescs) that AddPeer accepts, since the descriptor lists it
+	// prepares grow with the remote's block count, which comes from the
+	// network. Zero means DefaultMaxPeerDescs(Layout); negative means no
+	// bound beyond Layout.Validate's.
+	MaxPeerDescs int
 	// Clock times the pulls for PullReport. Nil means the system clock.
 	Clock kvroute.Clock
 	// Logger receives per-pull diagnostics. Nil means discard.
@@ -86,6 +92,13 @@ type PullReport struct {
 	Started, Finished time.Time
 }
 
+// DefaultMaxPeerDescs returns the default PullerConfig.MaxPeerDescs for a
+// local layout: 8 times its own descriptor count (prefill workers may hold
+// more blocks than decode workers), and at least 1<<20.
+func DefaultMaxPeerDescs(local *Layout) int {
+	return max(8*local.NumDescs(), 1<<20)
+}
+
 // NewPuller returns a Puller. Errors wrap ErrInvalidParam.
 func NewPuller(cfg PullerConfig) (*Puller, error) {
 	if cfg.Agent == nil {
@@ -95,6 +108,9 @@ func NewPuller(cfg PullerConfig) (*Puller, error) {
 		return nil, err
 	}
 	cfg.Layout.Bases = slices.Clone(cfg.Layout.Bases)
+	if cfg.MaxPeerDescs == 0 {
+		cfg.MaxPeerDescs = DefaultMaxPeerDescs(&cfg.Layout)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -105,11 +121,15 @@ func NewPuller(cfg PullerConfig) (*Puller, error) {
 // AddPeer loads a prefill rank's metadata and prepares the descriptor
 // lists of the heads it shares with this rank. Adding an agent again
 // replaces it. Errors: ErrMismatch (incompatible layouts, or metadata of
-// another agent), the agent's errors.
+// another agent, or a layout of more than PullerConfig.MaxPeerDescs
+// descriptors), the agent's errors.
 func (p *Puller) AddPeer(info PeerInfo) error {
 	local := &p.cfg.Layout
 	if err := info.Layout.Validate(); err != nil {
 		return err
+	}
+	if n := info.Layout.NumDescs(); p.cfg.MaxPeerDescs > 0 && n > p.cfg.MaxPeerDescs {
+		return fmt.Errorf("%w: peer %q has %d descriptors, above the bound of %d", ErrMismatch, info.Agent, n, p.cfg.MaxPeerDescs)
 	}
 	if err := Compatible(local, &info.Layout); err != nil {
 		return err

@@ -148,6 +148,20 @@ func TestPullerErrors(t *testing.T) {
 	other.Layout.HeadDim *= 2
 	require.ErrorIs(t, puller.AddPeer(other), transfer.ErrMismatch)
 
+	// A layout far larger than the local one is refused before its
+	// descriptor lists are built.
+	huge := p1.info
+	huge.Layout.Blocks = 1 << 24
+	require.NoError(t, huge.Layout.Validate())
+	err = puller.AddPeer(huge)
+	require.ErrorIs(t, err, transfer.ErrMismatch)
+	require.ErrorContains(t, err, "above the bound")
+	bounded, err := transfer.NewPuller(transfer.PullerConfig{Agent: dec.agent, Worker: decodeW, Layout: dec.layout,
+		MaxPeerDescs: p1.info.Layout.NumDescs() - 1})
+	require.NoError(t, err)
+	require.ErrorIs(t, bounded.AddPeer(p1.info), transfer.ErrMismatch)
+	require.NoError(t, bounded.Close())
+
 	require.NoError(t, puller.RemovePeer(p1.info.Agent))
 	require.ErrorIs(t, puller.RemovePeer(p1.info.Agent), transfer.ErrUnknownAgent)
 	_, err = puller.Pull(ctx, req)
