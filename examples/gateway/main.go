@@ -14,6 +14,16 @@
 //	{"listen": ":8080", "block_size": 16, "tokenize_url": "http://10.0.0.7:8000",
 //	 "engines": [{"id": 1, "url": "http://10.0.0.7:8000", "events": "tcp://10.0.0.7:5557"}]}
 //
+// Engines may share one URL and be told apart by headers: for workers
+// behind NVIDIA Dynamo's frontend started with --router-mode direct, give
+// each worker's instance id and the frontend's URL with preset=dynamo:
+//
+//	gateway -engine '6102808441099218236=http://127.0.0.1:8000,preset=dynamo' \
+//	    -engine '15810847705965030232=http://127.0.0.1:8000,preset=dynamo' ...
+//
+// (header=NAME:VALUE sets any other header; "{id}" and "{rank}" in a value
+// are the worker id and data-parallel rank).
+//
 // Flags given explicitly override the file; engines from both are used.
 // Start vLLM with --kv-events-config '{"enable_kv_cache_events": true,
 // "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint":
@@ -104,7 +114,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		rend    = fs.Bool("tokenize-render", false, "tokenize through vLLM's /v1/*/render endpoints instead of /tokenize")
 		adapter = fs.String("adapters", "", "comma-separated MODEL=ADAPTER pairs: models served by LoRA adapters")
 	)
-	fs.Var(&engines, "engine", "engine as ID=URL[,events=tcp://host:port][,replay=...][,topic=...][,ranks=N] (repeatable)")
+	fs.Var(&engines, "engine", "engine as ID=URL[,events=tcp://host:port][,replay=...][,topic=...][,ranks=N][,preset=dynamo][,header=NAME:VALUE] (repeatable)")
 	fs.DurationVar(&o.interval, "health-interval", 2*time.Second, "how often engines' /health is probed")
 	fs.DurationVar(&o.remove, "remove-after", 0, "remove an engine unhealthy this long (0: never)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")

@@ -9,7 +9,10 @@
 //  1. Create a router.Router with the engines' block size.
 //  2. Describe each engine (Engine, or ParseEngine for a command-line
 //     spec): its HTTP URL and, when it publishes KV events (vLLM
-//     --kv-events-config), its ZMQ endpoints.
+//     --kv-events-config), its ZMQ endpoints. Engines behind one shared
+//     URL (a frontend that serves each request on the worker a header
+//     names) carry their headers: Engine.Headers, or Engine.Preset
+//     PresetDynamo for NVIDIA Dynamo's frontend in direct routing mode.
 //  3. Create the Gateway with New and a Tokenizer that agrees with the
 //     engines (RemoteTokenizer asks the engine itself).
 //  4. Start Gateway.Run on a goroutine: it subscribes to every engine's KV
@@ -45,12 +48,21 @@
 // usage-only chunk from the client.
 //
 // Failures: while nothing has reached the client (the engine cannot be
-// reached, answers 429 or 5xx, or its stream breaks before the first
-// chunk) the request moves to another engine, up to Config.MaxAttempts;
+// reached, answers 429 or 5xx, refuses the worker its headers name, or its
+// stream breaks before the first chunk) the request moves to another engine, up to Config.MaxAttempts;
 // each failed attempt's decision is balanced by Done with the error, which
 // counts against the engine's health. A stream that breaks later ends with
 // an OpenAI error event and [DONE]. Every request gets exactly one answer
 // and every decision exactly one Done.
 //
 // Responses carry HeaderWorker and HeaderPredictedCached.
+//
+// # Health and load
+//
+// Run probes each distinct engine URL's HealthPath every HealthInterval
+// (engines sharing a URL share one probe): a success is a router
+// heartbeat that marks the engine alive and repeats the last load a load
+// source reported through Gateway.Heartbeat (an enginemetrics.Scraper
+// given the Gateway as its Reporter, or Dynamo's load events), so that a
+// probe never erases a load report.
 package gateway

@@ -59,7 +59,7 @@ func ExampleParseEngine() {
 	}
 	fmt.Printf("%+v\n", e)
 	// Output:
-	// {ID:2 URL:http://10.0.0.8:8000 Events:tcp://10.0.0.8:5557 Replay:tcp://10.0.0.8:5558 Topic: Ranks:2 MaxRequests:0 MaxBatchedTokens:0 KVCapacityBlocks:0}
+	// {ID:2 URL:http://10.0.0.8:8000 Events:tcp://10.0.0.8:5557 Replay:tcp://10.0.0.8:5558 Topic: Ranks:2 Headers:map[] Preset: MaxRequests:0 MaxBatchedTokens:0 KVCapacityBlocks:0}
 }
 
 func ExampleWordTokenizer() {

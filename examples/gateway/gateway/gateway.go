@@ -119,13 +119,18 @@ type Gateway struct {
 	active  bool            // Run runs, until its subscribers have stopped
 
 	requests, retries, failed atomic.Uint64
+
+	// loads holds each cache domain's last load report (Heartbeat), which
+	// health probes repeat: kvroute.WorkerKey to *scheduling.Load.
+	loads sync.Map
 }
 
 // engine is an added engine and its event subscribers.
 type engine struct {
-	cfg    Engine
-	target *url.URL
-	subs   []*kvzmq.Subscriber // one per rank, none without Events
+	cfg     Engine
+	target  *url.URL
+	headers engineHeaders       // compiled cfg.Headers and cfg.Preset
+	subs    []*kvzmq.Subscriber // one per rank, none without Events
 
 	// The fields below are protected by Gateway.mu.
 	stop           context.CancelFunc // ends the running subscribers, nil when none run
@@ -211,7 +216,9 @@ func (g *Gateway) AddEngine(e Engine) error {
 		return err
 	}
 	target, _ := url.Parse(e.URL) // validated
-	eng := &engine{cfg: e, target: target}
+	headers, _ := e.headers()     // validated
+	e.Headers = maps.Clone(e.Headers)
+	eng := &engine{cfg: e, target: target, headers: headers}
 	if e.Events != "" {
 		for rank := range max(e.Ranks, 1) {
 			ep, _ := rankEndpoint(e.Events, rank) // validated
@@ -281,6 +288,9 @@ func (g *Gateway) RemoveEngine(id kvroute.WorkerID) bool {
 	// blocks, or a late event would register it in the index again.
 	eng.running.Wait()
 	g.r.RemoveWorker(id)
+	for rank := range max(eng.cfg.Ranks, 1) {
+		g.loads.Delete(kvroute.WorkerKey{ID: id, Rank: kvroute.DPRank(rank)})
+	}
 	g.log.Info("engine removed", "engine", uint64(id))
 	return true
 }
@@ -347,20 +357,29 @@ func (g *Gateway) probe(ctx context.Context) {
 	}
 	g.mu.RUnlock()
 
-	var wg sync.WaitGroup
+	// Engines behind one URL (a shared frontend) are probed once.
+	byURL := map[string][]*engine{}
 	for _, eng := range engines {
+		u := eng.target.JoinPath(g.healthPath).String()
+		byURL[u] = append(byURL[u], eng)
+	}
+	var wg sync.WaitGroup
+	for u, engs := range byURL {
 		wg.Go(func() {
-			err := g.probeOne(ctx, eng)
-			for rank := range max(eng.cfg.Ranks, 1) {
-				key := kvroute.WorkerKey{ID: eng.cfg.ID, Rank: kvroute.DPRank(rank)}
-				if err == nil {
-					_ = g.r.Heartbeat(key, scheduling.Load{})
-				} else if ctx.Err() == nil {
-					_ = g.r.ReportError(key, err)
+			err := g.probeURL(ctx, u)
+			for _, eng := range engs {
+				for rank := range max(eng.cfg.Ranks, 1) {
+					key := kvroute.WorkerKey{ID: eng.cfg.ID, Rank: kvroute.DPRank(rank)}
+					if err == nil {
+						// Alive: the load stays what its source last said.
+						_ = g.r.Heartbeat(key, g.lastLoad(key))
+					} else if ctx.Err() == nil {
+						_ = g.r.ReportError(key, err)
+					}
 				}
 			}
 			if err != nil && ctx.Err() == nil {
-				g.log.Debug("engine health probe failed", "engine", uint64(eng.cfg.ID), "err", err)
+				g.log.Debug("engine health probe failed", "url", u, "engines", len(engs), "err", err)
 			}
 		})
 	}
@@ -404,11 +423,11 @@ func (g *Gateway) unhealthy(eng *engine) bool {
 	return true
 }
 
-// probeOne sends one health probe to eng.
-func (g *Gateway) probeOne(ctx context.Context, eng *engine) error {
+// probeURL sends one health probe.
+func (g *Gateway) probeURL(ctx context.Context, u string) error {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, eng.target.JoinPath(g.healthPath).String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
 	}
@@ -422,6 +441,31 @@ func (g *Gateway) probeOne(ctx context.Context, eng *engine) error {
 		return fmt.Errorf("health probe: %s", resp.Status)
 	}
 	return nil
+}
+
+// Heartbeat records a load report of one cache domain from a load source
+// (an enginemetrics.Scraper, Dynamo's load events) and passes it to the
+// router. The gateway's health probes repeat the last report: a probe says
+// an engine is alive, never what it carries. With Hasher, it makes the
+// Gateway an enginemetrics.Reporter. It returns the router's
+// ErrUnknownWorker for a domain not added.
+func (g *Gateway) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
+	if err := g.r.Heartbeat(w, load); err != nil {
+		return err
+	}
+	g.loads.Store(w, &load)
+	return nil
+}
+
+// Hasher returns the router's hasher.
+func (g *Gateway) Hasher() kvroute.Hasher { return g.r.Hasher() }
+
+// lastLoad returns the last load reported for w, zero when none was.
+func (g *Gateway) lastLoad(w kvroute.WorkerKey) scheduling.Load {
+	if l, ok := g.loads.Load(w); ok {
+		return *l.(*scheduling.Load)
+	}
+	return scheduling.Load{}
 }
 
 // EngineStats is one engine's state in Stats.

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/enginemetrics"
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
@@ -46,11 +48,18 @@ type answer struct {
 	errMsg string // the error the client was told, if any
 	chunks int    // streamed chunks with choices
 	usage  *testUsage
+	// predicted is the gateway's HeaderPredictedCached.
+	predicted int
 }
 
 // call sends one request to the gateway and reads the whole answer. Its
 // error means the client got no well-formed answer at all.
 func call(ctx context.Context, client *http.Client, base, path string, body map[string]any, id int) (answer, error) {
+	return callWith(ctx, client, base, path, body, id, nil)
+}
+
+// callWith is call with edit, when not nil, applied to the request.
+func callWith(ctx context.Context, client *http.Client, base, path string, body map[string]any, id int, edit func(*http.Request)) (answer, error) {
 	raw, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(raw))
 	if err != nil {
@@ -58,12 +67,16 @@ func call(ctx context.Context, client *http.Client, base, path string, body map[
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", strconv.Itoa(id))
+	if edit != nil {
+		edit(req)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return answer{}, err
 	}
 	defer resp.Body.Close()
 	a := answer{status: resp.StatusCode, worker: resp.Header.Get(gateway.HeaderWorker)}
+	a.predicted, _ = strconv.Atoi(resp.Header.Get(gateway.HeaderPredictedCached))
 	var apiErr struct {
 		Error *struct {
 			Message string `json:"message"`
@@ -539,4 +552,61 @@ func TestGatewayHealth(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// The gateway is a load reporter (enginemetrics.Scraper, Dynamo's load
+// events report through it).
+var _ enginemetrics.Reporter = (*gateway.Gateway)(nil)
+
+// A health probe marks engines alive and keeps the load another source
+// reported; engines behind one URL are probed once per round.
+func TestHealthProbesKeepReportedLoad(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var probes, inFlight, maxInFlight atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			n := inFlight.Add(1)
+			for m := maxInFlight.Load(); n > m && !maxInFlight.CompareAndSwap(m, n); m = maxInFlight.Load() {
+			}
+			time.Sleep(5 * time.Millisecond) // probes of one round would overlap
+			inFlight.Add(-1)
+			probes.Add(1)
+		}
+	}))
+	defer front.Close()
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	gw, err := gateway.New(gateway.Config{Router: r, HealthInterval: 10 * time.Millisecond, HealthTimeout: 5 * time.Second, Engines: []gateway.Engine{
+		{ID: 1, URL: front.URL, Preset: gateway.PresetDynamo},
+		{ID: 2, URL: front.URL, Preset: gateway.PresetDynamo},
+		{ID: 3, URL: front.URL, Preset: gateway.PresetDynamo},
+	}})
+	require.NoError(t, err)
+	load := scheduling.Load{QueueDepth: 7, ActiveRequests: 3, KVUtilization: 0.5}
+	require.NoError(t, gw.Heartbeat(kvroute.WorkerKey{ID: 2}, load))
+	require.ErrorIs(t, gw.Heartbeat(kvroute.WorkerKey{ID: 9}, load), router.ErrUnknownWorker)
+
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- gw.Run(runCtx) }()
+	for probes.Load() < 5 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("no probes")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	stop()
+	require.NoError(t, <-ran)
+	for _, ws := range r.Stats().Workers {
+		want := scheduling.Load{}
+		if ws.Worker.ID == 2 {
+			want = load
+		}
+		require.Equal(t, want, ws.Reported, "worker %s", ws.Worker)
+		require.Equal(t, router.Healthy, ws.Health)
+	}
+	// Three engines, one URL: one probe per round, never three at once.
+	require.Equal(t, int64(1), maxInFlight.Load())
 }

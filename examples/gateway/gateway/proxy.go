@@ -226,6 +226,7 @@ type attempt struct {
 	ctx       context.Context
 	d         *router.Decision
 	target    *url.URL
+	headers   *engineHeaders
 	ranks     int
 	stream    bool
 	dropUsage bool
@@ -258,7 +259,7 @@ func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, 
 		a.finish(false)
 		return &failure{worker: d.Worker, err: a.err}
 	}
-	a.target, a.ranks = eng.target, max(eng.cfg.Ranks, 1)
+	a.target, a.headers, a.ranks = eng.target, &eng.headers, max(eng.cfg.Ranks, 1)
 	a.ctx = context.WithValue(in.Context(), attemptKey{}, a)
 	out := in.Clone(a.ctx)
 	out.Body = io.NopCloser(bytes.NewReader(body))
@@ -316,7 +317,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// Let the transport negotiate compression and decompress, so that the
 	// gateway can read the engine's answer.
 	pr.Out.Header.Del("Accept-Encoding")
-	if a.ranks > 1 {
+	switch {
+	case len(a.headers.set) > 0 || len(a.headers.strip) > 0:
+		a.headers.apply(pr.Out.Header, a.d.Worker.ID, a.d.Worker.Rank)
+	case a.ranks > 1:
 		pr.Out.Header.Set("X-Data-Parallel-Rank", strconv.Itoa(int(a.d.Worker.Rank)))
 	}
 }
@@ -338,6 +342,21 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	if retryable(resp.StatusCode) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return &statusError{status: resp.StatusCode, header: resp.Header.Clone(), body: body}
+	}
+	if a.headers.refused != nil && resp.StatusCode/100 == 4 {
+		// A refusal is a short JSON object: read that much to judge, and
+		// relay the rest untouched.
+		head, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		if err != nil {
+			return fmt.Errorf("reading the engine's answer: %w", err)
+		}
+		if a.headers.refused(resp.StatusCode, head) {
+			return &statusError{status: resp.StatusCode, header: resp.Header.Clone(), body: head}
+		}
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
 	}
 	resp.Header.Set(HeaderWorker, a.d.Worker.String())
 	resp.Header.Set(HeaderPredictedCached, strconv.Itoa(a.d.CachedTokens))
