@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Chooser picks the worker of a request in arms where kvroute routes:
+// Before returns the headers to send (the direct-mode worker choice) and a
+// function to call with the result.
+type Chooser interface {
+	Before(ctx context.Context, r *Request) (http.Header, func(*Result), error)
+}
+
+// Run is one run of a scenario through one arm.
+type Run struct {
+	Arm, Scenario string
+	Rep           int
+	Results       []Result
+	Wall          time.Duration
+}
+
+// drive sends the scenario's requests to url: Concurrency conversations at
+// a time, the turns of each in order.
+func drive(ctx context.Context, url string, s *Scenario, ch Chooser) (*Run, error) {
+	convs := map[int][]*Request{}
+	var order []int
+	for i := range s.Requests {
+		r := &s.Requests[i]
+		if _, ok := convs[r.Conv]; !ok {
+			order = append(order, r.Conv)
+		}
+		convs[r.Conv] = append(convs[r.Conv], r)
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: s.Concurrency * 2}, Timeout: 5 * time.Minute}
+	next := make(chan []*Request)
+	out := make(chan Result, len(s.Requests))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range s.Concurrency {
+		wg.Go(func() {
+			for turns := range next {
+				for _, r := range turns {
+					var hdr http.Header
+					var after func(*Result)
+					var res Result
+					if ch != nil {
+						var err error
+						if hdr, after, err = ch.Before(ctx, r); err != nil {
+							out <- Result{Req: r, Err: err, Predicted: -1}
+							continue
+						}
+					}
+					res = send(ctx, hc, url, modelName, r, hdr)
+					if after != nil {
+						after(&res)
+					}
+					out <- res
+				}
+			}
+		})
+	}
+	go func() {
+		defer close(next)
+		for _, c := range order {
+			select {
+			case next <- convs[c]:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	wall := time.Since(start)
+	close(out)
+	run := &Run{Scenario: s.Name, Wall: wall}
+	var errs int
+	var first error
+	for r := range out {
+		if r.Err != nil {
+			errs++
+			if first == nil {
+				first = r.Err
+			}
+		}
+		run.Results = append(run.Results, r)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if errs > 0 {
+		return run, fmt.Errorf("%d of %d requests failed, first: %w", errs, len(run.Results), first)
+	}
+	return run, nil
+}
+
+// Summary is what a run measured.
+type Summary struct {
+	TTFTp50, TTFTp99 time.Duration
+	Throughput       float64 // requests per second
+	CachedFraction   float64 // cached prompt tokens / prompt tokens
+	PerWorker        []int   // requests per worker, most first
+	// Predicted is the number of requests with a prediction; Exact of
+	// them predicted the cached tokens within one block; PredictedTokens
+	// and ActualTokens sum the predictions and the engines' reports over
+	// them.
+	Predicted, Exact              int
+	PredictedTokens, ActualTokens int
+}
+
+// Summarize computes run's summary; blockSize bounds an exact prediction.
+func (run *Run) Summarize(blockSize int) Summary {
+	var s Summary
+	ttft := make([]time.Duration, 0, len(run.Results))
+	var prompt, cached int
+	workers := map[uint64]int{}
+	for _, r := range run.Results {
+		if r.Err != nil {
+			continue
+		}
+		ttft = append(ttft, r.TTFT)
+		prompt += r.PromptTokens
+		cached += r.CachedTokens
+		workers[r.Worker]++
+		if r.Predicted >= 0 {
+			s.Predicted++
+			s.PredictedTokens += r.Predicted
+			s.ActualTokens += r.CachedTokens
+			if d := r.Predicted - r.CachedTokens; d > -blockSize && d < blockSize {
+				s.Exact++
+			}
+		}
+	}
+	slices.Sort(ttft)
+	s.TTFTp50, s.TTFTp99 = percentile(ttft, 0.50), percentile(ttft, 0.99)
+	if run.Wall > 0 {
+		s.Throughput = float64(len(ttft)) / run.Wall.Seconds()
+	}
+	if prompt > 0 {
+		s.CachedFraction = float64(cached) / float64(prompt)
+	}
+	for _, n := range workers {
+		s.PerWorker = append(s.PerWorker, n)
+	}
+	slices.SortFunc(s.PerWorker, func(a, b int) int { return b - a })
+	return s
+}
+
+// percentile returns the p-quantile of sorted by the nearest-rank method.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
