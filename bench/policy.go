@@ -81,30 +81,27 @@ func PolicyByName(name string) (Policy, error) {
 	return Policy{}, fmt.Errorf("%w: unknown policy %q", ErrInvalidConfig, name)
 }
 
-// KVRoutePolicy returns kvroute's best configuration found with this
-// simulator: Dynamo's cost with three weights changed,
+// KVRoutePolicy returns kvroute's default configuration, the zero
+// router.Config: Dynamo's cost weighted towards the cache
 //
 //	DynamoCostConfig{OverlapWeight: 2, PrefillLoadScale: 16, ActiveRequestWeight: 16}
 //
-// and argmin selection. PrefillLoadScale 16 makes the prefill term (queued
-// prefill tokens plus the prompt, less the cached prefix) dominate the
-// decode term, whose count of distinct active blocks otherwise pushes
-// requests away from the worker that holds their shared prefix; overlap
-// weight 2 strengthens the cache credit; 16 blocks per active request
+// inside a scheduling.BoundedLoad that keeps every worker within 1.5
+// times its fair share of the requests in flight, with argmin selection
+// (see scheduling.NewDefaultCost). PrefillLoadScale 16 makes the prefill
+// term (queued prefill tokens plus the prompt, less the cached prefix)
+// dominate the decode term, whose count of distinct active blocks
+// otherwise pushes requests away from the worker that holds their shared
+// prefix; overlap weight 2 strengthens the cache credit; the load bound
 // spreads the requests of hot prefixes. Session affinity, busy thresholds
-// and a softmax temperature each made TTFT p99 worse on these workloads, so
-// the policy uses none of them (see RESULTS.md).
+// and a softmax temperature each made TTFT p99 worse on the simulator's
+// workloads, so the policy uses none of them (see RESULTS.md).
 func KVRoutePolicy() Policy {
 	return Policy{
 		Name:        "kvroute",
-		Description: "Dynamo cost with overlap weight 2, prefill load scale 16, 16 blocks per active request",
+		Description: "kvroute's default: Dynamo cost with overlap weight 2, prefill load scale 16, 16 blocks per active request, load bounded at 1.5× the mean",
 		Configure: func(kvroute.Clock) (router.Config, error) {
-			c, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{
-				OverlapWeight:       scheduling.Float(2),
-				PrefillLoadScale:    scheduling.Float(16),
-				ActiveRequestWeight: 16,
-			})
-			return router.Config{Cost: c}, err
+			return router.Config{}, nil
 		},
 	}
 }

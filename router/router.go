@@ -42,7 +42,9 @@ var (
 const MaxDataParallelRanks = 1 << 12
 
 // Config configures a Router. The zero value routes aggregated workers
-// with block size 16 by Dynamo's default cost, exact index, no queue.
+// with block size 16 by kvroute's default cost (scheduling.NewDefaultCost:
+// cache affinity under a bound on each worker's share of the load), exact
+// index, no queue.
 type Config struct {
 	// Hasher hashes prompts; its block size must match the workers'. Zero
 	// means kvroute.DefaultBlockSize.
@@ -56,8 +58,12 @@ type Config struct {
 	Approximate bool
 	// ApproxConfig configures the approximate index (TTL, size bound).
 	ApproxConfig indexer.ApproxConfig
-	// Cost scores candidates (lower is better). Nil means Dynamo's default
-	// cost (scheduling.NewDynamoCost with the zero config). When it is a
+	// Cost scores candidates (lower is better). Nil means kvroute's
+	// default, scheduling.NewDefaultCost: Dynamo's cost weighted towards
+	// the cache (overlap weight 2, prefill load scale 16, 16 blocks per
+	// active request) with no worker above 1.5 times its fair share of the
+	// requests in flight. For NVIDIA Dynamo's own default, pass
+	// scheduling.NewDynamoCost with the zero config. When it is a
 	// *scheduling.StalenessCost, candidates carry the time of their last
 	// KV event (indexer.Index.LastUpdate).
 	Cost scheduling.CostFunc
@@ -253,7 +259,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.cost = cfg.Cost
 	if r.cost == nil {
-		if r.cost, err = scheduling.NewDynamoCost(scheduling.DynamoCostConfig{BlockSize: r.hasher.BlockSize()}); err != nil {
+		if r.cost, err = scheduling.NewDefaultCost(r.hasher.BlockSize()); err != nil {
 			return nil, err
 		}
 	}

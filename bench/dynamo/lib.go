@@ -65,10 +65,10 @@ func (b *bench) tokenize(ctx context.Context, s *Scenario) (map[*Request][]uint3
 	}
 	cmd := exec.CommandContext(ctx, b.python, filepath.Join(here, "tokenize_chats.py"), b.o.model)
 	cmd.Stdin = &in
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("tokenize_chats.py: %w", err)
+		return nil, fmt.Errorf("tokenize_chats.py: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	ids := map[*Request][]uint32{}
 	sc := bufio.NewScanner(&out)

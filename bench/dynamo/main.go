@@ -128,7 +128,7 @@ type bench struct {
 	log    *slog.Logger
 	out    io.Writer
 	python string
-	script string // mkmodel.py
+	script string               // mkmodel.py
 	sums   map[string][]Summary // scenario/arm → summaries
 	lib    libState
 }
@@ -212,6 +212,9 @@ func (b *bench) one(ctx context.Context, s *Scenario, arm string, rep int) error
 		return err
 	}
 	run.Arm, run.Rep = arm, rep+1
+	if err := run.WriteJSONL(filepath.Join(dir, "requests.jsonl")); err != nil {
+		return err
+	}
 	sum := run.Summarize(16)
 	b.sums[s.Name+"/"+arm] = append(b.sums[s.Name+"/"+arm], sum)
 	fmt.Fprintf(b.out, "%-13s %-12s rep %d: TTFT p50 %6.1f ms p99 %6.1f ms, %5.2f req/s, cached %.3f, per worker %v%s\n",

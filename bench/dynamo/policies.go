@@ -23,6 +23,35 @@ var libPolicies = map[string]func() (router.Config, error){
 	},
 }
 
+// tuned is Dynamo's cost with overlap weight 2, prefill load scale 16 and
+// 16 blocks per active request.
+func tuned() (scheduling.CostFunc, error) {
+	return scheduling.NewDynamoCost(scheduling.DynamoCostConfig{
+		OverlapWeight: scheduling.Float(2), PrefillLoadScale: scheduling.Float(16), ActiveRequestWeight: 16,
+	})
+}
+
+func bounded(inner func() (scheduling.CostFunc, error), factor float64) func() (router.Config, error) {
+	return func() (router.Config, error) {
+		c, err := inner()
+		if err != nil {
+			return router.Config{}, err
+		}
+		b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Factor: factor})
+		return router.Config{Cost: b}, err
+	}
+}
+
+func dynamoDefault() (scheduling.CostFunc, error) {
+	return scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
+}
+
+func init() {
+	libPolicies["tuned-b1.25"] = bounded(tuned, 1.25)
+	libPolicies["tuned-b1.5"] = bounded(tuned, 1.5)
+	libPolicies["dynamo-b1.25"] = bounded(dynamoDefault, 1.25)
+}
+
 func libPolicyNames() []string {
 	var n []string
 	for k := range libPolicies {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -157,4 +159,31 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	}
 	i := int(float64(len(sorted))*p+0.999999) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// WriteJSONL writes one JSON line per request of the run to path.
+func (run *Run) WriteJSONL(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, r := range run.Results {
+		rec := struct {
+			Conv, Turn, Prefix                int
+			TTFTms, LatencyMS                 float64
+			Prompt, Cached, Output, Predicted int
+			Worker                            uint64
+			Err                               string `json:",omitempty"`
+		}{Conv: r.Req.Conv, Turn: r.Req.Turn, Prefix: r.Req.Prefix, TTFTms: ms(r.TTFT), LatencyMS: ms(r.Latency),
+			Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens, Predicted: r.Predicted, Worker: r.Worker}
+		if r.Err != nil {
+			rec.Err = r.Err.Error()
+		}
+		if err := enc.Encode(rec); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
 }

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestScenarios(t *testing.T) {
+	for _, name := range ScenarioNames {
+		t.Run(name, func(t *testing.T) {
+			cfg := scenarioConfig{requests: 60, concurrency: 8, seed: 1}
+			a, err := NewScenario(name, cfg)
+			require.NoError(t, err)
+			b, err := NewScenario(name, cfg)
+			require.NoError(t, err)
+			require.Equal(t, a.Requests, b.Requests, "the same seed gives the same workload")
+			require.NotEmpty(t, a.Requests)
+			require.Positive(t, a.CacheBlocks)
+			turns := map[int]int{}
+			for _, r := range a.Requests {
+				require.Equal(t, turns[r.Conv], r.Turn, "turns of a conversation in order")
+				turns[r.Conv]++
+				require.Equal(t, "system", r.Messages[0].Role)
+				require.Equal(t, "user", r.Messages[len(r.Messages)-1].Role)
+			}
+		})
+	}
+	_, err := NewScenario("nope", scenarioConfig{requests: 1, concurrency: 1})
+	require.Error(t, err)
+	_, err = NewScenario(ScenarioNames[0], scenarioConfig{})
+	require.Error(t, err)
+}
+
+func TestMultiTurnHistoryGrows(t *testing.T) {
+	s, err := NewScenario("multi-turn", scenarioConfig{requests: 12, concurrency: 2, seed: 3})
+	require.NoError(t, err)
+	require.Len(t, s.Requests, 12)
+	for i := 1; i < 6; i++ {
+		prev, cur := s.Requests[i-1], s.Requests[i]
+		require.Equal(t, prev.Messages, cur.Messages[:len(prev.Messages)], "turn %d extends turn %d", i, i-1)
+		require.Len(t, cur.Messages, len(prev.Messages)+2)
+	}
+}
+
+func TestReadStream(t *testing.T) {
+	stream := `data: {"choices":[{"delta":{"content":"a","role":"assistant"}}],"nvext":{"worker_id":{"prefill_worker_id":7,"decode_worker_id":7}}}
+
+data: {"choices":[{"delta":{"content":"b"}}]}
+
+data: {"choices":[],"usage":{"prompt_tokens":322,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":320}}}
+
+data: [DONE]
+`
+	var content string
+	var worker uint64
+	var cached, prompt int
+	require.NoError(t, readStream(strings.NewReader(stream), func(c *chunk) {
+		for _, ch := range c.Choices {
+			content += ch.Delta.Content
+		}
+		if c.NVExt != nil && c.NVExt.WorkerID != nil {
+			worker = c.NVExt.WorkerID.DecodeWorkerID
+		}
+		if c.Usage != nil {
+			prompt, cached = c.Usage.PromptTokens, c.Usage.PromptTokensDetails.CachedTokens
+		}
+	}))
+	require.Equal(t, "ab", content)
+	require.Equal(t, uint64(7), worker)
+	require.Equal(t, 322, prompt)
+	require.Equal(t, 320, cached)
+
+	require.ErrorContains(t, readStream(strings.NewReader("data: {\"choices\":[]}\n"), func(*chunk) {}), "before [DONE]")
+	require.ErrorContains(t, readStream(strings.NewReader("data: {nope\n"), func(*chunk) {}), "bad chunk")
+}
+
+func TestSummarize(t *testing.T) {
+	run := &Run{Wall: 2 * time.Second}
+	for i := range 10 {
+		run.Results = append(run.Results, Result{
+			TTFT: time.Duration(i+1) * time.Millisecond, PromptTokens: 100, CachedTokens: 50,
+			Worker: uint64(i % 3), Predicted: 48 + i,
+		})
+	}
+	run.Results = append(run.Results, Result{Err: errTest})
+	s := run.Summarize(16)
+	require.Equal(t, 5*time.Millisecond, s.TTFTp50)
+	require.Equal(t, 10*time.Millisecond, s.TTFTp99)
+	require.InDelta(t, 5.0, s.Throughput, 1e-9)
+	require.InDelta(t, 0.5, s.CachedFraction, 1e-9)
+	require.Equal(t, []int{4, 3, 3}, s.PerWorker)
+	require.Equal(t, 10, s.Predicted)
+	require.Equal(t, 10, s.Exact) // 48..57 are all within 16 of 50
+	require.Equal(t, 525, s.PredictedTokens)
+	require.Equal(t, 500, s.ActualTokens)
+}
+
+var errTest = errorString("failed")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func TestSplit(t *testing.T) {
+	require.Equal(t, []string{"a", "b"}, split(" a, ,b "))
+	require.Nil(t, split(""))
+}

@@ -1,0 +1,73 @@
+package scheduling_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+func TestBoundedLoad(t *testing.T) {
+	cached := func(n int) [kvroute.NumTiers]int { return [kvroute.NumTiers]int{n} }
+	// A 10-block prompt; the first worker holds all of it.
+	req := scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16}
+	tests := []struct {
+		name   string
+		factor float64
+		active []int // active requests per worker
+		want   int   // chosen worker index
+	}{
+		{name: "idle pool: the cache wins", active: []int{0, 0, 0, 0}, want: 0},
+		{name: "holder within the bound keeps the prefix", active: []int{2, 1, 2, 2}, want: 0},
+		{name: "holder at the bound: the least costly other worker", active: []int{3, 2, 0, 1}, want: 2},
+		{name: "a larger factor lets the holder take more", factor: 2, active: []int{3, 2, 0, 1}, want: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{OverlapWeight: scheduling.Float(2), PrefillLoadScale: scheduling.Float(16)})
+			require.NoError(t, err)
+			b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Factor: tc.factor})
+			require.NoError(t, err)
+			cands := make([]scheduling.Candidate, len(tc.active))
+			for i, a := range tc.active {
+				cands[i] = scheduling.Candidate{Worker: worker(uint64(i + 1)), Load: scheduling.Load{ActiveRequests: a, PotentialDecodeBlocks: 10 * (a + 1)}}
+			}
+			cands[0].Cached = cached(10)
+			sel, err := scheduling.NewSelector(scheduling.SelectorConfig{Seed: 1})
+			require.NoError(t, err)
+			costs := make([]float64, len(cands))
+			i, err := scheduling.Choose(b, sel, &req, cands, costs)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, i, "costs %v", costs)
+		})
+	}
+}
+
+func TestBoundedLoadQueueDepth(t *testing.T) {
+	inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
+	require.NoError(t, err)
+	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{})
+	require.NoError(t, err)
+	req := scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16}
+	cands := []scheduling.Candidate{
+		{Worker: worker(1), Cached: [kvroute.NumTiers]int{10}, Load: scheduling.Load{QueueDepth: 4}},
+		{Worker: worker(2), Load: scheduling.Load{}},
+	}
+	costs := make([]float64, 2)
+	b.Costs(&req, cands, costs)
+	require.Greater(t, costs[0], costs[1], "4 queued of 5 is above ⌈1.5·5/2⌉ = 4")
+}
+
+func TestNewBoundedLoadRejects(t *testing.T) {
+	inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
+	require.NoError(t, err)
+	for _, f := range []float64{0.5, -1, math.Inf(1)} {
+		_, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Factor: f})
+		require.ErrorIs(t, err, scheduling.ErrInvalidConfig, "factor %v", f)
+	}
+	_, err = scheduling.NewBoundedLoad(nil, scheduling.BoundedLoadConfig{})
+	require.ErrorIs(t, err, scheduling.ErrInvalidConfig)
+}
