@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/router"
 )
 
@@ -63,7 +64,11 @@ func ExampleParseEngine() {
 }
 
 func ExampleWordTokenizer() {
-	tokens, _ := gateway.WordTokenizer{}.Tokenize(context.Background(), &gateway.Prompt{Text: "the cat the"}, nil)
+	req, err := openai.ParseRequest([]byte(`{"model":"m","prompt":"the cat the"}`), openai.KindCompletion)
+	if err != nil {
+		panic(err)
+	}
+	tokens, _ := gateway.WordTokenizer{}.Tokenize(context.Background(), req, nil)
 	fmt.Println(len(tokens), tokens[0] == tokens[2])
 	// Output:
 	// 3 true

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/openai"
 )
 
 // FuzzParseEngine parses engine specifications as the command line gives
@@ -15,6 +17,7 @@ import (
 // rank count.
 func FuzzParseEngine(f *testing.F) {
 	f.Add("1=http://127.0.0.1:8000,events=tcp://127.0.0.1:5557")
+	f.Add("6102808441099218236=http://127.0.0.1:8000,preset=dynamo,header=X-Pick:{id}/{rank}")
 	f.Add("2=https://engine:8443,zmq=tcp://e:5557,replay=tcp://e:5558,topic=kv-events,ranks=4,max-requests=256,max-batched-tokens=8192,kv-blocks=27910")
 	f.Add("3=http://e,ranks=9223372036854775807")
 	f.Add("4=http://e,replay=tcp://e:1")
@@ -57,17 +60,21 @@ func FuzzParseAPIRequest(f *testing.F) {
 	f.Add([]byte(`{"messages":[]}`), true)
 	f.Add([]byte(`[1]`), true)
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		r, err := parseRequest(body, chat)
+		kind := openai.KindCompletion
+		if chat {
+			kind = openai.KindChat
+		}
+		r, err := parseRequest(body, kind)
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error %q does not wrap ErrBadRequest", err)
 			}
 			return
 		}
-		if r.maxTokens < 0 {
-			t.Fatalf("max tokens %d", r.maxTokens)
+		if r.MaxTokens < 0 {
+			t.Fatalf("max tokens %d", r.MaxTokens)
 		}
-		if chat && len(r.prompt.Messages) == 0 {
+		if chat && len(r.Messages) == 0 {
 			t.Fatal("chat request accepted without messages")
 		}
 		fwd, err := r.forwardBody(body)
@@ -77,7 +84,7 @@ func FuzzParseAPIRequest(f *testing.F) {
 			}
 			return
 		}
-		if _, err := parseRequest(fwd, chat); err != nil {
+		if _, err := parseRequest(fwd, kind); err != nil {
 			t.Fatalf("forwarded body %q does not parse again: %v", fwd, err)
 		}
 	})

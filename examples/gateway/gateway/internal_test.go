@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -8,49 +9,53 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute/openai"
 )
 
+// The gateway reads a body once, with openai.ParseRequest; its errors are
+// the gateway's ErrBadRequest (400).
 func TestParseRequest(t *testing.T) {
 	tests := []struct {
 		name       string
-		chat       bool
+		kind       openai.Kind
 		body       string
-		want       Prompt
+		wantText   string
+		wantTokens []uint32
+		wantMsgs   []openai.Message
 		wantStream bool
 		wantMax    int
 		wantErr    string
 	}{
-		{name: "text", body: `{"model":"m","prompt":"a b","max_tokens":5}`, want: Prompt{Model: "m", Text: "a b"}, wantMax: 5},
-		{name: "one text in a list", body: `{"prompt":["a b"]}`, want: Prompt{Text: "a b"}},
-		{name: "token ids", body: `{"prompt":[1,2,3],"stream":true}`, want: Prompt{Tokens: []uint32{1, 2, 3}}, wantStream: true},
-		{name: "one token list", body: `{"prompt":[[4,5]]}`, want: Prompt{Tokens: []uint32{4, 5}}},
-		{name: "single token", body: `{"prompt":[7]}`, want: Prompt{Tokens: []uint32{7}}},
+		{name: "text", body: `{"model":"m","prompt":"a b","max_tokens":5}`, wantText: "a b", wantMax: 5},
+		{name: "one text in a list", body: `{"prompt":["a b"]}`, wantText: "a b"},
+		{name: "token ids", body: `{"prompt":[1,2,3],"stream":true}`, wantTokens: []uint32{1, 2, 3}, wantStream: true},
+		{name: "one token list", body: `{"prompt":[[4,5]]}`, wantTokens: []uint32{4, 5}},
 		{name: "batch of texts", body: `{"prompt":["a","b"]}`, wantErr: "batches are not routed"},
-		{name: "negative token", body: `{"prompt":[-1]}`, wantErr: "batches are not routed"},
 		{name: "no prompt", body: `{"model":"m"}`, wantErr: "no prompt"},
 		{name: "bad stream", body: `{"prompt":"a","stream":"yes"}`, wantErr: `field "stream"`},
 		{name: "not an object", body: `[1]`, wantErr: "not a JSON object"},
-		{name: "chat", chat: true, body: `{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"type":"text","text":"b"}]},{"role":"assistant","content":null}],"max_completion_tokens":9}`,
-			want: Prompt{Messages: []Message{{Role: "system", Content: "s"}, {Role: "user", Content: "a\nb"}, {Role: "assistant"}}}, wantMax: 9},
-		{name: "chat without messages", chat: true, body: `{"messages":[]}`, wantErr: "no messages"},
-		{name: "chat bad content", chat: true, body: `{"messages":[{"role":"user","content":5}]}`, wantErr: "neither text nor a list"},
+		{name: "chat", kind: openai.KindChat, body: `{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"type":"text","text":"b"}]},{"role":"assistant","content":null}],"max_completion_tokens":9}`,
+			wantMsgs: []openai.Message{{Role: "system", Content: "s"}, {Role: "user", Content: "a\nb"}, {Role: "assistant"}}, wantMax: 9},
+		{name: "chat without messages", kind: openai.KindChat, body: `{"messages":[]}`, wantErr: "no messages"},
+		{name: "chat without role", kind: openai.KindChat, body: `{"messages":[{"content":"x"}]}`, wantErr: "no role"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := parseRequest([]byte(tt.body), tt.chat)
+			r, err := parseRequest([]byte(tt.body), cmp.Or(tt.kind, openai.KindCompletion))
 			if tt.wantErr != "" {
 				require.ErrorIs(t, err, ErrBadRequest)
 				require.ErrorContains(t, err, tt.wantErr)
 				return
 			}
 			require.NoError(t, err)
-			require.NotNil(t, r.prompt.Request, "the request as received is kept")
-			require.Equal(t, r.prompt.Model, r.prompt.Request.Model)
-			got := r.prompt
-			got.Request = nil
-			require.Equal(t, tt.want, got)
-			require.Equal(t, tt.wantStream, r.stream)
-			require.Equal(t, tt.wantMax, r.maxTokens)
+			require.Equal(t, tt.wantText, r.Prompt)
+			require.Equal(t, tt.wantTokens, r.PromptTokens)
+			msgs, err := r.TextMessages()
+			require.NoError(t, err)
+			require.Equal(t, tt.wantMsgs, msgs)
+			require.Equal(t, tt.wantStream, r.Stream)
+			require.Equal(t, tt.wantMax, r.MaxTokens)
 		})
 	}
 }
@@ -70,7 +75,7 @@ func TestForwardBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := parseRequest([]byte(tt.body), false)
+			r, err := parseRequest([]byte(tt.body), openai.KindCompletion)
 			require.NoError(t, err)
 			out, err := r.forwardBody([]byte(tt.body))
 			require.NoError(t, err)
@@ -200,7 +205,7 @@ func TestAdapterMapping(t *testing.T) {
 		{`{"model":"m","prompt":"x"}`, "", "m", false},
 	}
 	for _, tt := range tests {
-		req, err := parseRequest([]byte(tt.body), false)
+		req, err := parseRequest([]byte(tt.body), openai.KindCompletion)
 		require.NoError(t, err)
 		lora, err := g.adapter(req)
 		require.NoError(t, err)
@@ -210,7 +215,7 @@ func TestAdapterMapping(t *testing.T) {
 		var fields map[string]any
 		require.NoError(t, json.Unmarshal(out, &fields))
 		require.Equal(t, tt.model, fields["model"], tt.body)
-		require.Equal(t, tt.model, req.prompt.Request.Model, "the tokenizer sees the adapter")
+		require.Equal(t, tt.model, req.Model, "the tokenizer sees the adapter")
 		require.Equal(t, tt.stream, req.injectedUsage)
 	}
 }

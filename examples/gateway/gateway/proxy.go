@@ -14,6 +14,7 @@ import (
 	"strconv"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -32,13 +33,13 @@ const (
 // rewriting the model the engine sees, and returns the adapter the
 // engine caches the request's blocks under: empty for the base model.
 func (g *Gateway) adapter(req *apiRequest) (string, error) {
-	if a, ok := g.adapters[req.prompt.Model]; ok {
-		if err := req.setModel(a); err != nil {
-			return "", err
+	if a, ok := g.adapters[req.Model]; ok {
+		if err := req.SetModel(a); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	}
 	for _, a := range g.adapters {
-		if a == req.prompt.Model {
+		if a == req.Model {
 			return a, nil
 		}
 	}
@@ -64,7 +65,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", r.Method+" is not allowed here")
 			return
 		}
-		g.route(w, r, r.URL.Path == "/v1/chat/completions")
+		kind, _ := openai.KindOfPath(r.URL.Path)
+		g.route(w, r, kind)
 	case "/health":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -99,7 +101,7 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 
 // route serves one completion request: tokenize, choose an engine, relay,
 // and move to another engine while nothing has reached the client.
-func (g *Gateway) route(w http.ResponseWriter, r *http.Request, chat bool) {
+func (g *Gateway) route(w http.ResponseWriter, r *http.Request, kind openai.Kind) {
 	g.requests.Add(1)
 	ctx := r.Context()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxReq))
@@ -112,7 +114,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "reading the request: "+err.Error())
 		return
 	}
-	req, err := parseRequest(body, chat)
+	req, err := parseRequest(body, kind)
 	lora := ""
 	if err == nil {
 		lora, err = g.adapter(req)
@@ -125,13 +127,17 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
-	tokens, err := g.tok.Tokenize(ctx, &req.prompt, nil)
+	tokens, err := g.tok.Tokenize(ctx, req.Request, nil)
 	if err != nil {
 		g.failed.Add(1)
+		if errors.Is(err, openai.ErrBadRequest) || errors.Is(err, ErrBadRequest) {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+			return
+		}
 		writeError(w, http.StatusBadGateway, "tokenizer_error", err.Error())
 		return
 	}
-	rreq := router.Request{Tokens: tokens, ExpectedOutputTokens: req.maxTokens, LoRA: lora, CacheSalt: req.cacheSalt}
+	rreq := router.Request{Tokens: tokens, ExpectedOutputTokens: req.MaxTokens, LoRA: lora, CacheSalt: req.CacheSalt}
 
 	var (
 		tried []kvroute.WorkerKey
@@ -250,7 +256,7 @@ func attemptOf(ctx context.Context) *attempt {
 // balances d with Done. It returns nil when an answer reached the client,
 // and the failure otherwise.
 func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, req *apiRequest, d *router.Decision) *failure {
-	a := &attempt{g: g, d: d, stream: req.stream, dropUsage: req.injectedUsage}
+	a := &attempt{g: g, d: d, stream: req.Stream, dropUsage: req.injectedUsage}
 	g.mu.RLock()
 	eng := g.engines[d.Worker.ID]
 	g.mu.RUnlock()

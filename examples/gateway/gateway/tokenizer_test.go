@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -21,28 +22,31 @@ func TestTokenizers(t *testing.T) {
 	broken := httptest.NewServer(http.NotFoundHandler())
 	defer broken.Close()
 	remote := &gateway.RemoteTokenizer{URL: engine.URL()}
-	chat := []gateway.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi  there\n"}}
 	tests := []struct {
-		name   string
-		prompt gateway.Prompt
-		want   int // tokens
+		name string
+		kind openai.Kind
+		body string
+		want int // tokens
 	}{
-		{name: "text", prompt: gateway.Prompt{Text: " one two\tthree\n"}, want: 3},
-		{name: "empty", prompt: gateway.Prompt{Text: ""}, want: 0},
-		{name: "unicode spaces", prompt: gateway.Prompt{Text: "a\u00a0b\u2003c"}, want: 3},
-		{name: "token ids", prompt: gateway.Prompt{Tokens: []uint32{5, 6}}, want: 2},
-		{name: "chat", prompt: gateway.Prompt{Messages: chat}, want: 1 + 2 + 1 + 2 + 1},
+		{name: "text", body: `{"model":"m","prompt":" one two\tthree\n"}`, want: 3},
+		{name: "empty", body: `{"model":"m","prompt":""}`, want: 0},
+		{name: "unicode spaces", body: `{"model":"m","prompt":"a\u00a0b\u2003c"}`, want: 3},
+		{name: "token ids", body: `{"model":"m","prompt":[5,6]}`, want: 2},
+		{name: "chat", kind: openai.KindChat, body: `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi  there\n"}]}`,
+			want: 1 + 2 + 1 + 2 + 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			local, err := gateway.WordTokenizer{}.Tokenize(ctx, &tt.prompt, nil)
+			req, err := openai.ParseRequest([]byte(tt.body), cmp.Or(tt.kind, openai.KindCompletion))
+			require.NoError(t, err)
+			local, err := gateway.WordTokenizer{}.Tokenize(ctx, req, nil)
 			require.NoError(t, err)
 			require.Len(t, local, tt.want)
-			again, err := gateway.WordTokenizer{}.Tokenize(ctx, &tt.prompt, []uint32{9})
+			again, err := gateway.WordTokenizer{}.Tokenize(ctx, req, []uint32{9})
 			require.NoError(t, err)
 			require.Equal(t, append([]uint32{9}, local...), again, "deterministic, appends")
 			// The engine's /tokenize agrees with the local tokenizer.
-			fromEngine, err := remote.Tokenize(ctx, &tt.prompt, nil)
+			fromEngine, err := remote.Tokenize(ctx, req, nil)
 			require.NoError(t, err)
 			require.Equal(t, len(local), len(fromEngine))
 			if len(local) > 0 {
@@ -50,11 +54,13 @@ func TestTokenizers(t *testing.T) {
 			}
 		})
 	}
-	_, err := (&gateway.RemoteTokenizer{URL: broken.URL}).Tokenize(ctx, &gateway.Prompt{Text: "a"}, nil)
+	text, err := openai.ParseRequest([]byte(`{"model":"m","prompt":"a"}`), openai.KindCompletion)
+	require.NoError(t, err)
+	_, err = (&gateway.RemoteTokenizer{URL: broken.URL}).Tokenize(ctx, text, nil)
 	require.ErrorIs(t, err, gateway.ErrTokenize)
 	require.ErrorContains(t, err, "404")
 	engine.kill()
-	_, err = remote.Tokenize(ctx, &gateway.Prompt{Text: "a"}, nil)
+	_, err = remote.Tokenize(ctx, text, nil)
 	require.ErrorIs(t, err, gateway.ErrTokenize)
 }
 
@@ -69,11 +75,11 @@ func TestRemoteTokenizerSendsTheWholeChat(t *testing.T) {
 	require.NoError(t, err)
 	want, _, err := fakeengine.Render(req)
 	require.NoError(t, err)
-	textOnly, err := gateway.WordTokenizer{}.Tokenize(context.Background(), &gateway.Prompt{Messages: []gateway.Message{{Role: "user", Content: "what is"}}}, nil)
+	textOnly, err := gateway.WordTokenizer{}.Tokenize(context.Background(), req, nil)
 	require.NoError(t, err)
 	require.NotEqual(t, want, textOnly, "the tools, the image and the kwargs change the ids")
 	for _, rt := range []*gateway.RemoteTokenizer{{URL: e.URL()}, {URL: e.URL(), Render: true}} {
-		got, err := rt.Tokenize(context.Background(), &gateway.Prompt{Model: "m", Request: req}, nil)
+		got, err := rt.Tokenize(context.Background(), req, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, got, "render %v", rt.Render)
 	}
