@@ -256,12 +256,30 @@ func (v *wireValue) id(field string, p *uint64) (uint64, error) {
 	return *p, nil
 }
 
-func (v *wireValue) instance() (*Instance, error) {
+// endpointAndID returns the endpoint and instance id of an Endpoint or
+// Model value.
+func (v *wireValue) endpointAndID() (EndpointID, uint64, error) {
 	e, err := v.endpoint()
 	if err != nil {
-		return nil, err
+		return e, 0, err
 	}
 	id, err := v.id("instance_id", v.InstanceID)
+	return e, id, err
+}
+
+// scopeAndID returns the scope and the id in field of an EventChannel or
+// EventSource value.
+func (v *wireValue) scopeAndID(field string, p *uint64) (Scope, uint64, error) {
+	sc, err := v.scope()
+	if err != nil {
+		return sc, 0, err
+	}
+	id, err := v.id(field, p)
+	return sc, id, err
+}
+
+func (v *wireValue) instance() (*Instance, error) {
+	e, id, err := v.endpointAndID()
 	if err != nil {
 		return nil, err
 	}
@@ -280,11 +298,7 @@ func (v *wireValue) instance() (*Instance, error) {
 }
 
 func (v *wireValue) model() (*ModelCard, error) {
-	e, err := v.endpoint()
-	if err != nil {
-		return nil, err
-	}
-	id, err := v.id("instance_id", v.InstanceID)
+	e, id, err := v.endpointAndID()
 	if err != nil {
 		return nil, err
 	}
@@ -358,11 +372,7 @@ func (v *wireValue) scope() (Scope, error) {
 }
 
 func (v *wireValue) channel() (*Channel, error) {
-	sc, err := v.scope()
-	if err != nil {
-		return nil, err
-	}
-	id, err := v.id("instance_id", v.InstanceID)
+	sc, id, err := v.scopeAndID("instance_id", v.InstanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -397,11 +407,7 @@ func slicesHasEmpty(s []string) bool {
 }
 
 func (v *wireValue) source() (*Source, error) {
-	sc, err := v.scope()
-	if err != nil {
-		return nil, err
-	}
-	id, err := v.id("publisher_id", v.PublisherID)
+	sc, id, err := v.scopeAndID("publisher_id", v.PublisherID)
 	if err != nil {
 		return nil, err
 	}
