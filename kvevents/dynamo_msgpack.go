@@ -119,7 +119,14 @@ func DecodeDynamoEvent(p []byte, d *DynamoEvent) ([]byte, error) {
 				return p[1:], nil
 			}
 			s, p, err = msgp.ReadStringZC(p)
-			d.ResidencyDomain = string(s)
+			switch string(s) {
+			case "worker":
+				d.ResidencyDomain = "worker"
+			case "cache_owner":
+				d.ResidencyDomain = "cache_owner"
+			default:
+				d.ResidencyDomain = string(s)
+			}
 		case "event":
 			return readDynamoCacheEvent(p, d)
 		default:

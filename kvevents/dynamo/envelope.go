@@ -45,7 +45,7 @@ const (
 // Envelope is Dynamo's EventEnvelope: the metadata around every payload
 // published on the event plane (named msgpack, rmp_serde::to_vec_named).
 //
-// A decoded Envelope's Topic and Payload alias the decoded bytes.
+// A decoded Envelope's Payload aliases the decoded bytes.
 type Envelope struct {
 	// Topic is the topic the event was published to, such as "kv-events".
 	Topic string
@@ -77,7 +77,7 @@ func DecodeEnvelope(p []byte, e *Envelope) error {
 		case "topic":
 			var s []byte
 			s, p, err = msgp.ReadStringZC(p)
-			e.Topic = string(s)
+			e.Topic = topicString(s)
 		case "publisher_id":
 			e.PublisherID, p, err = msgp.ReadUint64Bytes(p)
 			have |= 1
@@ -148,7 +148,8 @@ func AppendEnvelope(dst []byte, e *Envelope) []byte {
 }
 
 // Message is one event-plane message as received over ZMQ: the frames'
-// topic, publisher id and sequence, and the decoded envelope.
+// topic, publisher id and sequence, and the decoded envelope. Its payload
+// aliases the frames.
 type Message struct {
 	// Topic, PublisherID and Sequence are the first three ZMQ frames.
 	Topic       string
@@ -162,8 +163,8 @@ type Message struct {
 // DecodeZMQ decodes the frames of one ZMQ event-plane message: [topic,
 // publisher id (8 bytes, big-endian), sequence (8 bytes, big-endian),
 // data], the data frame being FrameVersion, the envelope's length (4
-// bytes, big-endian) and the msgpack envelope. m's strings and payload
-// alias the frames. Errors wrap ErrMalformed.
+// bytes, big-endian) and the msgpack envelope. m's payload aliases the
+// frames. Errors wrap ErrMalformed.
 func DecodeZMQ(frames [][]byte, m *Message) error {
 	*m = Message{}
 	if len(frames) != ZMQFrames {
@@ -172,7 +173,7 @@ func DecodeZMQ(frames [][]byte, m *Message) error {
 	if len(frames[1]) != 8 || len(frames[2]) != 8 {
 		return fmt.Errorf("%w: publisher id or sequence frame of %d and %d bytes", ErrMalformed, len(frames[1]), len(frames[2]))
 	}
-	m.Topic = string(frames[0])
+	m.Topic = topicString(frames[0])
 	m.PublisherID = binary.BigEndian.Uint64(frames[1])
 	m.Sequence = binary.BigEndian.Uint64(frames[2])
 	body, err := DecodeFrame(frames[3])
@@ -191,6 +192,17 @@ func DecodeZMQ(frames [][]byte, m *Message) error {
 		return fmt.Errorf("%w: topic frame %q, envelope topic %q", ErrMalformed, m.Topic, e.Topic)
 	}
 	return nil
+}
+
+// topicString returns b as a string, without allocating for Dynamo's
+// topics.
+func topicString(b []byte) string {
+	for _, t := range [...]string{TopicKVEvents, TopicKVMetrics, TopicForwardPassMetrics, TopicActiveSequences} {
+		if string(b) == t {
+			return t
+		}
+	}
+	return string(b)
 }
 
 // DecodeFrame checks a ZMQ data frame's 5-byte header and returns the

@@ -1,0 +1,67 @@
+package dynamo
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+type nopLoad struct{}
+
+func (nopLoad) Heartbeat(kvroute.WorkerKey, scheduling.Load) error { return nil }
+
+// FuzzCore feeds arbitrary messages to the subscriber's core after a valid
+// store: it never panics, and a worker the input does not name keeps its
+// blocks.
+func FuzzCore(f *testing.F) {
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	guard := kvroute.WorkerKey{ID: 424242}
+	const guardPub = 77
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	valid := kvevents.DynamoEvent{WorkerID: uint64(guard.ID), Kind: kvevents.DynamoStored}
+	for _, b := range h.AppendBlockHashes(nil, toks) {
+		valid.Blocks = append(valid.Blocks, kvevents.DynamoBlock{BlockHash: uint64(b), TokensHash: uint64(b)})
+	}
+	validPayload, err := AppendRouterEvents(nil, []kvevents.DynamoEvent{valid})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint8(0), uint64(1), uint64(0), validPayload)
+	f.Add(uint8(1), uint64(2), uint64(3), AppendActiveLoad(nil, &ActiveLoad{WorkerID: 9, KVUsedBlocks: OptUint{5, true}}))
+	f.Add(uint8(2), uint64(3), uint64(0), AppendForwardPassMetrics(nil, &ForwardPassMetrics{WorkerID: 9, Queued: RequestStats{PrefillRequests: 1}}))
+	seqs := h.AppendSeqHashes(nil, toks)
+	f.Fuzz(func(t *testing.T, topic uint8, pub, seq uint64, payload []byte) {
+		ix, err := indexer.New(indexer.Config{Hasher: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st counters
+		c := newCore(ix, nopLoad{}, slog.New(slog.DiscardHandler), &st)
+		c.handle(TopicKVEvents, &Envelope{Topic: TopicKVEvents, PublisherID: guardPub, Sequence: 3, Payload: validPayload}, source{})
+		topics := []string{TopicKVEvents, TopicKVMetrics, TopicForwardPassMetrics, TopicActiveSequences}
+		name := topics[int(topic)%len(topics)]
+		for range 2 { // twice: the second is a duplicate or a restart
+			c.handle(name, &Envelope{Topic: name, PublisherID: pub, Sequence: seq, Payload: payload}, source{capacity: 10, blockSize: 4})
+		}
+		if pub == guardPub {
+			return
+		}
+		if name == TopicKVEvents {
+			evs, _ := DecodeRouterEvents(nil, payload)
+			for _, e := range evs {
+				if e.WorkerID == uint64(guard.ID) {
+					return
+				}
+			}
+		}
+		var r indexer.MatchResult
+		ix.Match(seqs, &r)
+		if r.Blocks != 2 {
+			t.Fatalf("the guard worker lost its blocks: %d", r.Blocks)
+		}
+	})
+}
