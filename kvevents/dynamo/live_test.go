@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
@@ -67,13 +69,14 @@ type relay struct {
 	dir    string // DYN_FILE_KV
 }
 
-func startRelay(t *testing.T, vllmEndpoint string, blockSize int) (*relay, kvroute.WorkerID) {
+func startRelay(t *testing.T, vllmEndpoint string, blockSize int, env ...string) (*relay, kvroute.WorkerID) {
 	py, path := dynamoPython(t)
 	dir := t.TempDir()
 	cmd := exec.Command(py, "testdata/relay.py", vllmEndpoint, fmt.Sprint(blockSize))
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "DYN_FILE_KV="+dir, "DYN_LOG=warn",
 		"DYN_EVENT_PLANE_HOST=127.0.0.1", "DYN_TCP_RPC_HOST=127.0.0.1",
 		"DYN_TCP_RESPONSE_STREAM_HOST=127.0.0.1", "DYN_SYSTEM_HOST=127.0.0.1", "NO_COLOR=1")
+	cmd.Env = append(cmd.Env, env...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	out, err := cmd.StdoutPipe()
@@ -138,7 +141,8 @@ func (r *relay) command(t *testing.T, format string, args ...any) {
 }
 
 // channels reads the event channels the relay registered in Dynamo's file
-// discovery: endpoint by topic.
+// discovery: by topic, the ZMQ endpoint, or the NATS subject (the subject
+// prefix and the topic).
 func (r *relay) channels(t *testing.T) map[string]string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(r.dir, "v1", "event_channels", "*"))
@@ -154,15 +158,20 @@ func (r *relay) channels(t *testing.T) map[string]string {
 			Transport struct {
 				Kind   string `json:"kind"`
 				Config struct {
-					Endpoint string `json:"endpoint"`
+					Endpoint      string `json:"endpoint"`
+					SubjectPrefix string `json:"subject_prefix"`
 				} `json:"config"`
 			} `json:"transport"`
 		}
 		if json.Unmarshal(raw, &ch) != nil {
 			continue // being written
 		}
-		require.Equal(t, "Zmq", ch.Transport.Kind)
-		out[ch.Topic] = ch.Transport.Config.Endpoint
+		switch ch.Transport.Kind {
+		case "Zmq":
+			out[ch.Topic] = ch.Transport.Config.Endpoint
+		case "Nats":
+			out[ch.Topic] = ch.Transport.Config.SubjectPrefix + "." + ch.Topic
+		}
 	}
 	return out
 }
@@ -213,81 +222,93 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool, p
 	}
 }
 
-// TestLiveDynamoRelayMatchesVLLMPath publishes vLLM-format KV events once
-// and indexes them twice: directly (kvevents/zmq, kvroute hashing the
-// tokens) and through Dynamo's own KvEventPublisher relay and event plane
-// (this package, Dynamo hashing the tokens). Every prompt must match the
-// same workers and depths in both indexes; Dynamo's kv_metrics must arrive
-// as heartbeats.
-func TestLiveDynamoRelayMatchesVLLMPath(t *testing.T) {
-	const (
-		blockSize = 16
-		capacity  = 800
-	)
+// liveRun is one live run: a vLLM-format PUB socket, Dynamo's relay
+// republishing it on its event plane, and two indexes fed from each.
+type liveRun struct {
+	t         *testing.T
+	ctx       context.Context
+	pub       zmq4.Socket
+	seq       uint64
+	relay     *relay
+	worker    kvroute.WorkerID
+	chans     map[string]string
+	direct    *indexer.Index
+	viaDynamo *indexer.Index
+	zsub      *kvzmq.Subscriber
+	loads     *loadLog
+}
+
+const (
+	liveBlock    = 16
+	liveCapacity = 800
+)
+
+var liveHasher = kvroute.MustHasher(kvroute.HasherConfig{BlockSize: liveBlock})
+
+// startLive starts the relay (with env) and the direct path; the caller
+// runs its Dynamo subscriber into r.viaDynamo and r.loads.
+func startLive(t *testing.T, ctx context.Context, env ...string) *liveRun {
 	pubEP := freeEndpoint(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	pub := zmq4.NewPub(ctx)
-	defer pub.Close()
-	require.NoError(t, pub.Listen(pubEP))
-
-	rl, worker := startRelay(t, pubEP, blockSize)
+	r := &liveRun{t: t, ctx: ctx, pub: zmq4.NewPub(ctx), loads: &loadLog{}}
+	t.Cleanup(func() { r.pub.Close() })
+	require.NoError(t, r.pub.Listen(pubEP))
+	r.relay, r.worker = startRelay(t, pubEP, liveBlock, env...)
 	// The publishers register their channels in the background.
-	var chans map[string]string
 	waitFor(t, ctx, "the relay's event channels", func() bool {
-		chans = rl.channels(t)
-		return chans[dynamo.TopicKVEvents] != "" && chans[dynamo.TopicKVMetrics] != ""
+		r.chans = r.relay.channels(t)
+		return r.chans[dynamo.TopicKVEvents] != "" && r.chans[dynamo.TopicKVMetrics] != ""
 	}, nil)
+	var err error
+	r.direct, err = indexer.New(indexer.Config{Hasher: liveHasher})
+	require.NoError(t, err)
+	r.viaDynamo, err = indexer.New(indexer.Config{Hasher: liveHasher})
+	require.NoError(t, err)
+	r.zsub, err = kvzmq.New(kvzmq.Config{Endpoint: pubEP, Sink: r.direct,
+		Converter: kvevents.ConverterConfig{Worker: r.worker, BlockSize: liveBlock}})
+	require.NoError(t, err)
+	r.run(r.zsub.Run)
+	return r
+}
 
-	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize})
-	direct, err := indexer.New(indexer.Config{Hasher: h})
-	require.NoError(t, err)
-	viaDynamo, err := indexer.New(indexer.Config{Hasher: h})
-	require.NoError(t, err)
+// run runs a subscriber until the test ends.
+func (r *liveRun) run(run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = run(ctx) }()
+	r.t.Cleanup(func() { cancel(); <-done })
+}
 
-	zsub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, Sink: direct,
-		Converter: kvevents.ConverterConfig{Worker: worker, BlockSize: blockSize}})
-	require.NoError(t, err)
-	loads := &loadLog{}
-	dsub, err := dynamo.New(dynamo.Config{Sink: viaDynamo, Load: loads})
-	require.NoError(t, err)
-	require.NoError(t, dsub.AddPublisher(dynamo.Publisher{Endpoint: chans[dynamo.TopicKVEvents], Topic: dynamo.TopicKVEvents}))
-	require.NoError(t, dsub.AddPublisher(dynamo.Publisher{Endpoint: chans[dynamo.TopicKVMetrics], Topic: dynamo.TopicKVMetrics,
-		KVCapacityBlocks: capacity, BlockSize: blockSize}))
-	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{zsub.Run, dsub.Run} {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = run(ctx) }()
+// send publishes a vLLM-format batch.
+func (r *liveRun) send(evs ...kvevents.EngineEvent) {
+	p, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: float64(r.seq), Events: evs, RankSlot: true, DPRank: kvevents.Some(0)})
+	require.NoError(r.t, err)
+	var b [8]byte
+	for i := range 8 {
+		b[i] = byte(r.seq >> (56 - 8*i))
 	}
-	defer wg.Wait()
-	defer cancel()
+	r.seq++
+	require.NoError(r.t, r.pub.SendMulti(zmq4.NewMsgFrom([]byte("kv-events"), b[:], p)))
+}
 
+// checkParity publishes prompts sharing system prompts (stored in chunks
+// with parents, some tails evicted) once, and checks that both indexes
+// match every prompt to the same workers and depths. applied reports the
+// Dynamo subscriber's applied clears.
+func (r *liveRun) checkParity(applied func() uint64) {
+	t, ctx, h := r.t, r.ctx, liveHasher
 	// ZMQ subscribers join late: publish clears (idempotent) until both
 	// paths have seen one.
-	var seq uint64
-	send := func(evs ...kvevents.EngineEvent) {
-		p, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: float64(seq), Events: evs, RankSlot: true, DPRank: kvevents.Some(0)})
-		require.NoError(t, err)
-		var b [8]byte
-		for i := range 8 {
-			b[i] = byte(seq >> (56 - 8*i))
-		}
-		seq++
-		require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom([]byte("kv-events"), b[:], p)))
-	}
 	waitFor(t, ctx, "both paths to receive", func() bool {
-		return zsub.Stats().AppliedCleared > 0 && dsub.Stats().AppliedCleared > 0
-	}, func() { send(kvevents.EngineEvent{Type: kvevents.AllBlocksCleared, Layout: kvevents.LayoutMap}) })
+		return r.zsub.Stats().AppliedCleared > 0 && applied() > 0
+	}, func() { r.send(kvevents.EngineEvent{Type: kvevents.AllBlocksCleared, Layout: kvevents.LayoutMap}) })
 
-	// Prompts sharing system prompts, stored in chunks with parents, some
-	// tails evicted.
 	prompts := make([][]uint32, 0, 12)
 	for i := range 12 {
 		sys := make([]uint32, 48) // 3 blocks shared by prompts with the same i%3
 		for j := range sys {
 			sys[j] = uint32(1000*(i%3) + j)
 		}
-		user := make([]uint32, 16*(1+i%4)+5) // 1-4 own blocks and a partial one
+		user := make([]uint32, liveBlock*(1+i%4)+5) // 1-4 own blocks and a partial one
 		for j := range user {
 			user[j] = uint32(50000 + 100*i + j)
 		}
@@ -303,8 +324,8 @@ func TestLiveDynamoRelayMatchesVLLMPath(t *testing.T) {
 			first++
 		}
 		if first < len(seqs) {
-			ev := kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: blockSize,
-				TokenIDs: p[first*blockSize : len(seqs)*blockSize]}
+			ev := kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: liveBlock,
+				TokenIDs: p[first*liveBlock : len(seqs)*liveBlock]}
 			if first > 0 {
 				ev.ParentBlockHash = ext(seqs[first-1])
 			}
@@ -312,62 +333,114 @@ func TestLiveDynamoRelayMatchesVLLMPath(t *testing.T) {
 				ev.BlockHashes = append(ev.BlockHashes, ext(s))
 				stored[s] = true
 			}
-			send(ev)
+			r.send(ev)
 		}
 		if i%4 == 3 { // evict the last block of this prompt
 			last := seqs[len(seqs)-1]
-			send(kvevents.EngineEvent{Type: kvevents.BlockRemoved, Layout: kvevents.LayoutMap, BlockHashes: []kvevents.Hash{ext(last)}})
+			r.send(kvevents.EngineEvent{Type: kvevents.BlockRemoved, Layout: kvevents.LayoutMap, BlockHashes: []kvevents.Hash{ext(last)}})
 			delete(stored, last)
 		}
 	}
 	// A sentinel stored last: once both indexes hold it, they hold
 	// everything before it.
-	sentinel := make([]uint32, blockSize)
+	sentinel := make([]uint32, liveBlock)
 	for j := range sentinel {
 		sentinel[j] = uint32(90000 + j)
 	}
 	ss := h.AppendSeqHashes(nil, sentinel)
-	send(kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: blockSize, TokenIDs: sentinel,
+	r.send(kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: liveBlock, TokenIDs: sentinel,
 		BlockHashes: []kvevents.Hash{ext(ss[0])}})
 	holds := func(ix *indexer.Index) func() bool {
 		return func() bool {
-			var r indexer.MatchResult
-			ix.Match(ss, &r)
-			return r.Blocks == 1
+			var res indexer.MatchResult
+			ix.Match(ss, &res)
+			return res.Blocks == 1
 		}
 	}
-	waitFor(t, ctx, "the sentinel through kvevents/zmq", holds(direct), nil)
-	waitFor(t, ctx, "the sentinel through Dynamo's event plane", holds(viaDynamo), nil)
+	waitFor(t, ctx, "the sentinel through kvevents/zmq", holds(r.direct), nil)
+	waitFor(t, ctx, "the sentinel through Dynamo's event plane", holds(r.viaDynamo), nil)
 
 	matched := 0
 	for i, p := range append(prompts, []uint32{7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}) {
 		seqs := h.AppendSeqHashes(nil, p)
 		var a, b indexer.MatchResult
-		direct.Match(seqs, &a)
-		viaDynamo.Match(seqs, &b)
+		r.direct.Match(seqs, &a)
+		r.viaDynamo.Match(seqs, &b)
 		require.Equal(t, a.Blocks, b.Blocks, "prompt %d", i)
 		require.ElementsMatch(t, a.Workers, b.Workers, "prompt %d", i)
 		if a.Blocks > 0 {
 			matched++
-			require.Equal(t, kvroute.WorkerKey{ID: worker}, b.Workers[0].Worker)
+			require.Equal(t, kvroute.WorkerKey{ID: r.worker}, b.Workers[0].Worker)
 		}
 	}
 	require.Equal(t, len(prompts), matched, "every stored prompt matches")
-	st := dsub.Stats()
-	t.Logf("dynamo subscriber: %+v", st)
-	require.Zero(t, st.Malformed)
-	require.Zero(t, st.ApplyErrs)
+}
 
-	// kv_metrics: Dynamo's WorkerMetricsPublisher → heartbeats.
-	w := kvroute.WorkerKey{ID: worker}
+// checkLoad has Dynamo's WorkerMetricsPublisher publish kv_metrics until
+// the last one arrives as a heartbeat.
+func (r *liveRun) checkLoad() {
+	w := kvroute.WorkerKey{ID: r.worker}
 	var n int
-	waitFor(t, ctx, "a kv_metrics heartbeat", func() bool {
-		l, ok := loads.get(w)
-		return ok && l.ActiveDecodeBlocks == 3+n-1 && l.KVUtilization == float64(200+n-1)/capacity
+	waitFor(r.t, r.ctx, "a kv_metrics heartbeat", func() bool {
+		l, ok := r.loads.get(w)
+		return ok && l.ActiveDecodeBlocks == 3+n-1 && l.KVUtilization == float64(200+n-1)/liveCapacity
 	}, func() {
-		rl.command(t, "load 0 %d %d", 3+n, 200+n)
+		r.relay.command(r.t, "load 0 %d %d", 3+n, 200+n)
 		n++
 	})
-	l, _ := loads.get(w)
-	require.Equal(t, capacity, l.KVCapacityBlocks)
+	l, _ := r.loads.get(w)
+	require.Equal(r.t, liveCapacity, l.KVCapacityBlocks)
+}
+
+// TestLiveZMQ publishes vLLM-format KV events once and indexes them
+// twice: directly (kvevents/zmq, kvroute hashing the tokens) and through
+// Dynamo's own KvEventPublisher relay and ZMQ event plane (Subscriber,
+// Dynamo hashing the tokens). Every prompt must match the same workers and
+// depths in both indexes; Dynamo's kv_metrics must arrive as heartbeats.
+func TestLiveZMQ(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	r := startLive(t, ctx)
+	sub, err := dynamo.New(dynamo.Config{Sink: r.viaDynamo, Load: r.loads})
+	require.NoError(t, err)
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVEvents], Topic: dynamo.TopicKVEvents}))
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVMetrics], Topic: dynamo.TopicKVMetrics,
+		KVCapacityBlocks: liveCapacity, BlockSize: liveBlock}))
+	r.run(sub.Run)
+	r.checkParity(func() uint64 { return sub.Stats().AppliedCleared })
+	r.checkLoad()
+	st := sub.Stats()
+	t.Logf("subscriber: %+v", st)
+	require.Zero(t, st.Malformed)
+	require.Zero(t, st.ApplyErrs)
+}
+
+// TestLiveNATS is TestLiveZMQ on Dynamo's NATS event plane (an in-process
+// NATS server), with NATSSubscriber.
+func TestLiveNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	t.Cleanup(srv.Shutdown)
+	r := startLive(t, ctx, "KVROUTE_EVENT_PLANE=nats", "NATS_SERVER="+srv.ClientURL())
+	require.Equal(t, dynamo.Subject("kvroute", "relay", "generate", dynamo.TopicKVEvents), r.chans[dynamo.TopicKVEvents])
+
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	sub, err := dynamo.NewNATS(dynamo.NATSConfig{Conn: nc, Sink: r.viaDynamo, Load: r.loads})
+	require.NoError(t, err)
+	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: r.chans[dynamo.TopicKVEvents]}))
+	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: r.chans[dynamo.TopicKVMetrics],
+		KVCapacityBlocks: liveCapacity, BlockSize: liveBlock}))
+	r.run(sub.Run)
+	r.checkParity(func() uint64 { return sub.Stats().AppliedCleared })
+	r.checkLoad()
+	st := sub.Stats()
+	t.Logf("subscriber: %+v", st)
+	require.Zero(t, st.Malformed)
+	require.Zero(t, st.ApplyErrs)
 }

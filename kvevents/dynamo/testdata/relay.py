@@ -14,12 +14,16 @@ on the same endpoint. Both name the worker by the runtime's connection id
 Dynamo's file backend under $DYN_FILE_KV, where the test finds the event
 channels.
 
+The event plane is ZMQ, or NATS (at $NATS_SERVER) when $KVROUTE_EVENT_PLANE
+is "nats".
+
 Commands on stdin, one a line, each answered "ok" on stdout:
     load DP_RANK ACTIVE_DECODE_BLOCKS KV_USED_BLOCKS   publish kv_metrics
 End of input stops the relay.
 """
 
 import asyncio
+import os
 import sys
 
 from dynamo._core import DistributedRuntime, KvEventPublisher, WorkerMetricsPublisher
@@ -28,7 +32,7 @@ from dynamo._core import DistributedRuntime, KvEventPublisher, WorkerMetricsPubl
 async def main():
     vllm_endpoint, block_size = sys.argv[1], int(sys.argv[2])
     loop = asyncio.get_running_loop()
-    rt = DistributedRuntime(loop, "file", "tcp", event_plane="zmq")
+    rt = DistributedRuntime(loop, "file", "tcp", event_plane=os.environ.get("KVROUTE_EVENT_PLANE", "zmq"))
     endpoint = rt.endpoint("kvroute.relay.generate")
     relay = KvEventPublisher(endpoint, kv_block_size=block_size,
                              zmq_endpoint=vllm_endpoint, zmq_topic="")

@@ -1,0 +1,198 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/kvevents"
+)
+
+// NATSConfig configures a NATSSubscriber.
+type NATSConfig struct {
+	// Conn is the connection to the NATS server Dynamo publishes on.
+	// Required; the subscriber does not close it.
+	Conn *nats.Conn
+	// Sink, Load and Logger are as in Config.
+	Sink   kvevents.Sink
+	Load   LoadReporter
+	Logger *slog.Logger
+}
+
+// NATSChannel is one Dynamo event channel on NATS: a v1/event_channels
+// record whose transport kind is "Nats".
+type NATSChannel struct {
+	// Subject is the channel's subject: the record's
+	// transport.config.subject_prefix, a dot and its topic (see Subject).
+	// Required; it identifies the channel in RemoveChannel.
+	Subject string
+	// KVCapacityBlocks and BlockSize are as in Publisher.
+	KVCapacityBlocks int
+	BlockSize        int
+}
+
+// NATSSubscriber applies what Dynamo workers publish on the NATS event
+// plane to an index and a router, as Subscriber does for ZMQ: each message
+// body is an Envelope (no frame header), the topic is the envelope's (or
+// the subject's last token), and sequences, gaps, duplicates, restarts and
+// malformed messages are handled as Subscriber documents. Core NATS
+// delivers at most once: lost messages show as gaps.
+//
+// A NATSSubscriber does nothing until the host calls Run; AddChannel,
+// RemoveChannel and Stats may be called from any goroutine.
+type NATSSubscriber struct {
+	cfg     NATSConfig
+	log     *slog.Logger
+	stats   counters
+	running atomic.Bool
+
+	// mu protects chans.
+	mu    sync.Mutex
+	chans map[string]NATSChannel
+	wake  chan struct{}
+}
+
+// NewNATS returns a NATSSubscriber for cfg, or an error wrapping ErrConfig
+// when Conn, or both Sink and Load, are missing.
+func NewNATS(cfg NATSConfig) (*NATSSubscriber, error) {
+	if cfg.Conn == nil {
+		return nil, fmt.Errorf("%w: no NATS connection", ErrConfig)
+	}
+	if cfg.Sink == nil && cfg.Load == nil {
+		return nil, fmt.Errorf("%w: neither Sink nor Load", ErrConfig)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &NATSSubscriber{cfg: cfg, log: log, chans: make(map[string]NATSChannel), wake: make(chan struct{}, 1)}, nil
+}
+
+// AddChannel makes the subscriber follow ch (replacing an earlier channel
+// with the same subject). It returns an error wrapping ErrConfig for an
+// empty subject, one with wildcards, or negative counts.
+func (s *NATSSubscriber) AddChannel(ch NATSChannel) error {
+	if ch.Subject == "" || strings.ContainsAny(ch.Subject, "*> \t") {
+		return fmt.Errorf("%w: NATS subject %q", ErrConfig, ch.Subject)
+	}
+	if ch.KVCapacityBlocks < 0 || ch.BlockSize < 0 {
+		return fmt.Errorf("%w: negative capacity or block size", ErrConfig)
+	}
+	s.mu.Lock()
+	s.chans[ch.Subject] = ch
+	s.mu.Unlock()
+	s.notify()
+	return nil
+}
+
+// RemoveChannel stops following subject and forgets the sequence state of
+// its publishers. It does not touch the index.
+func (s *NATSSubscriber) RemoveChannel(subject string) {
+	s.mu.Lock()
+	delete(s.chans, subject)
+	s.mu.Unlock()
+	s.notify()
+}
+
+func (s *NATSSubscriber) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the subscriber's counters. Reconnects counts
+// subscriptions made.
+func (s *NATSSubscriber) Stats() Stats { return s.stats.snapshot() }
+
+// natsSub is one followed subject while Run runs.
+type natsSub struct {
+	ch  NATSChannel
+	sub *nats.Subscription
+	ids map[uint64]struct{} // publisher ids seen on it
+}
+
+// Run follows the channels (as they are added and removed) until ctx
+// ends. It returns nil when ctx ends, ErrRunning if Run is already
+// running, or an error when a subscription cannot be made (the connection
+// is closed). Its subscriptions are gone when it returns. Reconnecting is
+// the connection's business (nats.go resubscribes on reconnect); messages
+// lost meanwhile show as gaps.
+func (s *NATSSubscriber) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer s.running.Store(false)
+	c := newCore(s.cfg.Sink, s.cfg.Load, s.log, &s.stats)
+	msgs := make(chan *nats.Msg, queueLen)
+	subs := make(map[string]*natsSub)
+	defer func() {
+		for _, ns := range subs {
+			_ = ns.sub.Unsubscribe()
+		}
+	}()
+	reconcile := func() error {
+		s.mu.Lock()
+		want := make(map[string]NATSChannel, len(s.chans))
+		for k, v := range s.chans {
+			want[k] = v
+		}
+		s.mu.Unlock()
+		for subj, ns := range subs {
+			if ch, ok := want[subj]; !ok || ch != ns.ch {
+				_ = ns.sub.Unsubscribe()
+				c.forget(ns.ids)
+				delete(subs, subj)
+			}
+		}
+		for subj, ch := range want {
+			if subs[subj] != nil {
+				continue
+			}
+			sub, err := s.cfg.Conn.ChanSubscribe(subj, msgs)
+			if err != nil {
+				return fmt.Errorf("dynamo: subscribe %s: %w", subj, err)
+			}
+			_ = sub.SetPendingLimits(-1, -1)
+			s.stats.reconnects.Add(1)
+			subs[subj] = &natsSub{ch: ch, sub: sub, ids: make(map[uint64]struct{})}
+		}
+		return nil
+	}
+	if err := reconcile(); err != nil {
+		return err
+	}
+	var e Envelope
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.wake:
+			if err := reconcile(); err != nil {
+				return err
+			}
+		case m := <-msgs:
+			ns := subs[m.Subject]
+			if ns == nil || m.Sub != ns.sub {
+				continue // from a subscription removed since
+			}
+			s.stats.received.Add(1)
+			if err := DecodeEnvelope(m.Data, &e); err != nil {
+				s.stats.malformed.Add(1)
+				s.log.Warn("dynamo: skipping malformed message", "subject", m.Subject, "err", err)
+				continue
+			}
+			topic := e.Topic
+			if topic == "" {
+				topic = topicString([]byte(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]))
+			}
+			ns.ids[e.PublisherID] = struct{}{}
+			c.handle(topic, &e, source{capacity: ns.ch.KVCapacityBlocks, blockSize: ns.ch.BlockSize})
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package dynamo_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/kvevents/dynamo"
+)
+
+func startNATS(t *testing.T) *nats.Conn {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func TestNATSSubscriber(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc := startNATS(t)
+	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
+	require.NoError(t, err)
+	hb := &heartbeats{}
+	_, err = dynamo.NewNATS(dynamo.NATSConfig{Sink: ix})
+	require.ErrorIs(t, err, dynamo.ErrConfig)
+	sub, err := dynamo.NewNATS(dynamo.NATSConfig{Conn: nc, Sink: ix, Load: hb})
+	require.NoError(t, err)
+	require.ErrorIs(t, sub.AddChannel(dynamo.NATSChannel{Subject: "namespace.>"}), dynamo.ErrConfig)
+	events := dynamo.Subject("dynamo", "backend", "generate", dynamo.TopicKVEvents)
+	metrics := dynamo.Subject("dynamo", "backend", "generate", dynamo.TopicKVMetrics)
+	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: events}))
+	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: metrics, KVCapacityBlocks: 100}))
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	waitFor(t, ctx, "the subscriptions", func() bool { return sub.Stats().Reconnects == 2 }, nil)
+	require.NoError(t, nc.Flush())
+
+	publish := func(subject string, e dynamo.Envelope) {
+		require.NoError(t, nc.Publish(subject, dynamo.AppendEnvelope(nil, &e)))
+	}
+	w := kvroute.WorkerKey{ID: 11}
+	a, b := tokens(0, 8), tokens(100, 4)
+	publish(events, dynamo.Envelope{Topic: dynamo.TopicKVEvents, PublisherID: 1, Sequence: 0, Payload: stored(t, w, 0, a)})
+	// No topic in the envelope: the subject's last token names it.
+	publish(events, dynamo.Envelope{PublisherID: 1, Sequence: 3, Payload: stored(t, w, 0, b)})
+	require.NoError(t, nc.Publish(events, []byte("not an envelope")))
+	al := dynamo.ActiveLoad{WorkerID: 11, KVUsedBlocks: dynamo.OptUint{Value: 50, Valid: true}}
+	publish(metrics, dynamo.Envelope{Topic: dynamo.TopicKVMetrics, PublisherID: 2, Payload: dynamo.AppendActiveLoad(nil, &al)})
+	waitFor(t, ctx, "the messages", func() bool { return sub.Stats().Received == 4 }, nil)
+
+	st := sub.Stats()
+	require.Equal(t, uint64(2), st.Applied)
+	require.Equal(t, uint64(1), st.Gaps)
+	require.Equal(t, uint64(2), st.Lost)
+	require.Equal(t, uint64(1), st.Malformed)
+	require.Equal(t, 2, matchBlocks(ix, a))
+	require.Equal(t, 1, matchBlocks(ix, b))
+	gw, l, n := hb.last()
+	require.Equal(t, 1, n)
+	require.Equal(t, w, gw)
+	require.Equal(t, 0.5, l.KVUtilization)
+
+	// A removed channel delivers nothing more.
+	sub.RemoveChannel(events)
+	time.Sleep(200 * time.Millisecond) // Run unsubscribes
+	publish(events, dynamo.Envelope{Topic: dynamo.TopicKVEvents, PublisherID: 1, Sequence: 4, Payload: stored(t, w, 0, tokens(200, 4))})
+	require.NoError(t, nc.Flush())
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, uint64(4), sub.Stats().Received)
+}
