@@ -1,5 +1,6 @@
 // Package kvprom exports KV-event ingestion counters (ZMQ subscribers and
-// their converters) as Prometheus metrics, beside router/routerprom.
+// their converters, Dynamo event-plane subscribers) as Prometheus metrics,
+// beside router/routerprom.
 //
 // It lives in its own package so that the transports do not depend on the
 // Prometheus client.
@@ -13,6 +14,13 @@
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // Every metric is a counter labelled with the engine name given to Add.
+//
+// Subscribers of Dynamo's event plane (package kvevents/dynamo) have their
+// own collector, [DynamoCollector], labelled with a subscriber name:
+//
+//	dc := kvprom.NewDynamo("kvroute")
+//	dc.Add("dynamo", sub) // a *dynamo.Subscriber or *dynamo.NATSSubscriber
+//	reg.MustRegister(dc)
 package kvprom
 
 import (
