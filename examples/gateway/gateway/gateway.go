@@ -45,6 +45,14 @@ type Config struct {
 	Router *router.Router
 	// Engines are the engines to start with; AddEngine adds more.
 	Engines []Engine
+	// Frontend, when set, serves the workers registered in the router by
+	// someone other than the gateway (a discovery source such as
+	// discovery.Pool fed by package discovery/dynamo): their requests go
+	// to Frontend.URL with Frontend's headers, templates expanded with
+	// each worker's id and rank, as to NVIDIA Dynamo's frontend in
+	// direct routing mode (Preset PresetDynamo). Its ID, events and
+	// capacities are ignored. Run probes its URL like an engine's.
+	Frontend *Engine
 	// Tokenizer turns prompts into the engines' token ids. Nil means
 	// WordTokenizer, which agrees with no real model.
 	Tokenizer Tokenizer
@@ -112,6 +120,8 @@ type Gateway struct {
 	clock             kvroute.Clock
 	log               *slog.Logger
 
+	frontend *engine // Config.Frontend, nil without
+
 	// mu protects engines, runCtx and active.
 	mu      sync.RWMutex
 	engines map[kvroute.WorkerID]*engine
@@ -165,6 +175,16 @@ func New(cfg Config) (*Gateway, error) {
 		engines:     map[kvroute.WorkerID]*engine{},
 	}
 	g.timeout = cmp.Or(cfg.HealthTimeout, g.interval)
+	if cfg.Frontend != nil {
+		f := *cfg.Frontend
+		f.Events, f.Replay = "", ""
+		if err := f.validate(); err != nil {
+			return nil, fmt.Errorf("%w: frontend: %w", ErrConfig, err)
+		}
+		target, _ := url.Parse(f.URL) // validated
+		headers, _ := f.headers()
+		g.frontend = &engine{cfg: f, target: target, headers: headers}
+	}
 	if g.tok == nil {
 		g.tok = WordTokenizer{}
 	}
@@ -358,28 +378,33 @@ func (g *Gateway) probe(ctx context.Context) {
 	g.mu.RUnlock()
 
 	// Engines behind one URL (a shared frontend) are probed once.
-	byURL := map[string][]*engine{}
+	byURL := map[string][]kvroute.WorkerKey{}
+	added := make(map[kvroute.WorkerID]bool, len(engines))
 	for _, eng := range engines {
 		u := eng.target.JoinPath(g.healthPath).String()
-		byURL[u] = append(byURL[u], eng)
+		for rank := range max(eng.cfg.Ranks, 1) {
+			byURL[u] = append(byURL[u], kvroute.WorkerKey{ID: eng.cfg.ID, Rank: kvroute.DPRank(rank)})
+		}
+		added[eng.cfg.ID] = true
+	}
+	if g.frontend != nil {
+		u := g.frontend.target.JoinPath(g.healthPath).String()
+		byURL[u] = append(byURL[u], g.frontendWorkers(added)...)
 	}
 	var wg sync.WaitGroup
-	for u, engs := range byURL {
+	for u, keys := range byURL {
 		wg.Go(func() {
 			err := g.probeURL(ctx, u)
-			for _, eng := range engs {
-				for rank := range max(eng.cfg.Ranks, 1) {
-					key := kvroute.WorkerKey{ID: eng.cfg.ID, Rank: kvroute.DPRank(rank)}
-					if err == nil {
-						// Alive: the load stays what its source last said.
-						_ = g.r.Heartbeat(key, g.lastLoad(key))
-					} else if ctx.Err() == nil {
-						_ = g.r.ReportError(key, err)
-					}
+			for _, key := range keys {
+				if err == nil {
+					// Alive: the load stays what its source last said.
+					_ = g.r.Heartbeat(key, g.lastLoad(key))
+				} else if ctx.Err() == nil {
+					_ = g.r.ReportError(key, err)
 				}
 			}
 			if err != nil && ctx.Err() == nil {
-				g.log.Debug("engine health probe failed", "url", u, "engines", len(engs), "err", err)
+				g.log.Debug("health probe failed", "url", u, "workers", len(keys), "err", err)
 			}
 		})
 	}
@@ -411,6 +436,27 @@ func (g *Gateway) probe(ctx context.Context) {
 		g.log.Warn("removing engine unhealthy for too long", "engine", uint64(id), "after", g.removeAfter)
 		g.RemoveEngine(id)
 	}
+}
+
+// frontendWorkers returns the router's cache domains whose worker was not
+// added to the gateway (added holds those that were): the Frontend's. It
+// also forgets the load reports of domains the router no longer has.
+func (g *Gateway) frontendWorkers(added map[kvroute.WorkerID]bool) []kvroute.WorkerKey {
+	var keys []kvroute.WorkerKey
+	known := map[kvroute.WorkerKey]bool{}
+	for _, k := range g.r.Workers() {
+		known[k] = true
+		if !added[k.ID] {
+			keys = append(keys, k)
+		}
+	}
+	g.loads.Range(func(k, _ any) bool {
+		if key := k.(kvroute.WorkerKey); !known[key] && !added[key.ID] {
+			g.loads.Delete(key)
+		}
+		return true
+	})
+	return keys
 }
 
 // unhealthy reports whether every rank of eng is unhealthy.

@@ -261,6 +261,9 @@ func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, 
 	eng := g.engines[d.Worker.ID]
 	g.mu.RUnlock()
 	if eng == nil {
+		eng = g.frontend // a worker someone else registered
+	}
+	if eng == nil {
 		a.err = fmt.Errorf("%w: %d", ErrEngineGone, d.Worker.ID)
 		a.finish(false)
 		return &failure{worker: d.Worker, err: a.err}

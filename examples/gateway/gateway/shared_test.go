@@ -199,3 +199,56 @@ func TestGatewaySharedURLWithWorkerHeaders(t *testing.T) {
 	h, _ := r.Health(kvroute.WorkerKey{ID: ghost})
 	require.NotEqual(t, router.Healthy, h, "the refusals count against the unknown worker")
 }
+
+// Workers a discovery source registers in the router (here the test) are
+// served through Config.Frontend with their own headers, and its health
+// probe keeps them alive.
+func TestGatewayFrontendServesDiscoveredWorkers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	engines := []*fakeEngine{
+		newFakeEngine(t, 11, blockSize, 64, 2, 0),
+		newFakeEngine(t, 12, blockSize, 64, 2, 0),
+	}
+	front := newHeaderFrontend(t, engines)
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize})})
+	require.NoError(t, err)
+	for _, e := range engines {
+		require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: e.ID(), Block: blockSize}))
+	}
+	gw, err := gateway.New(gateway.Config{Router: r, HealthInterval: 10 * time.Millisecond,
+		Frontend: &gateway.Engine{URL: front.srv.URL, Preset: gateway.PresetDynamo}})
+	require.NoError(t, err)
+	_, err = gateway.New(gateway.Config{Router: r, Frontend: &gateway.Engine{URL: "tcp://x", Preset: gateway.PresetDynamo}})
+	require.ErrorIs(t, err, gateway.ErrConfig)
+
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- gw.Run(runCtx) }()
+	srv := httptest.NewServer(gw)
+	defer func() {
+		srv.Close()
+		stop()
+		require.NoError(t, <-ran)
+	}()
+	client := &http.Client{Timeout: 10 * time.Second}
+	served := map[string]bool{}
+	for i := range 8 {
+		a, err := call(ctx, client, srv.URL, "/v1/completions", map[string]any{"model": "m", "prompt": fmt.Sprint("prompt ", i)}, i)
+		require.NoError(t, err)
+		require.True(t, a.ok, "%+v", a)
+		served[a.worker] = true
+	}
+	for _, h := range front.headers() {
+		require.Contains(t, []string{"11", "12"}, h.Get("X-Dynamo-Worker-Instance-Id"))
+	}
+	require.Equal(t, map[string]bool{"11/0": true, "12/0": true}, served, "both workers get fresh prompts")
+	require.Eventually(t, func() bool {
+		for _, ws := range r.Stats().Workers {
+			if ws.Health != router.Healthy {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond)
+}
