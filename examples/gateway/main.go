@@ -24,6 +24,32 @@
 // (header=NAME:VALUE sets any other header; "{id}" and "{rank}" in a value
 // are the worker id and data-parallel rank).
 //
+// # Dynamo mode
+//
+// In front of an NVIDIA Dynamo deployment (workers and a frontend started
+// with --router-mode direct), the gateway discovers the workers from
+// Dynamo's store, follows their KV events and load reports on Dynamo's
+// event plane, tokenizes prompts with the model directory's tokenizer and
+// sends each request to the frontend naming the chosen worker (no probe
+// request, no extra port):
+//
+//	gateway -listen 127.0.0.1:8080 -block-size 16 -model-dir /models/tiny \
+//	    -dynamo-store file:$DYN_FILE_KV -dynamo-frontend http://127.0.0.1:8000 -dynamo-model tiny
+//
+// -dynamo-store also takes etcd:http://127.0.0.1:2379[,...]. The config
+// file's "dynamo" object holds the same: {"store", "frontend", "model",
+// "namespace", "component", "endpoint"}, and "model_dir" the model
+// directory. -block-size must be the workers' (their model card's
+// kv_cache_block_size): workers with another are left out, with a log
+// record.
+//
+// # Metrics
+//
+// GET /metrics on the listen address serves Prometheus metrics: the
+// router's (kvroute_router_*, among them predicted and engine-reported
+// cached tokens and the routing accuracy) and the gateway's
+// (kvroute_gateway_*).
+//
 // Flags given explicitly override the file; engines from both are used.
 // Start vLLM with --kv-events-config '{"enable_kv_cache_events": true,
 // "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint":
@@ -48,9 +74,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/router/routerprom"
 )
 
 func main() {
@@ -75,6 +105,10 @@ type fileConfig struct {
 	TokenizeRender bool `json:"tokenize_render"`
 	// Adapters maps model names to LoRA adapters.
 	Adapters map[string]string `json:"adapters"`
+	// ModelDir is a model directory whose tokenizer tokenizes prompts.
+	ModelDir string `json:"model_dir"`
+	// Dynamo configures the Dynamo mode.
+	Dynamo dynamoConfig `json:"dynamo"`
 }
 
 // engineFlags collects repeated -engine flags.
@@ -104,15 +138,20 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		o       options
-		engines engineFlags
-		cfgPath = fs.String("config", "", "JSON configuration file (engines, listen, block_size, tokenize_url, ...)")
-		listen  = fs.String("listen", "127.0.0.1:8080", "address to serve the OpenAI API on")
-		block   = fs.Int("block-size", kvroute.DefaultBlockSize, "the engines' KV block size in tokens")
-		tokURL  = fs.String("tokenize-url", "", "engine whose /tokenize tokenizes prompts (empty: the word tokenizer, for tests)")
-		attempt = fs.Int("max-attempts", 3, "engines a request is tried on before it fails")
-		rend    = fs.Bool("tokenize-render", false, "tokenize through vLLM's /v1/*/render endpoints instead of /tokenize")
-		adapter = fs.String("adapters", "", "comma-separated MODEL=ADAPTER pairs: models served by LoRA adapters")
+		o        options
+		engines  engineFlags
+		cfgPath  = fs.String("config", "", "JSON configuration file (engines, listen, block_size, tokenize_url, ...)")
+		listen   = fs.String("listen", "127.0.0.1:8080", "address to serve the OpenAI API on")
+		block    = fs.Int("block-size", kvroute.DefaultBlockSize, "the engines' KV block size in tokens")
+		tokURL   = fs.String("tokenize-url", "", "engine whose /tokenize tokenizes prompts (empty: the word tokenizer, for tests)")
+		attempt  = fs.Int("max-attempts", 3, "engines a request is tried on before it fails")
+		rend     = fs.Bool("tokenize-render", false, "tokenize through vLLM's /v1/*/render endpoints instead of /tokenize")
+		adapter  = fs.String("adapters", "", "comma-separated MODEL=ADAPTER pairs: models served by LoRA adapters")
+		model    = fs.String("model-dir", "", "model directory (tokenizer.json, tokenizer_config.json) whose tokenizer tokenizes prompts in process")
+		dynStore = fs.String("dynamo-store", "", "Dynamo mode: the deployment's discovery store, file:DIR (DYN_FILE_KV) or etcd:URL[,URL...]")
+		dynFront = fs.String("dynamo-frontend", "", "Dynamo mode: URL of Dynamo's frontend started with --router-mode direct")
+		dynModel = fs.String("dynamo-model", "", "Dynamo mode: serve the workers of this model only (empty: every model)")
+		dynNS    = fs.String("dynamo-namespace", "", "Dynamo mode: serve the workers of this namespace only (empty: every namespace)")
 	)
 	fs.Var(&engines, "engine", "engine as ID=URL[,events=tcp://host:port][,replay=...][,topic=...][,ranks=N][,preset=dynamo][,header=NAME:VALUE] (repeatable)")
 	fs.DurationVar(&o.interval, "health-interval", 2*time.Second, "how often engines' /health is probed")
@@ -159,6 +198,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	override("tokenize-url", func() { o.file.TokenizeURL = *tokURL })
 	override("max-attempts", func() { o.file.MaxAttempts = *attempt })
 	override("tokenize-render", func() { o.file.TokenizeRender = *rend })
+	override("model-dir", func() { o.file.ModelDir = *model })
+	override("dynamo-store", func() { o.file.Dynamo.Store = *dynStore })
+	override("dynamo-frontend", func() { o.file.Dynamo.Frontend = *dynFront })
+	override("dynamo-model", func() { o.file.Dynamo.Model = *dynModel })
+	override("dynamo-namespace", func() { o.file.Dynamo.Namespace = *dynNS })
 	if *adapter != "" {
 		if o.file.Adapters == nil {
 			o.file.Adapters = map[string]string{}
@@ -172,8 +216,15 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	o.file.Engines = append(o.file.Engines, engines...)
-	if len(o.file.Engines) == 0 {
-		return nil, errors.New("no engines: give -engine or -config")
+	if o.file.Dynamo.Store != "" {
+		if err := o.file.Dynamo.validate(); err != nil {
+			return nil, err
+		}
+		if o.file.ModelDir == "" {
+			return nil, errors.New("-dynamo-store needs -model-dir: Dynamo's frontend has no tokenize endpoint")
+		}
+	} else if len(o.file.Engines) == 0 {
+		return nil, errors.New("no engines: give -engine, -dynamo-store or -config")
 	}
 	return &o, nil
 }
@@ -195,23 +246,44 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 		return err
 	}
 	var tok gateway.Tokenizer = gateway.WordTokenizer{}
-	if o.file.TokenizeURL != "" {
+	switch {
+	case o.file.ModelDir != "":
+		if tok, err = gateway.LoadModelTokenizer(o.file.ModelDir); err != nil {
+			return err
+		}
+	case o.file.TokenizeURL != "":
 		tok = &gateway.RemoteTokenizer{URL: o.file.TokenizeURL, Render: o.file.TokenizeRender}
-	} else {
-		log.Warn("no -tokenize-url: using the word tokenizer, whose token ids match no real model")
+	default:
+		log.Warn("no -model-dir or -tokenize-url: using the word tokenizer, whose token ids match no real model")
 	}
-	gw, err := gateway.New(gateway.Config{
+	gcfg := gateway.Config{
 		Router: r, Engines: o.file.Engines, Tokenizer: tok, MaxAttempts: o.file.MaxAttempts, Adapters: o.file.Adapters,
 		HealthInterval: o.interval, RemoveAfter: o.remove, Logger: log,
-	})
+	}
+	if o.file.Dynamo.Store != "" {
+		gcfg.Frontend = o.file.Dynamo.frontend()
+	}
+	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return err
 	}
+	var dyn *dynamoMode
+	if o.file.Dynamo.Store != "" {
+		if dyn, err = newDynamoMode(ctx, o.file.Dynamo, r, gw, log); err != nil {
+			return err
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(routerprom.New(r, "kvroute"), newCollector(gw))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", gw)
 	ln, err := net.Listen("tcp", o.file.Listen)
 	if err != nil {
 		return err
 	}
-	log.Info("gateway listening", "addr", ln.Addr().String(), "engines", len(o.file.Engines), "block_size", o.file.BlockSize)
+	log.Info("gateway listening", "addr", ln.Addr().String(), "engines", len(o.file.Engines), "block_size", o.file.BlockSize,
+		"dynamo_store", o.file.Dynamo.Store, "dynamo_frontend", o.file.Dynamo.Frontend)
 	if ready != nil {
 		ready <- ln.Addr()
 	}
@@ -219,7 +291,13 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	ran := make(chan error, 1)
 	go func() { ran <- gw.Run(runCtx) }()
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	dynRan := make(chan error, 1)
+	if dyn != nil {
+		go func() { dynRan <- dyn.Run(runCtx) }()
+	} else {
+		dynRan <- nil
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -232,7 +310,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 		cancel()
 	}
 	stopRun()
-	if rerr := <-ran; err == nil || errors.Is(err, http.ErrServerClosed) {
+	rerr := errors.Join(<-ran, <-dynRan)
+	if err == nil || errors.Is(err, http.ErrServerClosed) {
 		err = rerr
 	}
 	return err

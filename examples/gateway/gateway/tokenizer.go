@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/internal/words"
 	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/render"
+	"github.com/kvroute/kvroute/tokenizer"
 )
 
 // ErrTokenize is wrapped by tokenizer failures. The gateway answers them
@@ -105,6 +107,42 @@ func (t *RemoteTokenizer) Tokenize(ctx context.Context, req *openai.Request, dst
 	c := render.Client{URL: t.URL, API: api, HTTP: cmp.Or(t.Client, defaultTokenizeClient)}
 	ids, err := c.Tokenize(ctx, req, dst)
 	if err != nil {
+		return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
+	}
+	return ids, nil
+}
+
+// ModelTokenizer tokenizes in process with a model directory's tokenizer
+// and chat template (package tokenizer): the ids the engine serving that
+// model computes, with no request to anyone. It is the tokenizer to use
+// in front of an engine that has no tokenize endpoint, such as NVIDIA
+// Dynamo's frontend. It is safe for concurrent use.
+type ModelTokenizer struct {
+	model *tokenizer.Model
+}
+
+// LoadModelTokenizer loads the tokenizer of the model directory dir
+// (tokenizer.json and tokenizer_config.json, as a Hugging Face model
+// holds them). Options the tokenizer package does not support are
+// refused here, never approximated.
+func LoadModelTokenizer(dir string) (*ModelTokenizer, error) {
+	m, err := tokenizer.LoadModel(dir, tokenizer.LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &ModelTokenizer{model: m}, nil
+}
+
+// Tokenize implements Tokenizer: a completion prompt is encoded with the
+// model's special tokens, a chat rendered by its chat template. A request
+// the template refuses (its raise_exception, such as roles that do not
+// alternate) wraps ErrBadRequest; other errors wrap ErrTokenize.
+func (t *ModelTokenizer) Tokenize(_ context.Context, req *openai.Request, dst []uint32) ([]uint32, error) {
+	ids, err := t.model.EncodeRequest(dst, req)
+	if err != nil {
+		if _, ok := errors.AsType[*chattemplate.RaisedError](err); ok || errors.Is(err, openai.ErrBadRequest) {
+			return dst, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
 		return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
 	}
 	return ids, nil
