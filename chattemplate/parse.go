@@ -228,9 +228,13 @@ type kwarg struct {
 }
 
 type exprParser struct {
-	toks []token
-	pos  int
+	toks  []token
+	pos   int
+	depth int // nesting of parseExpr calls
 }
+
+// maxNesting bounds the nesting of expressions and of statements.
+const maxNesting = 200
 
 func (p *exprParser) peek() token { return p.toks[p.pos] }
 func (p *exprParser) next() token {
@@ -304,6 +308,11 @@ func (p *exprParser) parseTuple() (expr, error) {
 }
 
 func (p *exprParser) parseExpr() (expr, error) {
+	p.depth++
+	defer func() { p.depth-- }()
+	if p.depth > maxNesting {
+		return nil, fmt.Errorf("%w: expression nested too deep", ErrSyntax)
+	}
 	e, err := p.parseOr()
 	if err != nil {
 		return nil, err
@@ -352,6 +361,11 @@ func (p *exprParser) parseAnd() (expr, error) {
 
 func (p *exprParser) parseNot() (expr, error) {
 	if p.isName("not") {
+		p.depth++
+		defer func() { p.depth-- }()
+		if p.depth > maxNesting {
+			return nil, fmt.Errorf("%w: expression nested too deep", ErrSyntax)
+		}
 		p.next()
 		x, err := p.parseNot()
 		if err != nil {
@@ -445,6 +459,11 @@ func (p *exprParser) parseUnary(withFilter bool) (expr, error) {
 	var err error
 	switch {
 	case p.isOp("-") || p.isOp("+"):
+		p.depth++
+		defer func() { p.depth-- }()
+		if p.depth > maxNesting {
+			return nil, fmt.Errorf("%w: expression nested too deep", ErrSyntax)
+		}
 		op := p.next().s
 		x, err := p.parseUnary(false)
 		if err != nil {
@@ -466,6 +485,7 @@ func (p *exprParser) parseUnary(withFilter bool) (expr, error) {
 }
 
 func (p *exprParser) parsePrimary() (expr, error) {
+	start := p.pos
 	t := p.next()
 	switch t.kind {
 	case tkName:
@@ -537,7 +557,7 @@ func (p *exprParser) parsePrimary() (expr, error) {
 			return d, p.expectOp("}")
 		}
 	}
-	p.pos--
+	p.pos = start
 	return nil, fmt.Errorf("%w: unexpected %s", ErrSyntax, p.describe())
 }
 

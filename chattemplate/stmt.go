@@ -42,11 +42,17 @@ type (
 type stmtParser struct {
 	chunks []chunk
 	pos    int
+	depth  int // nesting of statements
 }
 
 // parseBody parses nodes until one of the end tags, returning the tag met
 // (its first word) and its remaining tokens.
 func (p *stmtParser) parseBody(ends ...string) ([]node, string, *exprParser, error) {
+	p.depth++
+	defer func() { p.depth-- }()
+	if p.depth > maxNesting {
+		return nil, "", nil, fmt.Errorf("%w: statements nested too deep", ErrSyntax)
+	}
 	var out []node
 	for p.pos < len(p.chunks) {
 		c := p.chunks[p.pos]

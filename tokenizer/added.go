@@ -20,21 +20,21 @@ type addedToken struct {
 // those starting at the same place, as Hugging Face tokenizers' added
 // vocabulary does.
 type matchSet struct {
-	byFirst map[byte][]*addedToken // longest first
+	byFirst [256][]*addedToken // by first byte, longest first
 }
 
 func newMatchSet(tokens []*addedToken) *matchSet {
 	if len(tokens) == 0 {
 		return nil
 	}
-	m := &matchSet{byFirst: make(map[byte][]*addedToken)}
+	m := &matchSet{}
 	for _, t := range tokens {
 		if t.content == "" {
 			continue
 		}
 		m.byFirst[t.content[0]] = append(m.byFirst[t.content[0]], t)
 	}
-	for _, l := range m.byFirst {
+	for _, l := range &m.byFirst {
 		sort.SliceStable(l, func(i, j int) bool { return len(l[i].content) > len(l[j].content) })
 	}
 	return m

@@ -3,9 +3,9 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -36,31 +36,53 @@ type bpe struct {
 type mergeRule struct{ rank, id uint32 }
 
 // cache maps pieces to their ids. It fills up to its capacity and then
-// stops growing, as the cache of Hugging Face tokenizers does.
+// stops growing, as the cache of Hugging Face tokenizers does. It is
+// sharded so that concurrent encodings rarely share a lock.
 type cache struct {
-	m sync.Map // string -> []uint32
-	n atomic.Int64
+	seed   maphash.Seed
+	once   sync.Once
+	shards [cacheShards]cacheShard
+}
+
+type cacheShard struct {
+	mu sync.RWMutex
+	m  map[string][]uint32 // guarded by mu
 }
 
 const (
-	cacheCapacity = 1 << 14
-	cacheMaxLen   = 256 // bytes; longer pieces are not cached
+	cacheShards   = 16
+	cacheCapacity = 1 << 14 // entries
+	cacheMaxLen   = 256     // bytes; longer pieces are not cached
 )
 
+func (c *cache) shard(s string) *cacheShard {
+	c.once.Do(func() { c.seed = maphash.MakeSeed() })
+	return &c.shards[maphash.String(c.seed, s)%cacheShards]
+}
+
 func (c *cache) get(s string) ([]uint32, bool) {
-	v, ok := c.m.Load(s)
-	if !ok {
+	if len(s) >= cacheMaxLen {
 		return nil, false
 	}
-	return v.([]uint32), true
+	sh := c.shard(s)
+	sh.mu.RLock()
+	ids, ok := sh.m[s]
+	sh.mu.RUnlock()
+	return ids, ok
 }
 
 func (c *cache) put(s string, ids []uint32) {
-	if len(s) >= cacheMaxLen || c.n.Load() >= cacheCapacity {
+	if len(s) >= cacheMaxLen {
 		return
 	}
-	if _, loaded := c.m.LoadOrStore(strings.Clone(s), append([]uint32(nil), ids...)); !loaded {
-		c.n.Add(1)
+	sh := c.shard(s)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil {
+		sh.m = make(map[string][]uint32)
+	}
+	if len(sh.m) < cacheCapacity/cacheShards {
+		sh.m[strings.Clone(s)] = append([]uint32(nil), ids...)
 	}
 }
 

@@ -18,6 +18,7 @@ type goldenText struct {
 	Text       string   `json:"text"`
 	IDs        []uint32 `json:"ids"`
 	IDsSpecial []uint32 `json:"ids_special"`
+	Decoded    string   `json:"decoded"`
 }
 
 type goldenChat struct {

@@ -144,6 +144,9 @@ func TestLiveReference(t *testing.T) {
 				if got := m.Tokenizer.Encode(nil, g.Text, true); !slices.Equal(got, g.IDsSpecial) {
 					t.Errorf("Encode(%q, special) =\n %v, want\n %v", g.Text, got, g.IDsSpecial)
 				}
+				if got := m.Tokenizer.Decode(g.IDsSpecial, true); got != g.Decoded {
+					t.Errorf("Decode(%v) = %q, want %q", g.IDsSpecial, got, g.Decoded)
+				}
 			}
 			for i := range ref.Chats {
 				checkChat(t, m, &ref.Chats[i])

@@ -17,7 +17,12 @@ type normalizer interface {
 
 type unicodeNorm struct{ form norm.Form }
 
-func (n unicodeNorm) normalize(s string) string { return n.form.String(s) }
+func (n unicodeNorm) normalize(s string) string {
+	if n.form.IsNormalString(s) {
+		return s
+	}
+	return n.form.String(s)
+}
 
 // prepend adds its text to a non-empty piece.
 type prepend struct{ text string }

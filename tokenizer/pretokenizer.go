@@ -222,12 +222,18 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 			if b && k != len(v.PreTokenizers)-1 {
 				return nil, false, fmt.Errorf("%w: ByteLevel before another pre-tokenizer", ErrUnsupported)
 			}
+			if bt, ok := t.(byteLevel); ok && !bt.addPrefixSpace && !bt.useRegex {
+				t = nil // splits nothing; the model maps the bytes
+			}
 			if t != nil {
 				seq = append(seq, t)
 			}
 			bl = bl || b
 		}
-		if len(seq) == 1 {
+		switch len(seq) {
+		case 0:
+			return nil, bl, nil
+		case 1:
 			return seq[0], bl, nil
 		}
 		return seq, bl, nil

@@ -40,12 +40,55 @@ func decode(s string, i int) (rune, int) {
 	return utf8.DecodeRuneInString(s[i:])
 }
 
-func isL(r rune) bool { return r >= 0 && unicode.IsLetter(r) }
-func isN(r rune) bool { return r >= 0 && unicode.IsNumber(r) }
-func isS(r rune) bool { return r >= 0 && unicode.IsSpace(r) }
+// Character classes of ASCII, looked up before the Unicode tables.
+const (
+	classL = 1 << iota
+	classN
+	classS
+)
+
+var asciiClass = func() (t [utf8.RuneSelf]uint8) {
+	for r := range rune(utf8.RuneSelf) {
+		switch {
+		case unicode.IsLetter(r):
+			t[r] = classL
+		case unicode.IsNumber(r):
+			t[r] = classN
+		case unicode.IsSpace(r):
+			t[r] = classS
+		}
+	}
+	return t
+}()
+
+func isL(r rune) bool {
+	if uint32(r) < utf8.RuneSelf {
+		return asciiClass[r] == classL
+	}
+	return r >= 0 && unicode.IsLetter(r)
+}
+
+func isN(r rune) bool {
+	if uint32(r) < utf8.RuneSelf {
+		return asciiClass[r] == classN
+	}
+	return r >= 0 && unicode.IsNumber(r)
+}
+
+func isS(r rune) bool {
+	if uint32(r) < utf8.RuneSelf {
+		return asciiClass[r] == classS
+	}
+	return r >= 0 && unicode.IsSpace(r)
+}
 
 // isOther reports [^\s\p{L}\p{N}].
-func isOther(r rune) bool { return r >= 0 && !isS(r) && !isL(r) && !isN(r) }
+func isOther(r rune) bool {
+	if uint32(r) < utf8.RuneSelf {
+		return asciiClass[r] == 0
+	}
+	return r >= 0 && !unicode.IsSpace(r) && !unicode.IsLetter(r) && !unicode.IsNumber(r)
+}
 
 // run returns the end of the run of runes satisfying f from i.
 func run(s string, i int, f func(rune) bool) int {

@@ -7,11 +7,16 @@
                          templates) and DIR/<family>/golden.json holding the
                          ids that `tokenizers` and `transformers` give for a
                          fixed corpus of texts and chats.
+  reference.py golden DIR
+                         the same without training: rewrites the configs,
+                         templates and golden.json for the tokenizer.json
+                         files already there (training is not bit-for-bit
+                         repeatable for every family, so the committed
+                         tokenizer.json files are the reference).
   reference.py ref       reads {"dir", "texts", "chats"} as JSON on stdin and
                          prints the reference ids for them as JSON.
 
-Needs tokenizers, transformers and jinja2 (no torch). Deterministic: the same
-package versions write the same files.
+Needs tokenizers, transformers and jinja2 (no torch).
 """
 import json
 import os
@@ -572,8 +577,9 @@ def reference(model_dir, texts, chats):
     hf = AutoTokenizer.from_pretrained(model_dir)
     out_texts = []
     for t in texts:
+        special = raw.encode(t).ids
         out_texts.append({"text": t, "ids": raw.encode(t, add_special_tokens=False).ids,
-                          "ids_special": raw.encode(t).ids})
+                          "ids_special": special, "decoded": raw.decode(special)})
     out_chats = []
     for c in chats:
         r = dict(c)
@@ -582,15 +588,17 @@ def reference(model_dir, texts, chats):
     return {"texts": out_texts, "chats": out_chats}
 
 
-def gen(root):
+def gen(root, train=True):
     import tokenizers
     import transformers
     for family, spec in FAMILIES.items():
         rng = random.Random(17)
         d = os.path.join(root, family)
         os.makedirs(d, exist_ok=True)
-        tok = build(family, rng)
-        tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
+        if train:
+            tok = build(family, rng)
+            tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
+            print(family, "vocab", tok.get_vocab_size(), file=sys.stderr)
         cfg = dict(spec["config"])
         with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg, f, ensure_ascii=False, indent=1)
@@ -604,12 +612,11 @@ def gen(root):
         golden["versions"] = {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__}
         with open(os.path.join(d, "golden.json"), "w", encoding="utf-8") as f:
             json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
-        print(family, "vocab", tok.get_vocab_size(), file=sys.stderr)
 
 
 def main():
-    if len(sys.argv) >= 3 and sys.argv[1] == "gen":
-        gen(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] in ("gen", "golden"):
+        gen(sys.argv[2], train=sys.argv[1] == "gen")
     elif len(sys.argv) >= 2 and sys.argv[1] == "ref":
         req = json.load(sys.stdin)
         json.dump(reference(req["dir"], req.get("texts", []), req.get("chats", [])), sys.stdout, ensure_ascii=False)

@@ -1,0 +1,75 @@
+package tokenizer_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvroute/kvroute/tokenizer"
+)
+
+// benchText is about n bytes of the golden corpus (mixed scripts, code,
+// numbers, white space).
+func benchText(b *testing.B, fam string, n int) string {
+	var sb strings.Builder
+	for sb.Len() < n {
+		for _, g := range readGolden(b, fam).Texts {
+			sb.WriteString(g.Text)
+			sb.WriteByte(' ')
+		}
+	}
+	return sb.String()[:n]
+}
+
+// BenchmarkEncode measures Encode in steady state (the piece cache warm),
+// reporting tokens/s.
+func BenchmarkEncode(b *testing.B) {
+	for _, fam := range families {
+		tok, err := tokenizer.FromFile(filepath.Join("testdata", fam, "tokenizer.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, size := range []int{1 << 10, 16 << 10} {
+			text := benchText(b, fam, size)
+			b.Run(fmt.Sprintf("family=%s/text=%dk", fam, size>>10), func(b *testing.B) {
+				dst := tok.Encode(nil, text, true)
+				n := len(dst)
+				b.SetBytes(int64(len(text)))
+				b.ReportAllocs()
+				for b.Loop() {
+					dst = tok.Encode(dst[:0], text, true)
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			})
+		}
+	}
+}
+
+// BenchmarkEncodeChat measures rendering and encoding one chat with tools.
+func BenchmarkEncodeChat(b *testing.B) {
+	for _, fam := range []string{"llama3", "qwen2"} {
+		m, err := tokenizer.LoadModel(filepath.Join("testdata", fam), tokenizer.LoadOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var chat *tokenizer.Chat
+		for _, c := range readRawChats(b, fam) {
+			if c.Error == "" && len(c.Tools) > 0 {
+				chat = c.chat()
+				break
+			}
+		}
+		b.Run("family="+fam, func(b *testing.B) {
+			ids, err := m.EncodeChat(nil, chat)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				ids, _ = m.EncodeChat(ids[:0], chat)
+			}
+			b.ReportMetric(float64(len(ids))*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}

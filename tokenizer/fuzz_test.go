@@ -1,0 +1,71 @@
+package tokenizer_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/kvroute/kvroute/tokenizer"
+)
+
+// FuzzParse: any tokenizer.json loads or fails with an error, never
+// panics, and a loaded tokenizer encodes and decodes without panicking.
+func FuzzParse(f *testing.F) {
+	f.Add(tiny(nil))
+	f.Add(tiny(func(m map[string]any) {
+		m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true}
+		m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFKC"}, map[string]any{"type": "Prepend", "prepend": "▁"}}}
+		m["post_processor"] = map[string]any{"type": "TemplateProcessing", "single": []any{map[string]any{"SpecialToken": map[string]any{"id": "<|x|>", "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
+			"pair": nil, "special_tokens": map[string]any{"<|x|>": map[string]any{"id": "<|x|>", "ids": []any{1}, "tokens": []any{"<|x|>"}}}}
+	}))
+	f.Add([]byte(`{"model":{"type":"Unigram","unk_id":0,"vocab":[["<unk>",0],["a",-1],["ab",-2]],"byte_fallback":true}}`))
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[["a","a"]]}}`))
+	for _, fam := range families {
+		if b, err := os.ReadFile(filepath.Join("testdata", fam, "tokenizer.json")); err == nil && len(b) < 64<<10 {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tok, err := tokenizer.Parse(data)
+		if err != nil {
+			return
+		}
+		for _, s := range []string{"", "ab a\u00a0b", "<|x|> 12 ab\n\n", "\xff\xfe", "東京😀 e\u0301"} {
+			ids := tok.Encode(nil, s, true)
+			_ = tok.Decode(ids, false)
+		}
+	})
+}
+
+// FuzzEncode: Encode never panics on any string, and byte-level decoding
+// gives the text back (the llama3 test tokenizer has no normalizer).
+func FuzzEncode(f *testing.F) {
+	tok, err := tokenizer.FromFile(filepath.Join("testdata", "llama3", "tokenizer.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	uni, err := tokenizer.FromFile(filepath.Join("testdata", "unigram", "tokenizer.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	mis, err := tokenizer.FromFile(filepath.Join("testdata", "mistral", "tokenizer.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, g := range readGolden(f, "llama3").Texts {
+		f.Add(g.Text)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids := tok.Encode(nil, s, false)
+		want := s
+		if !utf8.ValidString(s) {
+			want = string([]rune(s)) // each invalid byte reads as U+FFFD
+		}
+		if got := tok.Decode(ids, false); got != want {
+			t.Fatalf("Decode(Encode(%q)) = %q", s, got)
+		}
+		uni.Encode(nil, s, true)
+		mis.Encode(nil, s, true)
+	})
+}
