@@ -65,9 +65,15 @@ func (c *counters) snapshot() Stats {
 }
 
 // source is what the core knows of where a message came from: the
-// publisher's capacity and block size for load reports.
+// worker's capacities, for load reports.
 type source struct {
-	capacity, blockSize int
+	capacity, blockSize           int
+	maxRequests, maxBatchedTokens int
+}
+
+func sourceOf(p Publisher) source {
+	return source{capacity: p.KVCapacityBlocks, blockSize: p.BlockSize,
+		maxRequests: p.MaxRequests, maxBatchedTokens: p.MaxBatchedTokens}
 }
 
 // pubState is one publisher's sequence state.
@@ -261,7 +267,9 @@ func (c *core) loadReport(topic string, e *Envelope, src source) {
 		fp = &wl.pass
 	}
 	c.stats.loadReports.Add(1)
-	if err := c.load.Heartbeat(w, LoadOf(ap, fp, src.capacity, src.blockSize)); err != nil {
+	load := LoadOf(ap, fp, src.capacity, src.blockSize)
+	load.MaxRequests, load.MaxBatchedTokens = src.maxRequests, src.maxBatchedTokens
+	if err := c.load.Heartbeat(w, load); err != nil {
 		c.stats.loadErrs.Add(1)
 		c.log.Debug("dynamo: load report refused", "worker", w.String(), "err", err)
 	}

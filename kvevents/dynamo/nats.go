@@ -31,9 +31,10 @@ type NATSChannel struct {
 	// transport.config.subject_prefix, a dot and its topic (see Subject).
 	// Required; it identifies the channel in RemoveChannel.
 	Subject string
-	// KVCapacityBlocks and BlockSize are as in Publisher.
-	KVCapacityBlocks int
-	BlockSize        int
+	// KVCapacityBlocks, BlockSize, MaxRequests and MaxBatchedTokens are
+	// as in Publisher.
+	KVCapacityBlocks, BlockSize   int
+	MaxRequests, MaxBatchedTokens int
 }
 
 // NATSSubscriber applies what Dynamo workers publish on the NATS event
@@ -80,8 +81,8 @@ func (s *NATSSubscriber) AddChannel(ch NATSChannel) error {
 	if ch.Subject == "" || strings.ContainsAny(ch.Subject, "*> \t") {
 		return fmt.Errorf("%w: NATS subject %q", ErrConfig, ch.Subject)
 	}
-	if ch.KVCapacityBlocks < 0 || ch.BlockSize < 0 {
-		return fmt.Errorf("%w: negative capacity or block size", ErrConfig)
+	if ch.KVCapacityBlocks < 0 || ch.BlockSize < 0 || ch.MaxRequests < 0 || ch.MaxBatchedTokens < 0 {
+		return fmt.Errorf("%w: negative capacity, block size or limit", ErrConfig)
 	}
 	s.mu.Lock()
 	s.chans[ch.Subject] = ch
@@ -192,7 +193,8 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 				topic = topicString([]byte(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]))
 			}
 			ns.ids[e.PublisherID] = struct{}{}
-			c.handle(topic, &e, source{capacity: ns.ch.KVCapacityBlocks, blockSize: ns.ch.BlockSize})
+			c.handle(topic, &e, sourceOf(Publisher{KVCapacityBlocks: ns.ch.KVCapacityBlocks, BlockSize: ns.ch.BlockSize,
+				MaxRequests: ns.ch.MaxRequests, MaxBatchedTokens: ns.ch.MaxBatchedTokens}))
 		}
 	}
 }

@@ -80,6 +80,11 @@ type Publisher struct {
 	// kv_cache_block_size), for the load reports of forward-pass-metrics;
 	// zero when unknown.
 	BlockSize int
+	// MaxRequests and MaxBatchedTokens are the engine's request slots and
+	// token budget per step (the model card's runtime_config.max_num_seqs
+	// and max_num_batched_tokens), copied into the load reports; zero
+	// when unknown.
+	MaxRequests, MaxBatchedTokens int
 }
 
 // Subscriber applies what Dynamo workers publish on the ZMQ event plane
@@ -168,8 +173,8 @@ func (s *Subscriber) AddPublisher(p Publisher) error {
 	if p.Endpoint == "" {
 		return fmt.Errorf("%w: publisher without endpoint", ErrConfig)
 	}
-	if p.KVCapacityBlocks < 0 || p.BlockSize < 0 {
-		return fmt.Errorf("%w: negative capacity or block size", ErrConfig)
+	if p.KVCapacityBlocks < 0 || p.BlockSize < 0 || p.MaxRequests < 0 || p.MaxBatchedTokens < 0 {
+		return fmt.Errorf("%w: negative capacity, block size or limit", ErrConfig)
 	}
 	s.mu.Lock()
 	s.pubs[p.Endpoint] = p
@@ -287,7 +292,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 				continue
 			}
 			in.conn.ids[m.PublisherID] = struct{}{}
-			c.handle(m.Topic, &m.Envelope, source{capacity: in.conn.pub.KVCapacityBlocks, blockSize: in.conn.pub.BlockSize})
+			c.handle(m.Topic, &m.Envelope, sourceOf(in.conn.pub))
 		}
 	}
 }

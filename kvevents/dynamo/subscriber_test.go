@@ -185,7 +185,8 @@ func TestSubscriberLoad(t *testing.T) {
 	hb := &heartbeats{}
 	sub, err := dynamo.New(dynamo.Config{Load: hb})
 	require.NoError(t, err)
-	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep, KVCapacityBlocks: 800, BlockSize: 16}))
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep, KVCapacityBlocks: 800, BlockSize: 16,
+		MaxRequests: 256, MaxBatchedTokens: 8192}))
 	startSubscriber(t, ctx, sub, pub)
 	base := sub.Stats().Received
 	w := kvroute.WorkerKey{ID: 6285901146321541251}
@@ -199,7 +200,7 @@ func TestSubscriberLoad(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Equal(t, w, gw)
 	require.Equal(t, scheduling.Load{ActiveRequests: 3, QueueDepth: 3, ActivePrefillTokens: 397,
-		ActiveDecodeBlocks: 3, PotentialDecodeBlocks: 3, KVCapacityBlocks: 800}, l)
+		ActiveDecodeBlocks: 3, PotentialDecodeBlocks: 3, KVCapacityBlocks: 800, MaxRequests: 256, MaxBatchedTokens: 8192}, l)
 
 	al := dynamo.ActiveLoad{WorkerID: uint64(w.ID), KVUsedBlocks: dynamo.OptUint{Value: 200, Valid: true},
 		ActiveDecodeBlocks: dynamo.OptUint{Value: 9, Valid: true}}
@@ -208,7 +209,8 @@ func TestSubscriberLoad(t *testing.T) {
 	_, l, n = hb.last()
 	require.Equal(t, 2, n)
 	require.Equal(t, scheduling.Load{ActiveRequests: 3, QueueDepth: 3, ActivePrefillTokens: 397,
-		ActiveDecodeBlocks: 9, PotentialDecodeBlocks: 9, KVUtilization: 0.25, KVCapacityBlocks: 800}, l)
+		ActiveDecodeBlocks: 9, PotentialDecodeBlocks: 9, KVUtilization: 0.25, KVCapacityBlocks: 800,
+		MaxRequests: 256, MaxBatchedTokens: 8192}, l)
 
 	// kv-events without a Sink are skipped; a malformed report is counted.
 	pub.message(7, 0, dynamo.TopicKVEvents, []byte{0x90})
