@@ -52,6 +52,7 @@ func (w *EtcdWatcher) Run(ctx context.Context, sink Sink) error {
 	var last *Deployment
 	sync := func(d Deployment) {
 		if last == nil || !reflect.DeepEqual(*last, d) {
+			logDeployment(ctx, log, d)
 			sink.Sync(ctx, d)
 			last = &d
 		}

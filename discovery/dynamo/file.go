@@ -106,6 +106,7 @@ func (w *FileWatcher) Run(ctx context.Context, sink Sink) error {
 	for {
 		d := r.scan(ctx)
 		if last == nil || !reflect.DeepEqual(*last, d) {
+			logDeployment(ctx, log, d)
 			sink.Sync(ctx, d)
 			last = &d
 		}
@@ -127,12 +128,15 @@ func (w *FileWatcher) Run(ctx context.Context, sink Sink) error {
 				if ev.Op == fsnotify.Chmod || strings.HasPrefix(filepath.Base(ev.Name), tempPrefix) {
 					continue // keep-alive touches and half-written files
 				}
+				delete(r.cache, ev.Name) // rewritten in place: read it again
+
 				settle.Reset(20 * time.Millisecond)
 			case err, ok := <-fw.Errors:
 				if !ok {
 					return fmt.Errorf("dynamo: file watch closed")
 				}
 				log.WarnContext(ctx, "dynamo: file watch error, relying on listings", "dir", w.Dir, "err", err)
+				clear(r.cache) // events may have been lost: read every file again
 			}
 		}
 	}
@@ -145,10 +149,18 @@ type fileRun struct {
 	fw      *fsnotify.Watcher
 	cache   map[string]*fileCache // by path
 	watched map[string]bool       // directories added to fw
+	scans   int                   // listings made
 }
+
+// rereadEvery is how many listings reuse the cache before every file is
+// read again, in case a notification of an in-place rewrite was lost.
+const rereadEvery = 30
 
 // scan lists every bucket and returns the deployment of its live files.
 func (r *fileRun) scan(ctx context.Context) Deployment {
+	if r.scans++; r.scans%rereadEvery == 0 {
+		clear(r.cache)
+	}
 	ttl := r.w.TTL
 	if ttl == 0 {
 		ttl = DefaultTTL

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -255,3 +256,20 @@ type SinkFunc func(ctx context.Context, d Deployment)
 
 // Sync calls f.
 func (f SinkFunc) Sync(ctx context.Context, d Deployment) { f(ctx, d) }
+
+// logDeployment logs a changed deployment: its size, why workers wait,
+// and a warning when it mixes models (a router serves one: set
+// Selector.Model).
+func logDeployment(ctx context.Context, log *slog.Logger, d Deployment) {
+	models := map[string]bool{}
+	for _, w := range d.Workers {
+		models[w.Model] = true
+	}
+	log.InfoContext(ctx, "dynamo: deployment changed", "workers", len(d.Workers), "load_channels", len(d.Metrics), "waiting", len(d.Waiting))
+	for _, id := range slices.Sorted(maps.Keys(d.Waiting)) {
+		log.InfoContext(ctx, "dynamo: worker not ready", "instance", id, "why", d.Waiting[id])
+	}
+	if len(models) > 1 {
+		log.WarnContext(ctx, "dynamo: workers of several models selected; set Selector.Model", "models", slices.Sorted(maps.Keys(models)))
+	}
+}

@@ -95,6 +95,20 @@ func TestFileWatcher(t *testing.T) {
 	go func() { done <- w.Run(ctx, sink) }()
 	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first) }, 5*time.Second, 5*time.Millisecond)
 
+	// A card rewritten in place (same size, same inode) is read again.
+	for _, f := range files {
+		if f.rec.Model != nil {
+			v := strings.Replace(string(f.value), `"total_kv_blocks":800`, `"total_kv_blocks":900`, 1)
+			require.NotEqual(t, string(f.value), v)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.FromSlash(f.bucket), f.name), []byte(v), 0o644))
+		}
+	}
+	require.Eventually(t, func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return len(sink.d.Workers) == 1 && sink.d.Workers[0].KVBlocks == 900
+	}, 5*time.Second, 5*time.Millisecond)
+
 	// A second worker appears.
 	second, paths := writeWorker(t, dir, 1)
 	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first, second) }, 5*time.Second, 5*time.Millisecond)
