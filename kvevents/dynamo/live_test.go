@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
@@ -392,6 +390,18 @@ func (r *liveRun) checkLoad() {
 	require.Equal(r.t, liveCapacity, l.KVCapacityBlocks)
 }
 
+// check runs a Dynamo subscriber and checks it against the direct path:
+// index parity, kv_metrics heartbeats, nothing malformed or refused.
+func (r *liveRun) check(run func(context.Context) error, stats func() dynamo.Stats) {
+	r.run(run)
+	r.checkParity(func() uint64 { return stats().AppliedCleared })
+	r.checkLoad()
+	st := stats()
+	r.t.Logf("subscriber: %+v", st)
+	require.Zero(r.t, st.Malformed)
+	require.Zero(r.t, st.ApplyErrs)
+}
+
 // TestLiveZMQ publishes vLLM-format KV events once and indexes them
 // twice: directly (kvevents/zmq, kvroute hashing the tokens) and through
 // Dynamo's own KvEventPublisher relay and ZMQ event plane (Subscriber,
@@ -406,13 +416,7 @@ func TestLiveZMQ(t *testing.T) {
 	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVEvents], Topic: dynamo.TopicKVEvents}))
 	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVMetrics], Topic: dynamo.TopicKVMetrics,
 		KVCapacityBlocks: liveCapacity, BlockSize: liveBlock}))
-	r.run(sub.Run)
-	r.checkParity(func() uint64 { return sub.Stats().AppliedCleared })
-	r.checkLoad()
-	st := sub.Stats()
-	t.Logf("subscriber: %+v", st)
-	require.Zero(t, st.Malformed)
-	require.Zero(t, st.ApplyErrs)
+	r.check(sub.Run, sub.Stats)
 }
 
 // TestLiveNATS is TestLiveZMQ on Dynamo's NATS event plane (an in-process
@@ -420,27 +424,13 @@ func TestLiveZMQ(t *testing.T) {
 func TestLiveNATS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	t.Cleanup(srv.Shutdown)
-	r := startLive(t, ctx, "KVROUTE_EVENT_PLANE=nats", "NATS_SERVER="+srv.ClientURL())
+	nc, url := startNATS(t)
+	r := startLive(t, ctx, "KVROUTE_EVENT_PLANE=nats", "NATS_SERVER="+url)
 	require.Equal(t, dynamo.Subject("kvroute", "relay", "generate", dynamo.TopicKVEvents), r.chans[dynamo.TopicKVEvents])
-
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
 	sub, err := dynamo.NewNATS(dynamo.NATSConfig{Conn: nc, Sink: r.viaDynamo, Load: r.loads})
 	require.NoError(t, err)
 	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: r.chans[dynamo.TopicKVEvents]}))
 	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: r.chans[dynamo.TopicKVMetrics],
 		KVCapacityBlocks: liveCapacity, BlockSize: liveBlock}))
-	r.run(sub.Run)
-	r.checkParity(func() uint64 { return sub.Stats().AppliedCleared })
-	r.checkLoad()
-	st := sub.Stats()
-	t.Logf("subscriber: %+v", st)
-	require.Zero(t, st.Malformed)
-	require.Zero(t, st.ApplyErrs)
+	r.check(sub.Run, sub.Stats)
 }

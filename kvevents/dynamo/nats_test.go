@@ -14,7 +14,9 @@ import (
 	"github.com/kvroute/kvroute/kvevents/dynamo"
 )
 
-func startNATS(t *testing.T) *nats.Conn {
+// startNATS runs an in-process NATS server until the test ends and
+// returns a connection to it and its URL.
+func startNATS(t *testing.T) (*nats.Conn, string) {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	require.NoError(t, err)
@@ -24,13 +26,13 @@ func startNATS(t *testing.T) *nats.Conn {
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	return nc
+	return nc, srv.ClientURL()
 }
 
 func TestNATSSubscriber(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nc := startNATS(t)
+	nc, _ := startNATS(t)
 	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
 	require.NoError(t, err)
 	hb := &heartbeats{}

@@ -112,10 +112,19 @@ type Publisher struct {
 // removed stay indexed (predicted hits the worker no longer has) until the
 // worker clears its cache. A number not above the last is a duplicate and
 // skipped, except 0, which means the publisher restarted: the workers it
-// reported are reset. Dynamo's own router repairs a gap by asking the
-// worker's local indexer (its worker_kv_query endpoint, on Dynamo's TCP
-// request plane) for the missing events; this subscriber does not speak
-// that request plane.
+// reported are reset.
+//
+// Dynamo's own router does more, and this subscriber does not: workers
+// started with a local indexer (the mocker does) serve a query endpoint,
+// named in v1/event_sources as the publisher's recovery_target
+// (worker_kv_query_source_<id> in Dynamo 1.6.1), on Dynamo's TCP request
+// plane. The router keeps each (worker_id, dp_rank)'s last RouterEvent
+// event_id; on first sight of a worker it asks that endpoint for the
+// worker's whole cache (a dump of its local indexer), and on a jump in
+// event_id for the events from the first missing one, applying them
+// before the live stream. Without that request plane, a worker's blocks
+// stored before the subscriber joined, or in lost messages, are known
+// only once the worker stores them again.
 //
 // A message that does not decode is counted in Stats.Malformed and
 // skipped; it never resets a worker.
