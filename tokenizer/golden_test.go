@@ -12,7 +12,7 @@ import (
 
 // families are the model directories under testdata, written by
 // testdata/reference.py gen testdata.
-var families = []string{"llama3", "qwen2", "mistral", "unigram"}
+var families = []string{"gpt2", "llama3", "qwen2", "mistral", "unigram"}
 
 type goldenText struct {
 	Text       string   `json:"text"`

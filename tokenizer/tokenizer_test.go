@@ -3,8 +3,10 @@ package tokenizer_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/kvroute/kvroute/tokenizer"
@@ -155,5 +157,36 @@ func TestLoadModelErrors(t *testing.T) {
 	}
 	if m.SpecialTokens["bos_token"] != "<|begin_of_text|>" {
 		t.Errorf("SpecialTokens = %v", m.SpecialTokens)
+	}
+}
+
+// TestEncodeConcurrent encodes from several goroutines at once (the piece
+// cache is shared) and checks every result.
+func TestEncodeConcurrent(t *testing.T) {
+	for _, fam := range []string{"llama3", "unigram"} {
+		tok, err := tokenizer.FromFile(filepath.Join("testdata", fam, "tokenizer.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts := readGolden(t, fam).Texts
+		errs := make(chan string, 8)
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				var dst []uint32
+				for i := range 5 * len(texts) {
+					want := texts[(i+g*7)%len(texts)]
+					if dst = tok.Encode(dst[:0], want.Text, true); !slices.Equal(dst, want.IDsSpecial) {
+						errs <- fmt.Sprintf("%s: Encode(%q) = %v, want %v", fam, want.Text, dst, want.IDsSpecial)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
 	}
 }

@@ -410,7 +410,7 @@ def chats_for(family):
         {"messages": [{"role": "user", "content": "  padded   content  \n"}, {"role": "assistant", "content": "\n ok \n"},
                       {"role": "user", "content": "supercalifragilisticexpialidocious" * 4}], "add_generation_prompt": True},
     ]
-    if family in ("llama3", "qwen2", "mistral", "unigram"):
+    if family in ("gpt2", "llama3", "qwen2", "mistral", "unigram"):
         out += [
             {"messages": [user1], "tools": TOOLS, "add_generation_prompt": True},
             {"messages": [sys_msg, user1, asst_call, tool_res, asst, user2], "tools": TOOLS, "add_generation_prompt": True},
@@ -518,7 +518,14 @@ def train_unigram(rng, specials, vocab_size):
     return tok
 
 
+GPT2_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                 "{{ m['content'] }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+                 "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+
 FAMILIES = {
+    "gpt2": dict(
+        config={"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": GPT2_TEMPLATE,
+                "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 131072}),
     "llama3": dict(
         config={"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": LLAMA3_TEMPLATE,
                 "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 131072}),
@@ -537,7 +544,21 @@ FAMILIES = {
 }
 
 
+def train_gpt2(rng, specials, vocab_size):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tr = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, min_frequency=2, show_progress=False,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(rng, 2000), tr)
+    return tok
+
+
 def build(family, rng):
+    if family == "gpt2":
+        return train_gpt2(rng, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                                "<|eot_id|>"], 1000)
     if family == "llama3":
         specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                     "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"]
@@ -595,7 +616,7 @@ def gen(root, train=True):
         rng = random.Random(17)
         d = os.path.join(root, family)
         os.makedirs(d, exist_ok=True)
-        if train:
+        if train or not os.path.exists(os.path.join(d, "tokenizer.json")):
             tok = build(family, rng)
             tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
             print(family, "vocab", tok.get_vocab_size(), file=sys.stderr)
