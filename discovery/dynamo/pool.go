@@ -60,7 +60,7 @@ func KVEvents(sub Publishers) func(e *discovery.Engine, endpoint string) (discov
 			return nil, fmt.Errorf("%w: kv-events publisher %q of %s", ErrConfig, endpoint, e.Name)
 		}
 		return &publisherRun{sub: sub, p: kvdynamo.Publisher{Endpoint: endpoint, Topic: kvdynamo.TopicKVEvents,
-			KVCapacityBlocks: e.KVBlocks, BlockSize: e.BlockSize}}, nil
+			KVCapacityBlocks: e.KVBlocks, BlockSize: e.BlockSize, MaxRequests: e.MaxRequests, MaxBatchedTokens: e.MaxBatchedTokens}}, nil
 	}
 }
 
@@ -83,8 +83,9 @@ func (r *publisherRun) Run(ctx context.Context) error {
 // Engines and, when sub is not nil, has sub follow the deployment's load
 // channels (Deployment.Metrics on ZMQ), adding those that appear after the
 // pool added their workers and removing those that go. Each load channel
-// is given the KV capacity and block size of its worker when the store
-// names it (etcd), or those all the workers share. Use KVEvents(sub) as
+// is given the KV capacity, block size and batch limits of its worker
+// when the store names it (etcd), or those all the workers share (zero
+// where they differ). Use KVEvents(sub) as
 // the pool's DynamoEvents for the workers' kv-events.
 func PoolSink(pool discovery.Sink, sub Publishers) Sink {
 	return &poolSink{pool: pool, sub: sub, load: map[string]kvdynamo.Publisher{}}
@@ -106,23 +107,26 @@ func (s *poolSink) Sync(ctx context.Context, d Deployment) {
 		return
 	}
 	want := map[string]kvdynamo.Publisher{}
-	add := func(c Channel, blocks, block int) {
+	add := func(c Channel, l kvdynamo.Publisher) {
 		if c.Transport == "Zmq" {
-			want[c.Endpoints[0]] = kvdynamo.Publisher{Endpoint: c.Endpoints[0], Topic: c.Topic, KVCapacityBlocks: blocks, BlockSize: block}
+			l.Endpoint, l.Topic = c.Endpoints[0], c.Topic
+			want[l.Endpoint] = l
 		}
 	}
-	blocks, block := -1, -1
+	shared := kvdynamo.Publisher{KVCapacityBlocks: -1, BlockSize: -1, MaxRequests: -1, MaxBatchedTokens: -1}
 	for _, w := range d.Workers {
+		l := kvdynamo.Publisher{KVCapacityBlocks: w.KVBlocks, BlockSize: w.BlockSize, MaxRequests: w.MaxRequests, MaxBatchedTokens: w.MaxBatchedTokens}
 		for _, c := range w.Metrics {
-			add(c, w.KVBlocks, w.BlockSize)
+			add(c, l)
 		}
-		blocks, block = same(blocks, w.KVBlocks), same(block, w.BlockSize)
+		shared = kvdynamo.Publisher{KVCapacityBlocks: same(shared.KVCapacityBlocks, l.KVCapacityBlocks),
+			BlockSize: same(shared.BlockSize, l.BlockSize), MaxRequests: same(shared.MaxRequests, l.MaxRequests),
+			MaxBatchedTokens: same(shared.MaxBatchedTokens, l.MaxBatchedTokens)}
 	}
 	for _, c := range d.Metrics {
-		if len(c.Endpoints) > 0 {
-			if _, ok := want[c.Endpoints[0]]; !ok {
-				add(c, max(blocks, 0), max(block, 0))
-			}
+		if _, ok := want[c.Endpoints[0]]; !ok {
+			add(c, kvdynamo.Publisher{KVCapacityBlocks: max(shared.KVCapacityBlocks, 0), BlockSize: max(shared.BlockSize, 0),
+				MaxRequests: max(shared.MaxRequests, 0), MaxBatchedTokens: max(shared.MaxBatchedTokens, 0)})
 		}
 	}
 	for _, ep := range slices.Sorted(maps.Keys(s.load)) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/discovery/dynamo"
 	"github.com/kvroute/kvroute/enginemetrics"
 	"github.com/kvroute/kvroute/internal/etcdtest"
+	kvdynamo "github.com/kvroute/kvroute/kvevents/dynamo"
 	"github.com/kvroute/kvroute/router"
 )
 
@@ -309,4 +311,48 @@ func TestEtcdWatcher(t *testing.T) {
 
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// PoolSink has a real event-plane subscriber follow the golden worker's
+// kv-events publisher (through the pool) and the deployment's load
+// channels, each with the card's capacity and limits, and drops them all
+// when the worker goes.
+func TestPoolSinkSubscriber(t *testing.T) {
+	for _, backend := range []string{"file", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			d := goldenState(t, backend).Deployment(dynamo.Selector{})
+			require.Len(t, d.Workers, 1)
+			w := d.Workers[0]
+			r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+			require.NoError(t, err)
+			sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
+			require.NoError(t, err)
+			pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: dynamo.KVEvents(sub), RetryInterval: -1})
+			require.NoError(t, err)
+			defer pool.Close()
+			sink := dynamo.PoolSink(pool, sub)
+			sink.Sync(context.Background(), d)
+			want := map[string]kvdynamo.Publisher{}
+			limits := kvdynamo.Publisher{KVCapacityBlocks: 800, BlockSize: 16, MaxRequests: w.MaxRequests, MaxBatchedTokens: w.MaxBatchedTokens}
+			require.Positive(t, limits.MaxRequests)
+			require.Positive(t, limits.MaxBatchedTokens)
+			for _, c := range append([]dynamo.Channel{{Topic: dynamo.TopicKVEvents, Endpoints: w.KVEvents[0].Endpoints}}, d.Metrics...) {
+				p := limits
+				p.Endpoint, p.Topic = c.Endpoints[0], c.Topic
+				want[p.Topic] = p
+			}
+			require.Eventually(t, func() bool {
+				got := map[string]kvdynamo.Publisher{}
+				for _, p := range sub.Publishers() {
+					got[p.Topic] = p
+				}
+				return reflect.DeepEqual(want, got)
+			}, 5*time.Second, 5*time.Millisecond)
+			require.Equal(t, []kvroute.WorkerKey{{ID: kvroute.WorkerID(w.InstanceID)}}, r.Workers())
+
+			sink.Sync(context.Background(), dynamo.Deployment{})
+			require.Empty(t, r.Workers())
+			require.Empty(t, sub.Publishers())
+		})
+	}
 }
