@@ -24,7 +24,7 @@ var (
 
 // Defaults of Config's durations.
 const (
-	DefaultIdleTimeout = 30 * time.Second
+	DefaultIdleTimeout = 2 * time.Minute
 	DefaultDialTimeout = 2 * time.Second
 	DefaultMaxBackoff  = 5 * time.Second
 	minBackoff         = 50 * time.Millisecond
@@ -48,10 +48,13 @@ type Config struct {
 	// reconnects. Nil discards.
 	Logger *slog.Logger
 	// IdleTimeout is how long a connection may stay silent before the
-	// subscriber reconnects it, in case the publisher went away without
-	// the TCP connection noticing. A reconnect may lose the messages sent
-	// while it happens (they show as a gap). Zero means
-	// DefaultIdleTimeout; negative never reconnects an idle connection.
+	// subscriber reconnects it, in case the publisher's host went away
+	// without closing the connection (a publisher that exits closes it,
+	// and the subscriber reconnects at once, with backoff). A reconnect
+	// may lose the messages sent while it happens (they show as a gap),
+	// and a worker's kv-events are silent while it serves nothing, hence
+	// a long default. Zero means DefaultIdleTimeout; negative never
+	// reconnects an idle connection.
 	IdleTimeout time.Duration
 	// DialTimeout bounds each connection attempt. Zero means
 	// DefaultDialTimeout.

@@ -280,3 +280,33 @@ func TestNewConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestSubscriberReconnects: a publisher that exits and comes back on the
+// same endpoint (a new publisher id, counting from 0) is followed again.
+func TestSubscriberReconnects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pub := newPublisher(t, ctx)
+	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
+	require.NoError(t, err)
+	sub, err := dynamo.New(dynamo.Config{Sink: ix, MaxBackoff: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep}))
+	startSubscriber(t, ctx, sub, pub)
+	w := kvroute.WorkerKey{ID: 4}
+	waitFor(t, ctx, "the first store", func() bool { return matchBlocks(ix, tokens(0, 4)) == 1 },
+		func() { pub.message(1, 0, dynamo.TopicKVEvents, stored(t, w, 0, tokens(0, 4))) })
+	require.NoError(t, pub.pub.Close())
+
+	again := zmq4.NewPub(ctx)
+	defer again.Close()
+	require.NoError(t, again.Listen(pub.ep))
+	waitFor(t, ctx, "a store after the publisher came back", func() bool { return matchBlocks(ix, tokens(10, 4)) == 1 },
+		func() {
+			require.NoError(t, again.SendMulti(zmq4.NewMsgFrom(dynamo.AppendZMQ(&dynamo.Envelope{Topic: dynamo.TopicKVEvents,
+				PublisherID: 2, Sequence: 0, Payload: stored(t, w, 0, tokens(10, 4))})...)))
+		})
+	st := sub.Stats()
+	require.GreaterOrEqual(t, st.Reconnects, uint64(2))
+	require.Equal(t, 1, matchBlocks(ix, tokens(0, 4)), "nothing reset")
+}
