@@ -1,7 +1,12 @@
 package dynamo_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -128,6 +133,17 @@ func TestLiveFileStore(t *testing.T) {
 	require.Len(t, m[0].DynamoEvents, 1)
 	require.True(t, strings.HasPrefix(m[0].DynamoEvents[0], "tcp://127.0.0.1:"), m[0].DynamoEvents[0])
 
+	// Requests through Dynamo's own frontend make the worker cache blocks;
+	// its kv-events reach the router's index under its instance id.
+	port := freePort(t)
+	fe := startFrontend(t, "file", store, port)
+	chat(t, fe, port)
+	waitFor(t, a, "worker a's blocks indexed", func() bool {
+		return len(l.r.Index().AppendWorkerBlocks(kvroute.WorkerKey{ID: kvroute.WorkerID(idA)}, nil)) > 0
+	})
+	require.Positive(t, l.sub.Stats().AppliedStored)
+	fe.stop(t, syscall.SIGTERM)
+
 	b := startMocker(t, model, "file", store)
 	waitFor(t, b, "worker b registered", func() bool { return len(l.workers()) == 2 })
 	idB := l.workers()[slices.Index(l.workers(), idA)^1]
@@ -147,6 +163,7 @@ func TestLiveFileStore(t *testing.T) {
 	require.Equal(t, []uint64{idA}, instanceIDs(t, store), "the watcher never deletes")
 	require.Empty(t, l.following())
 	require.Empty(t, l.pool.Members())
+	require.Empty(t, l.r.Index().AppendWorkerBlocks(kvroute.WorkerKey{ID: kvroute.WorkerID(idA)}, nil))
 
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
@@ -195,4 +212,36 @@ func waitFor(t *testing.T, m *mocker, what string, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// chat sends one chat completion through the frontend once it lists the
+// model, with a prompt of several blocks.
+func chat(t *testing.T, fe *mocker, port int) {
+	t.Helper()
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	waitFor(t, fe, "frontend lists the model", func() bool {
+		resp, err := http.Get(base + "/v1/models")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"tiny"`)
+	})
+	body, err := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 4, "messages": []map[string]string{
+		{"role": "user", "content": strings.Repeat("the router keeps the cache warm for every worker. ", 8)}}})
+	require.NoError(t, err)
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s\nfrontend log:\n%s", b, fe.tail())
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,7 +111,8 @@ func writeModel(t *testing.T, dir string) {
 	}
 }
 
-// mocker is one running `python -m dynamo.mocker` worker.
+// mocker is one running Dynamo process (`python -m dynamo.mocker` worker or
+// `python -m dynamo.frontend`).
 type mocker struct {
 	cmd    *exec.Cmd
 	log    string
@@ -123,15 +125,29 @@ type mocker struct {
 // kills it at the end if it is still running.
 func startMocker(t *testing.T, model, backend, store string) *mocker {
 	t.Helper()
+	return startDynamo(t, backend, store, "dynamo.mocker", "--model-path", model, "--model-name", "tiny",
+		"--block-size", "16", "--num-gpu-blocks-override", "800", "--speedup-ratio", "1")
+}
+
+// startFrontend starts Dynamo's OpenAI frontend on port, routing round
+// robin to the workers it discovers.
+func startFrontend(t *testing.T, backend, store string, port int) *mocker {
+	t.Helper()
+	return startDynamo(t, backend, store, "dynamo.frontend", "--http-port", strconv.Itoa(port), "--router-mode", "round-robin")
+}
+
+// startDynamo runs python -m module with args and the store, planes and
+// addresses every test process shares.
+func startDynamo(t *testing.T, backend, store, module string, args ...string) *mocker {
+	t.Helper()
 	py, path := dynamoPython(t)
-	log := filepath.Join(t.TempDir(), "mocker.log")
+	log := filepath.Join(t.TempDir(), module+".log")
 	f, err := os.Create(log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(py, "-m", "dynamo.mocker", "--model-path", model, "--model-name", "tiny",
-		"--block-size", "16", "--num-gpu-blocks-override", "800", "--discovery-backend", backend,
-		"--request-plane", "tcp", "--event-plane", "zmq", "--speedup-ratio", "1")
+	cmd := exec.Command(py, append(append([]string{"-m", module}, args...), "--discovery-backend", backend,
+		"--request-plane", "tcp", "--event-plane", "zmq")...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "DYN_TCP_RPC_HOST=127.0.0.1", "DYN_TCP_RESPONSE_STREAM_HOST=127.0.0.1",
 		"DYN_EVENT_PLANE_HOST=127.0.0.1", "DYN_SYSTEM_HOST=127.0.0.1", "DYN_LOG=info")
 	if backend == "file" {
