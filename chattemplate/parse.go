@@ -335,29 +335,35 @@ func (p *exprParser) parseExpr() (expr, error) {
 	return e, nil
 }
 
-func (p *exprParser) parseOr() (expr, error) {
-	l, err := p.parseAnd()
-	for err == nil && p.isName("or") {
+// binaryLevel parses operand (op operand)*, left-associative, for the
+// operators ops (symbols or keywords), as each precedence level of
+// Jinja's parser does.
+func (p *exprParser) binaryLevel(operand func() (expr, error), ops ...string) (expr, error) {
+	l, err := operand()
+	for err == nil {
+		t := p.peek()
+		op := ""
+		for _, o := range ops {
+			if (t.kind == tkOp || t.kind == tkName) && t.s == o {
+				op = o
+				break
+			}
+		}
+		if op == "" {
+			break
+		}
 		p.next()
 		var r expr
-		if r, err = p.parseAnd(); err == nil {
-			l = &binExpr{"or", l, r}
+		if r, err = operand(); err == nil {
+			l = &binExpr{op, l, r}
 		}
 	}
 	return l, err
 }
 
-func (p *exprParser) parseAnd() (expr, error) {
-	l, err := p.parseNot()
-	for err == nil && p.isName("and") {
-		p.next()
-		var r expr
-		if r, err = p.parseNot(); err == nil {
-			l = &binExpr{"and", l, r}
-		}
-	}
-	return l, err
-}
+func (p *exprParser) parseOr() (expr, error) { return p.binaryLevel(p.parseAnd, "or") }
+
+func (p *exprParser) parseAnd() (expr, error) { return p.binaryLevel(p.parseNot, "and") }
 
 func (p *exprParser) parseNot() (expr, error) {
 	if p.isName("not") {
@@ -406,52 +412,16 @@ func (p *exprParser) parseCompare() (expr, error) {
 	}
 }
 
-func (p *exprParser) parseMath1() (expr, error) {
-	l, err := p.parseConcat()
-	for err == nil && (p.isOp("+") || p.isOp("-")) {
-		op := p.next().s
-		var r expr
-		if r, err = p.parseConcat(); err == nil {
-			l = &binExpr{op, l, r}
-		}
-	}
-	return l, err
-}
+func (p *exprParser) parseMath1() (expr, error) { return p.binaryLevel(p.parseConcat, "+", "-") }
 
-func (p *exprParser) parseConcat() (expr, error) {
-	l, err := p.parseMath2()
-	for err == nil && p.isOp("~") {
-		p.next()
-		var r expr
-		if r, err = p.parseMath2(); err == nil {
-			l = &binExpr{"~", l, r}
-		}
-	}
-	return l, err
-}
+func (p *exprParser) parseConcat() (expr, error) { return p.binaryLevel(p.parseMath2, "~") }
 
 func (p *exprParser) parseMath2() (expr, error) {
-	l, err := p.parsePow()
-	for err == nil && (p.isOp("*") || p.isOp("/") || p.isOp("//") || p.isOp("%")) {
-		op := p.next().s
-		var r expr
-		if r, err = p.parsePow(); err == nil {
-			l = &binExpr{op, l, r}
-		}
-	}
-	return l, err
+	return p.binaryLevel(p.parsePow, "*", "/", "//", "%")
 }
 
 func (p *exprParser) parsePow() (expr, error) {
-	l, err := p.parseUnary(true)
-	for err == nil && p.isOp("**") {
-		p.next()
-		var r expr
-		if r, err = p.parseUnary(true); err == nil {
-			l = &binExpr{"**", l, r}
-		}
-	}
-	return l, err
+	return p.binaryLevel(func() (expr, error) { return p.parseUnary(true) }, "**")
 }
 
 func (p *exprParser) parseUnary(withFilter bool) (expr, error) {
@@ -719,12 +689,10 @@ func (p *exprParser) parseFilters(e expr) (expr, error) {
 			}
 			e = t
 		case p.isOp("("):
-			p.next()
-			args, kwargs, err := p.parseArgs()
-			if err != nil {
+			var err error
+			if e, err = p.parsePostfix(e); err != nil {
 				return nil, err
 			}
-			e = &callExpr{e, args, kwargs}
 		default:
 			return e, nil
 		}

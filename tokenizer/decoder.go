@@ -151,18 +151,11 @@ func parseDecoder(raw json.RawMessage) ([]decoder, error) {
 		prepended := (v.PrependScheme == nil || *v.PrependScheme != "never") && (v.AddPrefixSpace == nil || *v.AddPrefixSpace)
 		return []decoder{metaspaceDecoder{v.Replacement, prepended}}, nil
 	case "Replace":
-		var v struct {
-			Type    string  `json:"type"`
-			Pattern pattern `json:"pattern"`
-			Content string  `json:"content"`
-		}
-		if err := strict(what, raw, &v); err != nil {
+		old, nw, err := literalReplace(what, raw)
+		if err != nil {
 			return nil, err
 		}
-		if v.Pattern.String == nil {
-			return nil, fmt.Errorf("%w: %s with a regular expression pattern", ErrUnsupported, what)
-		}
-		return []decoder{replaceDecoder{*v.Pattern.String, v.Content}}, nil
+		return []decoder{replaceDecoder{old, nw}}, nil
 	case "ByteFallback":
 		var v struct {
 			Type string `json:"type"`
@@ -188,19 +181,12 @@ func parseDecoder(raw json.RawMessage) ([]decoder, error) {
 		}
 		return []decoder{stripDecoder{v.Content, v.Start, v.Stop}}, nil
 	case "Sequence":
-		var v struct {
-			Type     string            `json:"type"`
-			Decoders []json.RawMessage `json:"decoders"`
-		}
-		if err := strict(what, raw, &v); err != nil {
+		items, err := sequence(what, raw, "decoders", parseDecoder)
+		if err != nil {
 			return nil, err
 		}
 		var out []decoder
-		for _, r := range v.Decoders {
-			d, err := parseDecoder(r)
-			if err != nil {
-				return nil, err
-			}
+		for _, d := range items {
 			out = append(out, d...)
 		}
 		return out, nil

@@ -95,18 +95,11 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		}
 		return prepend{v.Prepend}, nil
 	case "Replace":
-		var v struct {
-			Type    string  `json:"type"`
-			Pattern pattern `json:"pattern"`
-			Content string  `json:"content"`
-		}
-		if err := strict(what, raw, &v); err != nil {
+		old, nw, err := literalReplace(what, raw)
+		if err != nil {
 			return nil, err
 		}
-		if v.Pattern.String == nil {
-			return nil, fmt.Errorf("%w: %s with a regular expression pattern", ErrUnsupported, what)
-		}
-		return replace{*v.Pattern.String, v.Content}, nil
+		return replace{old, nw}, nil
 	case "Strip":
 		var v struct {
 			Type  string `json:"type"`
@@ -118,19 +111,12 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		}
 		return strip{v.Left, v.Right}, nil
 	case "Sequence":
-		var v struct {
-			Type        string            `json:"type"`
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := strict(what, raw, &v); err != nil {
+		items, err := sequence(what, raw, "normalizers", parseNormalizer)
+		if err != nil {
 			return nil, err
 		}
 		var seq normalizerSeq
-		for _, r := range v.Normalizers {
-			n, err := parseNormalizer(r)
-			if err != nil {
-				return nil, err
-			}
+		for _, n := range items {
 			if n != nil {
 				seq = append(seq, n)
 			}

@@ -117,19 +117,14 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (postProce
 		}
 		return t, nil
 	case "Sequence":
-		var v struct {
-			Type       string            `json:"type"`
-			Processors []json.RawMessage `json:"processors"`
-		}
-		if err := strict(what, raw, &v); err != nil {
+		items, err := sequence(what, raw, "processors", func(r json.RawMessage) (postProcessor, error) {
+			return parsePostProcessor(r, vocab)
+		})
+		if err != nil {
 			return nil, err
 		}
 		var q postSeq
-		for _, r := range v.Processors {
-			p, err := parsePostProcessor(r, vocab)
-			if err != nil {
-				return nil, err
-			}
+		for _, p := range items {
 			if p != nil {
 				q = append(q, p)
 			}

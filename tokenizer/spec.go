@@ -78,3 +78,47 @@ type pattern struct {
 	String *string `json:"String"`
 	Regex  *string `json:"Regex"`
 }
+
+// sequence reads a Sequence component, {"type": "Sequence", key: [...]},
+// parsing each item with parse.
+func sequence[T any](what string, raw json.RawMessage, key string, parse func(json.RawMessage) (T, error)) ([]T, error) {
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, what, err)
+	}
+	for k := range v {
+		if k != "type" && k != key {
+			return nil, fmt.Errorf("%w: %s: unknown field %q", ErrUnsupported, what, k)
+		}
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(v[key], &items); err != nil {
+		return nil, fmt.Errorf("%w: %s %s: %w", ErrInvalid, what, key, err)
+	}
+	out := make([]T, 0, len(items))
+	for _, r := range items {
+		x, err := parse(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// literalReplace reads a Replace normalizer or decoder, which this package
+// supports with a literal pattern only.
+func literalReplace(what string, raw json.RawMessage) (old, new string, err error) {
+	var v struct {
+		Type    string  `json:"type"`
+		Pattern pattern `json:"pattern"`
+		Content string  `json:"content"`
+	}
+	if err := strict(what, raw, &v); err != nil {
+		return "", "", err
+	}
+	if v.Pattern.String == nil {
+		return "", "", fmt.Errorf("%w: %s with a regular expression pattern", ErrUnsupported, what)
+	}
+	return *v.Pattern.String, v.Content, nil
+}
