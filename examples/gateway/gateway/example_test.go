@@ -73,3 +73,44 @@ func ExampleWordTokenizer() {
 	// Output:
 	// 3 true
 }
+
+// Route the workers of an NVIDIA Dynamo deployment through its frontend
+// (started with --router-mode direct): the workers are registered in the
+// router under their instance ids (here by hand; package discovery/dynamo
+// does it from Dynamo's store), and each request reaches the frontend with
+// the chosen worker in x-dynamo-worker-instance-id. The frontend here is a
+// stub that answers with the header it received.
+func ExampleConfig_frontend() {
+	frontend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"choices":[{"text":"served by %s"}]}`, r.Header.Get(gateway.HeaderDynamoWorker))
+	}))
+	defer frontend.Close()
+
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	if err != nil {
+		panic(err)
+	}
+	if err := r.AddWorker(router.StaticWorker{WorkerID: 6102808441099218236, Block: 16}); err != nil {
+		panic(err)
+	}
+	gw, err := gateway.New(gateway.Config{
+		Router:   r,
+		Frontend: &gateway.Engine{URL: frontend.URL, Preset: gateway.PresetDynamo},
+	})
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"tiny","prompt":"hello"}`))
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(string(body))
+	// Output:
+	// {"choices":[{"text":"served by 6102808441099218236"}]}
+}

@@ -160,3 +160,22 @@ func FuzzSSEBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDynamoRefused reads answers of Dynamo's frontend as the Dynamo
+// preset judges them: only a 400 whose JSON message is Dynamo's refusal
+// of an unknown worker counts as one, and nothing panics.
+func FuzzDynamoRefused(f *testing.F) {
+	f.Add(400, []byte(`{"message":"Invalid request","type":"Bad Request","code":400}`))
+	f.Add(400, []byte(`{"message":"Failed to deserialize the JSON body into the target type: invalid value","type":"Bad Request","code":400}`))
+	f.Add(404, []byte(`{"message":"Model not found","type":"Not Found","code":404}`))
+	f.Add(400, []byte(`{"message":"Invalid request"`))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		got := dynamoRefused(status, body)
+		if got && status != 400 {
+			t.Fatalf("status %d judged a refusal", status)
+		}
+		if got && !bytes.Contains(body, []byte("Invalid request")) {
+			t.Fatalf("body %q judged a refusal", body)
+		}
+	})
+}
