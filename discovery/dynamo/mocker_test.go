@@ -133,7 +133,7 @@ func startMocker(t *testing.T, model, backend, store string) *mocker {
 // robin to the workers it discovers.
 func startFrontend(t *testing.T, backend, store string, port int) *mocker {
 	t.Helper()
-	return startDynamo(t, backend, store, "dynamo.frontend", "--http-port", strconv.Itoa(port), "--router-mode", "round-robin")
+	return startDynamo(t, backend, store, "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port), "--router-mode", "round-robin")
 }
 
 // startDynamo runs python -m module with args and the store, planes and
