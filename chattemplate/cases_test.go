@@ -2,6 +2,7 @@ package chattemplate_test
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"testing"
 
@@ -19,9 +20,10 @@ func TestCasesGolden(t *testing.T) {
 	var g struct {
 		Vars  map[string]json.RawMessage `json:"vars"`
 		Cases []struct {
-			Template string  `json:"template"`
-			Output   *string `json:"output"`
-			Error    string  `json:"error"`
+			Template string                     `json:"template"`
+			Vars     map[string]json.RawMessage `json:"vars"`
+			Output   *string                    `json:"output"`
+			Error    string                     `json:"error"`
 		} `json:"cases"`
 	}
 	if err := json.Unmarshal(b, &g); err != nil {
@@ -37,7 +39,11 @@ func TestCasesGolden(t *testing.T) {
 			t.Errorf("Parse(%q): %v", c.Template, err)
 			continue
 		}
-		out, err := tmpl.Render(vars, chattemplate.Options{})
+		merged := maps.Clone(vars)
+		for k, v := range c.Vars {
+			merged[k] = v
+		}
+		out, err := tmpl.Render(merged, chattemplate.Options{})
 		switch {
 		case c.Output == nil && err == nil:
 			t.Errorf("Render(%q) = %q, want error %q", c.Template, out, c.Error)

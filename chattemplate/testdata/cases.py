@@ -80,15 +80,185 @@ CASES = [
     "{{ none | length }}",
     "{% for x in n %}{% endfor %}",
     "{{ 1 / 0 }}",
+    # scoping
+    "{% for i in [1,2] %}{% if i == 1 %}{% set y = 5 %}{% endif %}[{{ y }}]{% endfor %}",
+    "{% set x = 1 %}{% if true %}{% set x = 2 %}{% endif %}{{ x }}",
+    "{% set v = 1 %}{% macro m() %}{{ v }}{% endmacro %}{% set v = 3 %}{{ m() }}",
+    "{% for i in [1] %}{% set v = 9 %}{% macro m() %}{{ v }}{% endmacro %}{{ m() }}{% endfor %}",
+]
+
+QWEN3_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}"""
+
+# Hermes-style tool prompt: a recursive macro over JSON schemas.
+HERMES_TEMPLATE = r"""{%- macro json_to_python_type(json_spec) %}
+{%- set basic_type_map = {"string": "str", "number": "float", "integer": "int", "boolean": "bool", "null": "None"} %}
+{%- if basic_type_map[json_spec.type] is defined %}
+    {{- basic_type_map[json_spec.type] }}
+{%- elif json_spec.type == "array" %}
+    {{- "list[" +  json_to_python_type(json_spec["items"]) + "]" }}
+{%- elif json_spec.type == "object" %}
+    {%- if json_spec.additionalProperties is defined %}
+        {{- "dict[str, " + json_to_python_type(json_spec.additionalProperties) + ']' }}
+    {%- else %}
+        {{- "dict" }}
+    {%- endif %}
+{%- elif json_spec.type is iterable %}
+    {{- "Union[" }}
+    {%- for t in json_spec.type %}
+        {{- json_to_python_type({"type": t}) }}
+        {%- if not loop.last %}
+            {{- "," }}
+        {%- endif %}
+    {%- endfor %}
+    {{- "]" }}
+{%- else %}
+    {{- "Any" }}
+{%- endif %}
+{%- endmacro %}
+{%- for tool in tools %}
+    {%- set tool = tool.function %}
+    {{- "def " + tool.name + "(" }}
+    {%- for param_name, param_fields in tool.parameters.properties|items %}
+        {{- param_name + ": " + json_to_python_type(param_fields) }}
+        {%- if not loop.last %}
+            {{- ", " }}
+        {%- endif %}
+    {%- endfor %}
+    {{- "):\n    \"\"\"" + tool.description + "\n\n    Args:\n" }}
+    {%- for param_name, param_fields in tool.parameters.properties|items %}
+        {%- if param_fields.description is defined %}
+        {{- "        " + param_name + "(" + json_to_python_type(param_fields) + "): " + param_fields.description|trim + "\n" }}
+        {%- endif %}
+    {%- endfor %}
+    {{- "    \"\"\"\n" }}
+{%- endfor %}
+{%- for message in messages %}
+    {{- '<|im_start|>' + message.role + '\n' + (message.content or '') | trim + '<|im_end|>\n' }}
+{%- endfor %}"""
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather — now.",
+          "parameters": {"type": "object", "properties": {
+              "city": {"type": "string", "description": " City name "},
+              "days": {"type": "integer"},
+              "tags": {"type": "array", "items": {"type": "string"}, "description": "Tags"},
+              "opts": {"type": "object", "additionalProperties": {"type": ["number", "null"]}}},
+              "required": ["city"]}}}]
+
+CHAT_CASES = [
+    (QWEN3_TEMPLATE, {"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
+                                   {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nanswer one"},
+                                   {"role": "user", "content": "q2"},
+                                   {"role": "assistant", "reasoning_content": "think 2", "content": "",
+                                    "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+                                                   {"function": {"name": "get_weather", "arguments": {"city": "東京", "days": 2}}}]},
+                                   {"role": "tool", "content": "sunny"}, {"role": "tool", "content": "rainy"}],
+                      "tools": TOOLS, "add_generation_prompt": True}),
+    (QWEN3_TEMPLATE, {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True, "enable_thinking": False}),
+    (QWEN3_TEMPLATE, {"messages": [{"role": "user", "content": "<tool_response>x</tool_response>"}, {"role": "assistant", "content": "a"}],
+                      "add_generation_prompt": False}),
+    (HERMES_TEMPLATE, {"messages": [{"role": "user", "content": " hello "}, {"role": "assistant", "content": None}], "tools": TOOLS}),
 ]
 
 
 def main():
     out = []
-    for src in CASES:
+    for src in CASES + CHAT_CASES:
+        extra = {}
+        if isinstance(src, tuple):
+            src, extra = src
         case = {"template": src}
+        if extra:
+            case["vars"] = extra
         try:
-            case["output"] = _compile_jinja_template(src).render(**V)
+            case["output"] = _compile_jinja_template(src).render(**{**V, **extra})
         except Exception as e:
             case["error"] = f"{type(e).__name__}: {e}"
         out.append(case)
