@@ -37,7 +37,7 @@ func TestCaptureStore(t *testing.T) {
 	writeModel(t, model)
 
 	store := t.TempDir()
-	m := startMocker(t, model, "file", store)
+	m := startMocker(t, model, dynEnv{backend: "file", store: store})
 	d := waitDeployment(t, func() dynamo.Deployment {
 		w := &dynamo.FileWatcher{Dir: store}
 		return scanOnce(t, w)
@@ -49,7 +49,7 @@ func TestCaptureStore(t *testing.T) {
 	m.stop(t, syscall.SIGTERM)
 
 	c, url := etcdtest.Start(t)
-	m = startMocker(t, model, "etcd", url)
+	m = startMocker(t, model, dynEnv{backend: "etcd", store: url})
 	var recs []etcdRecord
 	waitDeployment(t, func() dynamo.Deployment {
 		resp, err := c.Get(context.Background(), "v1/", clientv3.WithPrefix())

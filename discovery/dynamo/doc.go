@@ -51,6 +51,12 @@
 //	w := &dynamo.FileWatcher{Dir: os.Getenv("DYN_FILE_KV"), Selector: dynamo.Selector{Model: "llama"}}
 //	return w.Run(ctx, dynamo.PoolSink(pool, sub))
 //
+// With Dynamo's NATS event plane (--event-plane nats) the workers of an
+// endpoint publish on shared subjects: follow them with a
+// kvevents/dynamo NATSSubscriber through NATSSink, after the pool:
+//
+//	w.Run(ctx, dynamo.Sinks{dynamo.PoolSink(pool, nil), dynamo.NATSSink(natsSub)})
+//
 // # Liveness
 //
 // In etcd every key a process writes is under its lease, so a dead

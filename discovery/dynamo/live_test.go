@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -122,7 +124,7 @@ func TestLiveFileStore(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, l.sink) }()
 
-	a := startMocker(t, model, "file", store)
+	a := startMocker(t, model, dynEnv{backend: "file", store: store})
 	waitFor(t, a, "worker a registered", func() bool { ids := instanceIDs(t, store); return len(ids) == 1 && slices.Equal(l.workers(), ids) })
 	idA := l.workers()[0]
 	waitFor(t, a, "worker a's load reported", func() bool { return l.reported(idA) })
@@ -136,7 +138,7 @@ func TestLiveFileStore(t *testing.T) {
 	// Requests through Dynamo's own frontend make the worker cache blocks;
 	// its kv-events reach the router's index under its instance id.
 	port := freePort(t)
-	fe := startFrontend(t, "file", store, port)
+	fe := startFrontend(t, dynEnv{backend: "file", store: store}, port)
 	chat(t, fe, port)
 	waitFor(t, a, "worker a's blocks indexed", func() bool {
 		return len(l.r.Index().AppendWorkerBlocks(kvroute.WorkerKey{ID: kvroute.WorkerID(idA)}, nil)) > 0
@@ -144,7 +146,7 @@ func TestLiveFileStore(t *testing.T) {
 	require.Positive(t, l.sub.Stats().AppliedStored)
 	fe.stop(t, syscall.SIGTERM)
 
-	b := startMocker(t, model, "file", store)
+	b := startMocker(t, model, dynEnv{backend: "file", store: store})
 	waitFor(t, b, "worker b registered", func() bool { return len(l.workers()) == 2 })
 	idB := l.workers()[slices.Index(l.workers(), idA)^1]
 	require.Equal(t, instanceIDs(t, store), l.workers())
@@ -182,7 +184,7 @@ func TestLiveEtcdStore(t *testing.T) {
 	go func() {
 		done <- (&dynamo.EtcdWatcher{Client: c, Selector: dynamo.Selector{Model: "tiny"}}).Run(ctx, l.sink)
 	}()
-	a := startMocker(t, model, "etcd", url)
+	a := startMocker(t, model, dynEnv{backend: "etcd", store: url})
 	waitFor(t, a, "worker registered", func() bool { return len(l.workers()) == 1 })
 	id := l.workers()[0]
 	waitFor(t, a, "load reported", func() bool { return l.reported(id) })
@@ -244,4 +246,71 @@ func chat(t *testing.T, fe *mocker, port int) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s\nfrontend log:\n%s", b, fe.tail())
+}
+
+// A real mocker on Dynamo's NATS event plane: discovery finds its NATS
+// channels and a NATS subscriber follows each subject once; a chat through
+// the frontend gets the worker's blocks indexed.
+func TestLiveNATSEventPlane(t *testing.T) {
+	dynamoPython(t)
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go srv.Start()
+	defer srv.Shutdown()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+
+	model := filepath.Join(t.TempDir(), "model")
+	writeModel(t, model)
+	env := dynEnv{backend: "file", store: t.TempDir(), nats: srv.ClientURL()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	require.NoError(t, err)
+	ns, err := kvdynamo.NewNATS(kvdynamo.NATSConfig{Conn: nc, Sink: r.Index(), Load: r})
+	require.NoError(t, err)
+	nsDone := make(chan struct{})
+	go func() {
+		defer close(nsDone)
+		_ = ns.Run(ctx)
+	}()
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r})
+	require.NoError(t, err)
+	defer pool.Close()
+	var deployment latest
+	done := make(chan error, 1)
+	go func() {
+		done <- (&dynamo.FileWatcher{Dir: env.store, Resync: 200 * time.Millisecond}).Run(ctx,
+			dynamo.Sinks{dynamo.PoolSink(pool, nil), dynamo.NATSSink(ns), &deployment})
+	}()
+
+	a := startMocker(t, model, env)
+	waitFor(t, a, "worker registered", func() bool { return len(r.Workers()) == 1 })
+	id := r.Workers()[0].ID
+	deployment.mu.Lock()
+	w := deployment.d.Workers[0]
+	deployment.mu.Unlock()
+	require.Len(t, w.KVEvents, 1)
+	require.Equal(t, "Nats", w.KVEvents[0].Transport)
+	require.Equal(t, "namespace.dynamo.component.backend.endpoint.generate", w.KVEvents[0].Endpoints[0])
+	waitFor(t, a, "load reported", func() bool {
+		for _, s := range r.Stats().Workers {
+			if s.Worker.ID == id && s.Reported.KVCapacityBlocks == 800 {
+				return true
+			}
+		}
+		return false
+	})
+	port := freePort(t)
+	fe := startFrontend(t, env, port)
+	chat(t, fe, port)
+	waitFor(t, a, "blocks indexed", func() bool { return len(r.Index().AppendWorkerBlocks(kvroute.WorkerKey{ID: id}, nil)) > 0 })
+	fe.stop(t, syscall.SIGTERM)
+	a.stop(t, syscall.SIGTERM)
+	waitFor(t, a, "worker removed", func() bool { return len(r.Workers()) == 0 })
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	<-nsDone
 }

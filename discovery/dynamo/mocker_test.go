@@ -120,25 +120,33 @@ type mocker struct {
 }
 
 // startMocker starts a mocker worker serving model "tiny" with blocks of
-// 16 tokens and 800 cache blocks, all addresses on loopback. backend is
-// "file" (DYN_FILE_KV=store) or "etcd" (ETCD_ENDPOINTS=store). The test
+// 16 tokens and 800 cache blocks, all addresses on loopback. The test
 // kills it at the end if it is still running.
-func startMocker(t *testing.T, model, backend, store string) *mocker {
+func startMocker(t *testing.T, model string, env dynEnv) *mocker {
 	t.Helper()
-	return startDynamo(t, backend, store, "dynamo.mocker", "--model-path", model, "--model-name", "tiny",
+	return startDynamo(t, env, "dynamo.mocker", "--model-path", model, "--model-name", "tiny",
 		"--block-size", "16", "--num-gpu-blocks-override", "800", "--speedup-ratio", "1")
 }
 
 // startFrontend starts Dynamo's OpenAI frontend on port, routing round
 // robin to the workers it discovers.
-func startFrontend(t *testing.T, backend, store string, port int) *mocker {
+func startFrontend(t *testing.T, env dynEnv, port int) *mocker {
 	t.Helper()
-	return startDynamo(t, backend, store, "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port), "--router-mode", "round-robin")
+	return startDynamo(t, env, "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port), "--router-mode", "round-robin")
+}
+
+// dynEnv names where Dynamo processes register and publish.
+type dynEnv struct {
+	// backend and store are "file" and DYN_FILE_KV, or "etcd" and
+	// ETCD_ENDPOINTS.
+	backend, store string
+	// nats is NATS_SERVER for --event-plane nats; empty means zmq.
+	nats string
 }
 
 // startDynamo runs python -m module with args and the store, planes and
 // addresses every test process shares.
-func startDynamo(t *testing.T, backend, store, module string, args ...string) *mocker {
+func startDynamo(t *testing.T, env dynEnv, module string, args ...string) *mocker {
 	t.Helper()
 	py, path := dynamoPython(t)
 	log := filepath.Join(t.TempDir(), module+".log")
@@ -146,14 +154,21 @@ func startDynamo(t *testing.T, backend, store, module string, args ...string) *m
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(py, append(append([]string{"-m", module}, args...), "--discovery-backend", backend,
-		"--request-plane", "tcp", "--event-plane", "zmq")...)
+	plane := "zmq"
+	if env.nats != "" {
+		plane = "nats"
+	}
+	cmd := exec.Command(py, append(append([]string{"-m", module}, args...), "--discovery-backend", env.backend,
+		"--request-plane", "tcp", "--event-plane", plane)...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "DYN_TCP_RPC_HOST=127.0.0.1", "DYN_TCP_RESPONSE_STREAM_HOST=127.0.0.1",
 		"DYN_EVENT_PLANE_HOST=127.0.0.1", "DYN_SYSTEM_HOST=127.0.0.1", "DYN_LOG=info")
-	if backend == "file" {
-		cmd.Env = append(cmd.Env, "DYN_FILE_KV="+store)
+	if env.backend == "file" {
+		cmd.Env = append(cmd.Env, "DYN_FILE_KV="+env.store)
 	} else {
-		cmd.Env = append(cmd.Env, "ETCD_ENDPOINTS="+store)
+		cmd.Env = append(cmd.Env, "ETCD_ENDPOINTS="+env.store)
+	}
+	if env.nats != "" {
+		cmd.Env = append(cmd.Env, "NATS_SERVER="+env.nats)
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/kvroute/kvroute"
@@ -113,20 +114,15 @@ func (s *poolSink) Sync(ctx context.Context, d Deployment) {
 			want[l.Endpoint] = l
 		}
 	}
-	shared := kvdynamo.Publisher{KVCapacityBlocks: -1, BlockSize: -1, MaxRequests: -1, MaxBatchedTokens: -1}
 	for _, w := range d.Workers {
-		l := kvdynamo.Publisher{KVCapacityBlocks: w.KVBlocks, BlockSize: w.BlockSize, MaxRequests: w.MaxRequests, MaxBatchedTokens: w.MaxBatchedTokens}
 		for _, c := range w.Metrics {
-			add(c, l)
+			add(c, w.limits())
 		}
-		shared = kvdynamo.Publisher{KVCapacityBlocks: same(shared.KVCapacityBlocks, l.KVCapacityBlocks),
-			BlockSize: same(shared.BlockSize, l.BlockSize), MaxRequests: same(shared.MaxRequests, l.MaxRequests),
-			MaxBatchedTokens: same(shared.MaxBatchedTokens, l.MaxBatchedTokens)}
 	}
+	shared := sharedLimits(d)
 	for _, c := range d.Metrics {
 		if _, ok := want[c.Endpoints[0]]; !ok {
-			add(c, kvdynamo.Publisher{KVCapacityBlocks: max(shared.KVCapacityBlocks, 0), BlockSize: max(shared.BlockSize, 0),
-				MaxRequests: max(shared.MaxRequests, 0), MaxBatchedTokens: max(shared.MaxBatchedTokens, 0)})
+			add(c, shared)
 		}
 	}
 	for _, ep := range slices.Sorted(maps.Keys(s.load)) {
@@ -145,6 +141,26 @@ func (s *poolSink) Sync(ctx context.Context, d Deployment) {
 	}
 }
 
+// limits returns a publisher description with the worker's capacity and
+// limits.
+func (w *Worker) limits() kvdynamo.Publisher {
+	return kvdynamo.Publisher{KVCapacityBlocks: w.KVBlocks, BlockSize: w.BlockSize, MaxRequests: w.MaxRequests, MaxBatchedTokens: w.MaxBatchedTokens}
+}
+
+// sharedLimits returns the capacity and limits the deployment's workers
+// share, zero where they differ.
+func sharedLimits(d Deployment) kvdynamo.Publisher {
+	acc := kvdynamo.Publisher{KVCapacityBlocks: -1, BlockSize: -1, MaxRequests: -1, MaxBatchedTokens: -1}
+	for _, w := range d.Workers {
+		l := w.limits()
+		acc = kvdynamo.Publisher{KVCapacityBlocks: same(acc.KVCapacityBlocks, l.KVCapacityBlocks),
+			BlockSize: same(acc.BlockSize, l.BlockSize), MaxRequests: same(acc.MaxRequests, l.MaxRequests),
+			MaxBatchedTokens: same(acc.MaxBatchedTokens, l.MaxBatchedTokens)}
+	}
+	return kvdynamo.Publisher{KVCapacityBlocks: max(acc.KVCapacityBlocks, 0), BlockSize: max(acc.BlockSize, 0),
+		MaxRequests: max(acc.MaxRequests, 0), MaxBatchedTokens: max(acc.MaxBatchedTokens, 0)}
+}
+
 // same folds v into acc: -1 is "nothing yet", 0 "they differ".
 func same(acc, v int) int {
 	switch acc {
@@ -154,4 +170,106 @@ func same(acc, v int) int {
 		return acc
 	}
 	return 0
+}
+
+// Sinks hands each deployment to every sink, in order.
+type Sinks []Sink
+
+// Sync calls each sink's Sync.
+func (s Sinks) Sync(ctx context.Context, d Deployment) {
+	for _, k := range s {
+		k.Sync(ctx, d)
+	}
+}
+
+// Channels is the part of a NATS event-plane subscriber discovery drives;
+// *kvdynamo.NATSSubscriber (package kvevents/dynamo) is one.
+type Channels interface {
+	AddChannel(ch kvdynamo.NATSChannel) error
+	RemoveChannel(subject string)
+}
+
+// NATSSink returns a Sink that has sub follow a deployment's channels on
+// Dynamo's NATS event plane (--event-plane nats): the subjects its
+// workers' kv-events and its load topics are published on. Workers of an
+// endpoint share a subject, which is followed once, with the capacity and
+// limits the workers share, while any of them is in the deployment. Put
+// it after PoolSink in Sinks, so that subjects are followed once their
+// workers are registered.
+func NATSSink(sub Channels) Sink {
+	return &natsSink{sub: sub, subjects: map[string]kvdynamo.NATSChannel{}}
+}
+
+type natsSink struct {
+	sub Channels
+	// mu serialises Sync and protects subjects.
+	mu       sync.Mutex
+	subjects map[string]kvdynamo.NATSChannel // followed channels by subject
+}
+
+func (s *natsSink) Sync(_ context.Context, d Deployment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := map[string]kvdynamo.NATSChannel{}
+	for _, ch := range NATSChannels(d) {
+		want[ch.Subject] = ch
+	}
+	for _, subj := range slices.Sorted(maps.Keys(s.subjects)) {
+		if ch, ok := want[subj]; !ok || ch != s.subjects[subj] {
+			s.sub.RemoveChannel(subj)
+			delete(s.subjects, subj)
+		}
+	}
+	for _, subj := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := s.subjects[subj]; ok {
+			continue
+		}
+		if err := s.sub.AddChannel(want[subj]); err == nil {
+			s.subjects[subj] = want[subj]
+		}
+	}
+}
+
+// NATSChannels returns the channels a deployment publishes on Dynamo's
+// NATS event plane, sorted by subject: its workers' kv-events subjects and
+// its load subjects, each once, with the capacity and limits the workers
+// share.
+func NATSChannels(d Deployment) []kvdynamo.NATSChannel {
+	l := sharedLimits(d)
+	want := map[string]kvdynamo.NATSChannel{}
+	add := func(transport, prefix, topic string) {
+		if transport == "Nats" {
+			subj := prefix + "." + encodeSegment(topic)
+			want[subj] = kvdynamo.NATSChannel{Subject: subj, KVCapacityBlocks: l.KVCapacityBlocks, BlockSize: l.BlockSize,
+				MaxRequests: l.MaxRequests, MaxBatchedTokens: l.MaxBatchedTokens}
+		}
+	}
+	for _, w := range d.Workers {
+		for _, p := range w.KVEvents {
+			add(p.Transport, p.Endpoints[0], TopicKVEvents)
+		}
+	}
+	for _, c := range d.Metrics {
+		add(c.Transport, c.Endpoints[0], c.Topic)
+	}
+	out := make([]kvdynamo.NATSChannel, 0, len(want))
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		out = append(out, want[k])
+	}
+	return out
+}
+
+// encodeSegment escapes a subject token as Dynamo does: letters, digits,
+// '-' and '_' are kept, every other byte becomes %XX.
+func encodeSegment(s string) string {
+	var b strings.Builder
+	for i := range len(s) {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
 }

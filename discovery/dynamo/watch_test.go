@@ -356,3 +356,35 @@ func TestPoolSinkSubscriber(t *testing.T) {
 		})
 	}
 }
+
+// Two workers on the NATS event plane (the golden worker and a copy, their
+// channels moved to NATS as Dynamo records them with --event-plane nats)
+// share each subject: it is followed once.
+func TestNATSChannels(t *testing.T) {
+	files := goldenFiles(t)
+	var st dynamo.State
+	for delta := range uint64(2) {
+		r, _ := renamer(t, files, delta)
+		for _, f := range files {
+			v := r.Replace(string(f.value))
+			if f.rec.Channel != nil {
+				v = strings.Replace(v, `{"kind":"Zmq","config":{"endpoint":"`+f.rec.Channel.Endpoints[0]+`"}}`,
+					`{"kind":"Nats","config":{"subject_prefix":"namespace.dynamo.component.backend.endpoint.generate"}}`, 1)
+				require.NotEqual(t, r.Replace(string(f.value)), v)
+			}
+			require.NoError(t, st.Put(r.Replace(f.key), []byte(v), 0))
+		}
+	}
+	d := st.Deployment(dynamo.Selector{})
+	require.Len(t, d.Workers, 2)
+	require.Empty(t, dynamo.Engines(d)[0].DynamoEvents, "NATS publishers are not the Pool's")
+	var subjects []string
+	for _, ch := range dynamo.NATSChannels(d) {
+		subjects = append(subjects, ch.Subject)
+		require.Equal(t, 800, ch.KVCapacityBlocks)
+		require.Equal(t, 16, ch.BlockSize)
+	}
+	prefix := "namespace.dynamo.component.backend.endpoint.generate."
+	require.Equal(t, []string{prefix + dynamo.TopicForwardPassMetrics, prefix + dynamo.TopicKVEvents, prefix + dynamo.TopicKVMetrics}, subjects)
+	require.Empty(t, dynamo.NATSChannels(goldenState(t, "file").Deployment(dynamo.Selector{})), "ZMQ channels are not NATS ones")
+}
