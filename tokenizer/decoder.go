@@ -202,7 +202,9 @@ func (t *Tokenizer) Decode(ids []uint32, skipSpecialTokens bool) string {
 		if skipSpecialTokens && t.special[id] {
 			continue
 		}
-		if s, ok := t.idToToken[id]; ok {
+		if s, ok := t.decodeAs[id]; ok {
+			tokens = append(tokens, s)
+		} else if s, ok := t.idToToken[id]; ok {
 			tokens = append(tokens, s)
 		}
 	}

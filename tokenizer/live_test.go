@@ -49,6 +49,7 @@ var livePieces = []string{
 	".", ",", "!", "?", "'s", "'T", "'re", "'LL", "'d", "'", "\"", "(", ")", "{", "}", "<", ">", "-", "_", "/", "\\", "#", "@",
 	"hello", "World", "the", "tokenizer", "supercalifragilistic", "router", " cache", " model", "naïve", "café",
 	"<|begin_of_text|>", "<|eot_id|>", "<|im_start|>", "<|im_end|>", "<s>", "</s>", "[INST]", "[/INST]", "<tool_call>", "<unk>",
+	"<mask>", " <mask>", "<|rs|>", "\ufb01ne", "fine",
 }
 
 func randomText(rng *rand.Rand, n int) string {

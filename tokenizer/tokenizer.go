@@ -21,6 +21,7 @@ type Tokenizer struct {
 	post       postProcessor
 	decoder    []decoder
 	idToToken  map[uint32]string
+	decodeAs   map[uint32]string // normalized added tokens decode as normalized
 	special    map[uint32]bool
 	tokenToID  map[string]uint32
 }
@@ -57,7 +58,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if isNull(spec.Model) {
 		return nil, fmt.Errorf("%w: no model", ErrInvalid)
 	}
-	t := &Tokenizer{idToToken: make(map[uint32]string), special: make(map[uint32]bool), tokenToID: make(map[string]uint32)}
+	t := &Tokenizer{idToToken: make(map[uint32]string), decodeAs: make(map[uint32]string), special: make(map[uint32]bool), tokenToID: make(map[string]uint32)}
 	var err error
 	if t.normalizer, err = parseNormalizer(spec.Normalizer); err != nil {
 		return nil, err
@@ -116,6 +117,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 			n := *at
 			n.content = t.normalizer.normalize(at.content)
 			normTokens = append(normTokens, &n)
+			t.decodeAs[at.id] = n.content
 		} else if a.Normalized {
 			normTokens = append(normTokens, at)
 		} else {

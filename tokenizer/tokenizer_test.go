@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -187,6 +188,47 @@ func TestEncodeConcurrent(t *testing.T) {
 		close(errs)
 		for e := range errs {
 			t.Error(e)
+		}
+	}
+}
+
+// TestTemplateFiles: chat_template.jinja and additional_chat_templates/
+// take priority over tokenizer_config.json's template, and "tool_use" is
+// chosen when tools are given.
+func TestTemplateFiles(t *testing.T) {
+	dir := t.TempDir()
+	tj := readFile(t, filepath.Join("testdata", "llama3", "tokenizer.json"))
+	files := map[string]string{
+		"tokenizer.json":                           string(tj),
+		"tokenizer_config.json":                    `{"chat_template": "config", "eos_token": {"content": "<|eot_id|>"}}`,
+		"chat_template.jinja":                      "default {{ messages | length }} {{ eos_token }}\n",
+		"additional_chat_templates/tool_use.jinja": "tools {{ tools | length }}",
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := tokenizer.LoadModel(dir, tokenizer.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := json.RawMessage(`[{"role": "user", "content": "x"}]`)
+	tests := []struct {
+		chat tokenizer.Chat
+		want string
+	}{
+		{tokenizer.Chat{Messages: msgs}, "default 1 <|eot_id|>"},
+		{tokenizer.Chat{Messages: msgs, Tools: json.RawMessage(`[{}, {}]`)}, "tools 2"},
+		{tokenizer.Chat{Messages: msgs, Tools: json.RawMessage(`[{}]`), Template: "default"}, "default 1 <|eot_id|>"},
+	}
+	for _, tt := range tests {
+		if got, err := m.RenderChat(&tt.chat); err != nil || got != tt.want {
+			t.Errorf("RenderChat(%+v) = %q, %v; want %q", tt.chat, got, err, tt.want)
 		}
 	}
 }

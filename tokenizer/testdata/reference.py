@@ -74,6 +74,7 @@ SAMPLE_TEXTS = [
     "'s 't 're 've 'm 'll 'd 'S 'T 'RE",
     "\u017fome long s and ſ's",
     "zero\u200bwidth\u200djoiner\ufeffbom",
+    "options: a  <mask> b<mask>  c <|rs|>   d<|rs|>\ne \ufb01ne fine \ufb01nest",
 ]
 
 
@@ -578,6 +579,24 @@ def build(family, rng):
     raise ValueError(family)
 
 
+def add_options(family, tok):
+    """Adds the added-token options the trained files lack: lstrip, rstrip
+    and tokens matched on normalized text."""
+    from tokenizers import AddedToken
+    have = {t.content for t in tok.get_added_tokens_decoder().values()}
+    extra = {
+        "unigram": [AddedToken("<mask>", lstrip=True, special=True, normalized=False),
+                    AddedToken("\ufb01ne", normalized=True, special=False)],
+        "qwen2": [AddedToken("<|rs|>", rstrip=True, special=True, normalized=False)],
+    }.get(family, [])
+    for t in extra:
+        if t.content not in have:
+            if t.special:
+                tok.add_special_tokens([t])
+            else:
+                tok.add_tokens([t])
+
+
 def apply_chat(tok, chat):
     kwargs = dict(chat.get("kwargs") or {})
     try:
@@ -616,10 +635,14 @@ def gen(root, train=True):
         rng = random.Random(17)
         d = os.path.join(root, family)
         os.makedirs(d, exist_ok=True)
-        if train or not os.path.exists(os.path.join(d, "tokenizer.json")):
+        path = os.path.join(d, "tokenizer.json")
+        if train or not os.path.exists(path):
             tok = build(family, rng)
-            tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
             print(family, "vocab", tok.get_vocab_size(), file=sys.stderr)
+        else:
+            tok = Tokenizer.from_file(path)
+        add_options(family, tok)
+        tok.save(path, pretty=False)
         cfg = dict(spec["config"])
         with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg, f, ensure_ascii=False, indent=1)
