@@ -174,6 +174,7 @@ func TestDynamoLive(t *testing.T) {
 		require.Equal(t, http.StatusOK, a.status, "request %d: %s\n%s", i, a.body, logs())
 		require.True(t, a.cachedKnown, "request %d: Dynamo reports usage.prompt_tokens_details.cached_tokens", i)
 		workers[a.worker]++
+		t.Logf("request %d (stream %v) on %s: predicted %d cached tokens, Dynamo reported %d", i, i%2 == 1, a.worker, a.predicted, a.cached)
 		if i > 0 {
 			require.Positive(t, a.predicted, "request %d: the router predicted the shared prompt's blocks", i)
 			require.Equal(t, a.predicted, a.cached, "request %d on %s: predicted and reported cached tokens agree", i, a.worker)

@@ -14,7 +14,8 @@
 //     names) carry their headers: Engine.Headers, or Engine.Preset
 //     PresetDynamo for NVIDIA Dynamo's frontend in direct routing mode.
 //  3. Create the Gateway with New and a Tokenizer that agrees with the
-//     engines (RemoteTokenizer asks the engine itself).
+//     engines (RemoteTokenizer asks the engine itself; ModelTokenizer
+//     reads the model directory and asks no one).
 //  4. Start Gateway.Run on a goroutine: it subscribes to every engine's KV
 //     events (applied to the router's index) and probes their health
 //     (router heartbeats), until its context ends.
@@ -34,6 +35,21 @@
 //	}
 //	go gw.Run(ctx)
 //	return http.ListenAndServe(":8080", gw)
+//
+// # Workers discovered elsewhere: Dynamo
+//
+// A router's workers need not be added to the gateway: a discovery source
+// (discovery.Pool fed by package discovery/dynamo's store watchers, with
+// package kvevents/dynamo applying the workers' KV events to the router's
+// index) registers them in the router under their ids, and Config.Frontend
+// says where their requests go. For an NVIDIA Dynamo deployment that is
+// its frontend in direct routing mode with Preset PresetDynamo: every
+// request reaches the frontend with the chosen worker's instance id in
+// x-dynamo-worker-instance-id and its rank in x-dynamo-dp-rank. Pass the
+// Gateway as the event subscriber's load reporter (it is one: Heartbeat),
+// so that Dynamo's load reports and the gateway's health probes of the
+// frontend agree. The command examples/gateway does all of this with
+// -dynamo-store and -dynamo-frontend.
 //
 // # Request lifecycle
 //

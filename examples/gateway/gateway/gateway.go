@@ -535,6 +535,11 @@ type Stats struct {
 	Failed uint64
 	// Engines are the added engines, by id.
 	Engines []EngineStats
+	// Frontend are the workers served through Config.Frontend (those a
+	// discovery source registered in the router), by id: Engine holds
+	// their id and the frontend's URL and headers; they have no events
+	// of the gateway's.
+	Frontend []EngineStats
 }
 
 // Stats returns a snapshot of the gateway's counters.
@@ -552,8 +557,37 @@ func (g *Gateway) Stats() Stats {
 		}
 		st.Engines = append(st.Engines, es)
 	}
+	if g.frontend != nil {
+		added := make(map[kvroute.WorkerID]bool, len(g.engines))
+		for id := range g.engines {
+			added[id] = true
+		}
+		byID := map[kvroute.WorkerID]*EngineStats{}
+		for _, ws := range g.r.Stats().Workers {
+			if added[ws.Worker.ID] {
+				continue
+			}
+			es := byID[ws.Worker.ID]
+			if es == nil {
+				e := g.frontend.cfg
+				e.ID = ws.Worker.ID
+				es = &EngineStats{Engine: e}
+				byID[ws.Worker.ID] = es
+			}
+			es.Engine.Ranks = max(es.Engine.Ranks, int(ws.Worker.Rank)+1)
+			for len(es.Health) <= int(ws.Worker.Rank) {
+				es.Health = append(es.Health, router.Unhealthy)
+			}
+			es.Health[ws.Worker.Rank] = ws.Health
+		}
+		for _, es := range byID {
+			st.Frontend = append(st.Frontend, *es)
+		}
+	}
 	g.mu.RUnlock()
-	slices.SortFunc(st.Engines, func(a, b EngineStats) int { return cmp.Compare(a.Engine.ID, b.Engine.ID) })
+	for _, list := range [][]EngineStats{st.Engines, st.Frontend} {
+		slices.SortFunc(list, func(a, b EngineStats) int { return cmp.Compare(a.Engine.ID, b.Engine.ID) })
+	}
 	return st
 }
 

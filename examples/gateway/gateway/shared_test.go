@@ -243,6 +243,14 @@ func TestGatewayFrontendServesDiscoveredWorkers(t *testing.T) {
 		require.Contains(t, []string{"11", "12"}, h.Get("X-Dynamo-Worker-Instance-Id"))
 	}
 	require.Equal(t, map[string]bool{"11/0": true, "12/0": true}, served, "both workers get fresh prompts")
+	st := gw.Stats()
+	require.Empty(t, st.Engines)
+	require.Len(t, st.Frontend, 2)
+	for i, es := range st.Frontend {
+		require.Equal(t, engines[i].ID(), es.Engine.ID)
+		require.Equal(t, front.srv.URL, es.Engine.URL)
+		require.Equal(t, []router.Health{router.Healthy}, es.Health)
+	}
 	require.Eventually(t, func() bool {
 		for _, ws := range r.Stats().Workers {
 			if ws.Health != router.Healthy {
