@@ -2,6 +2,8 @@ package chattemplate_test
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"maps"
 	"os"
 	"testing"
@@ -44,9 +46,12 @@ func TestCasesGolden(t *testing.T) {
 			merged[k] = v
 		}
 		out, err := tmpl.Render(merged, chattemplate.Options{})
+		var raised *chattemplate.RaisedError
 		switch {
 		case c.Output == nil && err == nil:
 			t.Errorf("Render(%q) = %q, want error %q", c.Template, out, c.Error)
+		case strings.HasPrefix(c.Error, "TemplateError: ") && (!errors.As(err, &raised) || "TemplateError: "+raised.Message != c.Error):
+			t.Errorf("Render(%q): %v, want %q", c.Template, err, c.Error)
 		case c.Output != nil && err != nil:
 			t.Errorf("Render(%q): %v, want %q", c.Template, err, *c.Output)
 		case c.Output != nil && out != *c.Output:

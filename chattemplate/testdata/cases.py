@@ -232,7 +232,81 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
               "opts": {"type": "object", "additionalProperties": {"type": ["number", "null"]}}},
               "required": ["city"]}}}]
 
+# DeepSeek-style: namespace flags, tool calls with string arguments, the
+# reasoning stripped from earlier answers, full-width special tokens.
+DEEPSEEK_TEMPLATE = (
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    "{% set ns = namespace(is_first=false, is_tool=false, system_prompt='') %}"
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}{% set ns.system_prompt = ns.system_prompt + message['content'] %}{%- endif %}{%- endfor %}"
+    "{{ bos_token }}{{ ns.system_prompt }}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{ '<\uff5cUser\uff5c>' + message['content'] }}"
+    "{%- elif message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}"
+    "{%- for tool in message['tool_calls'] %}"
+    "{%- if not ns.is_first %}{{ '<\uff5cAssistant\uff5c><\uff5ctool\u2581calls\u2581begin\uff5c>' }}{%- set ns.is_first = true -%}{%- else %}{{ '\\n' }}{%- endif %}"
+    "{{ '<\uff5ctool\u2581call\u2581begin\uff5c>' + tool['type'] + '<\uff5ctool\u2581sep\uff5c>' + tool['function']['name'] + '\\n```json\\n' + tool['function']['arguments'] + '\\n```<\uff5ctool\u2581call\u2581end\uff5c>' }}"
+    "{%- endfor %}{{ '<\uff5ctool\u2581calls\u2581end\uff5c><\uff5cend\u2581of\u2581sentence\uff5c>' }}"
+    "{%- elif message['role'] == 'assistant' %}"
+    "{%- set content = message['content'] %}{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1] %}{%- endif %}"
+    "{%- if ns.is_tool %}{{ '<\uff5ctool\u2581outputs\u2581end\uff5c>' }}{%- set ns.is_tool = false -%}{%- endif %}"
+    "{{ '<\uff5cAssistant\uff5c>' + content + '<\uff5cend\u2581of\u2581sentence\uff5c>' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if not ns.is_tool %}{{ '<\uff5ctool\u2581outputs\u2581begin\uff5c>' }}{%- set ns.is_tool = true -%}{%- else %}{{ '\\n' }}{%- endif %}"
+    "{{ '<\uff5ctool\u2581output\u2581begin\uff5c>' + message['content'] + '<\uff5ctool\u2581output\u2581end\uff5c>' }}"
+    "{%- endif %}{%- endfor %}"
+    "{% if ns.is_tool %}{{ '<\uff5ctool\u2581outputs\u2581end\uff5c>' }}{% endif %}"
+    "{% if add_generation_prompt and not ns.is_tool %}{{ '<\uff5cAssistant\uff5c><think>\\n' }}{% endif %}")
+
+# Gemma-style: the system prompt folded into the first user turn, roles
+# renamed, alternation enforced.
+GEMMA_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- set role = "model" if message['role'] == 'assistant' else message['role'] -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{ '<start_of_turn>model\n' }}
+{%- endif -%}
+"""
+
 CHAT_CASES = [
+    (DEEPSEEK_TEMPLATE, {"bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+                         "messages": [{"role": "system", "content": "S."}, {"role": "user", "content": "q"},
+                                      {"role": "assistant", "content": None, "tool_calls": [
+                                          {"type": "function", "function": {"name": "a", "arguments": "{\"x\": 1}"}},
+                                          {"type": "function", "function": {"name": "b", "arguments": "{}"}}]},
+                                      {"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"},
+                                      {"role": "assistant", "content": "<think>\nhidden\n</think>\n\nshown"},
+                                      {"role": "user", "content": "q2"}], "add_generation_prompt": True}),
+    (GEMMA_TEMPLATE, {"bos_token": "<bos>", "messages": [{"role": "system", "content": "Sys."},
+                                                        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " look "}]},
+                                                        {"role": "assistant", "content": " ok "}], "add_generation_prompt": True}),
+    (GEMMA_TEMPLATE, {"bos_token": "<bos>", "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}),
+    (GEMMA_TEMPLATE, {"bos_token": "<bos>", "messages": [{"role": "user", "content": 5}]}),
     (QWEN3_TEMPLATE, {"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
                                    {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nanswer one"},
                                    {"role": "user", "content": "q2"},
