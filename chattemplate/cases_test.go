@@ -3,9 +3,9 @@ package chattemplate_test
 import (
 	"encoding/json"
 	"errors"
-	"strings"
 	"maps"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/kvroute/kvroute/chattemplate"
