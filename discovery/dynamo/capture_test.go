@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvroute/kvroute/discovery/dynamo"
+	"github.com/kvroute/kvroute/internal/dynamotest"
 	"github.com/kvroute/kvroute/internal/etcdtest"
 )
 
@@ -34,7 +35,7 @@ func TestCaptureStore(t *testing.T) {
 		t.Skip("captures golden data only with KVROUTE_DYNAMO_CAPTURE=1 (testdata/capture.sh)")
 	}
 	model := filepath.Join(t.TempDir(), "model")
-	writeModel(t, model)
+	dynamotest.WriteModel(t, model)
 
 	store := t.TempDir()
 	m := startMocker(t, model, dynEnv{backend: "file", store: store})
@@ -46,7 +47,7 @@ func TestCaptureStore(t *testing.T) {
 	out := filepath.Join("testdata", "filestore")
 	require.NoError(t, os.RemoveAll(out))
 	require.NoError(t, os.CopyFS(out, os.DirFS(store)))
-	m.stop(t, syscall.SIGTERM)
+	m.Stop(syscall.SIGTERM)
 
 	c, url := etcdtest.Start(t)
 	m = startMocker(t, model, dynEnv{backend: "etcd", store: url})
@@ -65,12 +66,12 @@ func TestCaptureStore(t *testing.T) {
 	b, err := json.MarshalIndent(recs, "", "  ")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join("testdata", "etcd.json"), append(b, '\n'), 0o644))
-	m.stop(t, syscall.SIGTERM)
+	m.Stop(syscall.SIGTERM)
 }
 
 // waitDeployment polls get until it returns n workers with kv-events
 // publishers and load channels, for at most a minute.
-func waitDeployment(t *testing.T, get func() dynamo.Deployment, n int, m *mocker) dynamo.Deployment {
+func waitDeployment(t *testing.T, get func() dynamo.Deployment, n int, m *dynamotest.Process) dynamo.Deployment {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -79,7 +80,7 @@ func waitDeployment(t *testing.T, get func() dynamo.Deployment, n int, m *mocker
 			return d
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d workers, want %d; waiting: %v; mocker log:\n%s", len(d.Workers), n, d.Waiting, m.tail())
+			t.Fatalf("%d workers, want %d; waiting: %v; mocker log:\n%s", len(d.Workers), n, d.Waiting, m.Tail())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/dynamo"
+	"github.com/kvroute/kvroute/internal/dynamotest"
 	"github.com/kvroute/kvroute/internal/etcdtest"
 	kvdynamo "github.com/kvroute/kvroute/kvevents/dynamo"
 	"github.com/kvroute/kvroute/router"
@@ -112,9 +112,9 @@ func instanceIDs(t *testing.T, store string) []uint64 {
 // Real mocker workers come and go in a file store: the router follows,
 // with each worker's kv-events publisher and load channels subscribed.
 func TestLiveFileStore(t *testing.T) {
-	dynamoPython(t)
+	dynamotest.Python(t)
 	model := filepath.Join(t.TempDir(), "model")
-	writeModel(t, model)
+	dynamotest.WriteModel(t, model)
 	store := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -137,14 +137,14 @@ func TestLiveFileStore(t *testing.T) {
 
 	// Requests through Dynamo's own frontend make the worker cache blocks;
 	// its kv-events reach the router's index under its instance id.
-	port := freePort(t)
+	port := dynamotest.FreePort(t)
 	fe := startFrontend(t, dynEnv{backend: "file", store: store}, port)
 	chat(t, fe, port)
 	waitFor(t, a, "worker a's blocks indexed", func() bool {
 		return len(l.r.Index().AppendWorkerBlocks(kvroute.WorkerKey{ID: kvroute.WorkerID(idA)}, nil)) > 0
 	})
 	require.Positive(t, l.sub.Stats().AppliedStored)
-	fe.stop(t, syscall.SIGTERM)
+	fe.Stop(syscall.SIGTERM)
 
 	b := startMocker(t, model, dynEnv{backend: "file", store: store})
 	waitFor(t, b, "worker b registered", func() bool { return len(l.workers()) == 2 })
@@ -154,12 +154,12 @@ func TestLiveFileStore(t *testing.T) {
 	require.Len(t, l.following(), 6)
 
 	// b stops cleanly: it deletes its files.
-	b.stop(t, syscall.SIGTERM)
+	b.Stop(syscall.SIGTERM)
 	waitFor(t, a, "worker b removed", func() bool { return slices.Equal(l.workers(), []uint64{idA}) })
 	require.Len(t, l.following(), 3)
 
 	// a is killed: its files stay, untouched, until they are TTL old.
-	a.stop(t, syscall.SIGKILL)
+	a.Stop(syscall.SIGKILL)
 	require.Equal(t, []uint64{idA}, instanceIDs(t, store))
 	waitFor(t, a, "worker a aged out", func() bool { return len(l.workers()) == 0 })
 	require.Equal(t, []uint64{idA}, instanceIDs(t, store), "the watcher never deletes")
@@ -173,10 +173,10 @@ func TestLiveFileStore(t *testing.T) {
 
 // A real mocker registers in etcd: the router follows its lease.
 func TestLiveEtcdStore(t *testing.T) {
-	dynamoPython(t)
+	dynamotest.Python(t)
 	c, url := etcdtest.Start(t)
 	model := filepath.Join(t.TempDir(), "model")
-	writeModel(t, model)
+	dynamotest.WriteModel(t, model)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	l := newLiveRouter(t, ctx)
@@ -196,7 +196,7 @@ func TestLiveEtcdStore(t *testing.T) {
 	for _, kv := range resp.Kvs {
 		require.Equal(t, id, uint64(kv.Lease), string(kv.Key))
 	}
-	a.stop(t, syscall.SIGTERM)
+	a.Stop(syscall.SIGTERM)
 	waitFor(t, a, "worker removed", func() bool { return len(l.workers()) == 0 })
 	require.Empty(t, l.following())
 	cancel()
@@ -205,39 +205,23 @@ func TestLiveEtcdStore(t *testing.T) {
 
 // waitFor polls cond for up to a minute (mockers take seconds to start
 // on a loaded machine) and fails with the mocker's log.
-func waitFor(t *testing.T, m *mocker, what string, cond func() bool) {
+func waitFor(t *testing.T, m *dynamotest.Process, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: timed out; mocker log:\n%s", what, m.tail())
+			t.Fatalf("%s: timed out; mocker log:\n%s", what, m.Tail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // chat sends one chat completion through the frontend once it lists the
 // model, with a prompt of several blocks.
-func chat(t *testing.T, fe *mocker, port int) {
+func chat(t *testing.T, fe *dynamotest.Process, port int) {
 	t.Helper()
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	waitFor(t, fe, "frontend lists the model", func() bool {
-		resp, err := http.Get(base + "/v1/models")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"tiny"`)
-	})
+	waitFor(t, fe, "frontend lists the model", func() bool { return dynamotest.Serves(context.Background(), base, "tiny") })
 	body, err := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 4, "messages": []map[string]string{
 		{"role": "user", "content": strings.Repeat("the router keeps the cache warm for every worker. ", 8)}}})
 	require.NoError(t, err)
@@ -245,14 +229,14 @@ func chat(t *testing.T, fe *mocker, port int) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "%s\nfrontend log:\n%s", b, fe.tail())
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s\nfrontend log:\n%s", b, fe.Tail())
 }
 
 // A real mocker on Dynamo's NATS event plane: discovery finds its NATS
 // channels and a NATS subscriber follows each subject once; a chat through
 // the frontend gets the worker's blocks indexed.
 func TestLiveNATSEventPlane(t *testing.T) {
-	dynamoPython(t)
+	dynamotest.Python(t)
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	require.NoError(t, err)
 	go srv.Start()
@@ -263,7 +247,7 @@ func TestLiveNATSEventPlane(t *testing.T) {
 	defer nc.Close()
 
 	model := filepath.Join(t.TempDir(), "model")
-	writeModel(t, model)
+	dynamotest.WriteModel(t, model)
 	env := dynEnv{backend: "file", store: t.TempDir(), nats: srv.ClientURL()}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -303,12 +287,12 @@ func TestLiveNATSEventPlane(t *testing.T) {
 		}
 		return false
 	})
-	port := freePort(t)
+	port := dynamotest.FreePort(t)
 	fe := startFrontend(t, env, port)
 	chat(t, fe, port)
 	waitFor(t, a, "blocks indexed", func() bool { return len(r.Index().AppendWorkerBlocks(kvroute.WorkerKey{ID: id}, nil)) > 0 })
-	fe.stop(t, syscall.SIGTERM)
-	a.stop(t, syscall.SIGTERM)
+	fe.Stop(syscall.SIGTERM)
+	a.Stop(syscall.SIGTERM)
 	waitFor(t, a, "worker removed", func() bool { return len(r.Workers()) == 0 })
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)

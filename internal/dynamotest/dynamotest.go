@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -133,13 +134,22 @@ type Process struct {
 // process is killed, with its process group, when the test ends.
 func Start(t *testing.T, store string, module string, args ...string) *Process {
 	t.Helper()
+	return StartEnv(t, []string{"DYN_FILE_KV=" + store}, module, args...)
+}
+
+// StartEnv is Start with the store given by env ("DYN_FILE_KV=dir", or
+// "ETCD_ENDPOINTS=url" for --discovery-backend etcd, plus "NATS_SERVER=url"
+// for --event-plane nats).
+func StartEnv(t *testing.T, env []string, module string, args ...string) *Process {
+	t.Helper()
 	py, path := Python(t)
 	log := filepath.Join(t.TempDir(), strings.ReplaceAll(module, ".", "-")+".log")
 	f, err := os.Create(log)
 	require.NoError(t, err)
 	cmd := exec.Command(py, append([]string{"-m", module}, args...)...)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "DYN_FILE_KV="+store, "DYN_TCP_RPC_HOST=127.0.0.1",
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "DYN_TCP_RPC_HOST=127.0.0.1",
 		"DYN_TCP_RESPONSE_STREAM_HOST=127.0.0.1", "DYN_EVENT_PLANE_HOST=127.0.0.1", "DYN_SYSTEM_HOST=127.0.0.1", "DYN_LOG=info")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, cmd.Start())
@@ -154,6 +164,24 @@ func Start(t *testing.T, store string, module string, args ...string) *Process {
 		<-p.exited
 	})
 	return p
+}
+
+// Stop sends sig to the process's group and waits until it exits (at
+// most 30 s, then it is killed). SIGTERM stops Dynamo cleanly: it deletes
+// what it registered. SIGKILL leaves its registrations behind.
+func (p *Process) Stop(sig syscall.Signal) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
 }
 
 // Tail returns the end of the process's log, for failure messages.
