@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync/atomic"
@@ -44,6 +45,16 @@ type Stats struct {
 	LoadReports, LoadErrs uint64
 	// Reconnects are connections (re)established to publishers.
 	Reconnects uint64
+
+	// With a recovery target (Publisher.Recovery): Queries are worker KV
+	// queries made, QueryErrs those that failed or found nothing to
+	// recover; Restored are workers restored from a dump of their cache,
+	// Recovered the events applied from queries; EventGaps are jumps in a
+	// worker's event ids and LostEvents the events no query recovered;
+	// StaleEvents are live events skipped because a recovery had already
+	// applied them.
+	Queries, QueryErrs, Restored, Recovered uint64
+	EventGaps, LostEvents, StaleEvents      uint64
 }
 
 // counters are Stats as atomics.
@@ -51,6 +62,8 @@ type counters struct {
 	received, malformed, skipped, gaps, lost, duplicates, restarts atomic.Uint64
 	applied, stored, removed, cleared, applyErrs, unknownParents   atomic.Uint64
 	resets, loadReports, loadErrs, reconnects                      atomic.Uint64
+	queries, queryErrs, restored, recovered, eventGaps             atomic.Uint64
+	lostEvents, staleEvents                                        atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -61,6 +74,9 @@ func (c *counters) snapshot() Stats {
 		AppliedCleared: c.cleared.Load(), ApplyErrs: c.applyErrs.Load(), UnknownParents: c.unknownParents.Load(),
 		Resets: c.resets.Load(), LoadReports: c.loadReports.Load(), LoadErrs: c.loadErrs.Load(),
 		Reconnects: c.reconnects.Load(),
+		Queries:    c.queries.Load(), QueryErrs: c.queryErrs.Load(), Restored: c.restored.Load(),
+		Recovered: c.recovered.Load(), EventGaps: c.eventGaps.Load(), LostEvents: c.lostEvents.Load(),
+		StaleEvents: c.staleEvents.Load(),
 	}
 }
 
@@ -69,11 +85,12 @@ func (c *counters) snapshot() Stats {
 type source struct {
 	capacity, blockSize           int
 	maxRequests, maxBatchedTokens int
+	recovery                      *RecoveryTarget
 }
 
-func sourceOf(p Publisher) source {
+func sourceOf(p *Publisher) source {
 	return source{capacity: p.KVCapacityBlocks, blockSize: p.BlockSize,
-		maxRequests: p.MaxRequests, maxBatchedTokens: p.MaxBatchedTokens}
+		maxRequests: p.MaxRequests, maxBatchedTokens: p.MaxBatchedTokens, recovery: p.Recovery}
 }
 
 // pubState is one publisher's sequence state.
@@ -99,19 +116,24 @@ type core struct {
 	log   *slog.Logger
 	stats *counters
 
-	pubs  map[uint64]*pubState
-	ids   map[kvroute.WorkerKey]uint64 // last event ID per worker
-	loads map[kvroute.WorkerKey]*workerLoad
-	devs  []kvevents.DynamoEvent
-	ev    kvroute.Event
+	ctx     context.Context // bounds recovery queries
+	querier *Querier
+
+	pubs    map[uint64]*pubState
+	ids     map[kvroute.WorkerKey]uint64 // last event ID given to the sink per worker
+	cursors map[kvroute.WorkerKey]uint64 // last Dynamo event_id per worker with a recovery target
+	loads   map[kvroute.WorkerKey]*workerLoad
+	devs    []kvevents.DynamoEvent
+	ev      kvroute.Event
 }
 
-func newCore(sink kvevents.Sink, load LoadReporter, log *slog.Logger, stats *counters) *core {
+func newCore(ctx context.Context, sink kvevents.Sink, load LoadReporter, querier *Querier, log *slog.Logger, stats *counters) *core {
 	return &core{
-		sink: sink, load: load, log: log, stats: stats,
-		pubs:  make(map[uint64]*pubState),
-		ids:   make(map[kvroute.WorkerKey]uint64),
-		loads: make(map[kvroute.WorkerKey]*workerLoad),
+		ctx: ctx, sink: sink, load: load, querier: querier, log: log, stats: stats,
+		pubs:    make(map[uint64]*pubState),
+		ids:     make(map[kvroute.WorkerKey]uint64),
+		cursors: make(map[kvroute.WorkerKey]uint64),
+		loads:   make(map[kvroute.WorkerKey]*workerLoad),
 	}
 }
 
@@ -122,7 +144,7 @@ func (c *core) handle(topic string, e *Envelope, src source) {
 	}
 	switch topic {
 	case TopicKVEvents:
-		c.kvEvents(e)
+		c.kvEvents(e, src)
 	case TopicKVMetrics, TopicForwardPassMetrics:
 		c.loadReport(topic, e, src)
 	default:
@@ -175,7 +197,7 @@ func (c *core) resetWorker(w kvroute.WorkerKey) {
 	c.ids[w] = 0
 }
 
-func (c *core) kvEvents(e *Envelope) {
+func (c *core) kvEvents(e *Envelope, src source) {
 	if c.sink == nil {
 		c.stats.skipped.Add(1)
 		return
@@ -189,38 +211,122 @@ func (c *core) kvEvents(e *Envelope) {
 	}
 	p := c.pubs[e.PublisherID]
 	for i := range c.devs {
-		ev := &c.ev
-		if err := c.devs[i].ToEvent(ev); err != nil {
-			c.stats.malformed.Add(1)
-			continue
-		}
-		w := ev.Worker
+		d := &c.devs[i]
+		w := kvroute.WorkerKey{ID: kvroute.WorkerID(d.WorkerID), Rank: kvroute.DPRank(d.DPRank)}
 		p.workers[w] = struct{}{}
-		last, known := c.ids[w]
-		if !known {
-			// A worker this subscriber has not numbered yet: the sink
-			// must forget any earlier sequence of it.
-			c.resetWorker(w)
+		if t := src.recovery; t != nil && t.WorkerID == d.WorkerID && t.DPRank == d.DPRank && !c.recover(w, d, t) {
+			continue // already applied, from a recovery
 		}
-		ev.ID = last + 1
-		c.ids[w] = ev.ID
-		if err := c.sink.Apply(ev); err != nil {
-			c.stats.applyErrs.Add(1)
-			if errors.Is(err, indexer.ErrUnknownParent) {
-				c.stats.unknownParents.Add(1)
+		c.apply(d)
+	}
+}
+
+// recover keeps worker w's event-id cursor, as Dynamo's router does, and
+// reports whether live event d is to be applied: on first sight of the
+// worker it restores the worker's whole cache from its local indexer (a
+// dump), on a jump in event ids it fetches the missing events, and it
+// skips events the recovery already applied.
+func (c *core) recover(w kvroute.WorkerKey, d *kvevents.DynamoEvent, t *RecoveryTarget) bool {
+	cur, known := c.cursors[w]
+	if d.Kind == kvevents.DynamoCleared {
+		// A clear is a barrier: what came before it no longer matters.
+		c.cursors[w] = d.EventID
+		return true
+	}
+	switch {
+	case !known:
+		resp, err := c.query(t, nil)
+		if err != nil || resp.Kind != "TreeDump" {
+			c.recoveryFailed(w, resp, err)
+			c.cursors[w] = d.EventID
+			return true
+		}
+		c.resetWorker(w)
+		for i := range resp.Events {
+			c.apply(&resp.Events[i])
+		}
+		c.stats.restored.Add(1)
+		c.stats.recovered.Add(uint64(len(resp.Events)))
+		c.cursors[w] = resp.LastEventID
+		cur = resp.LastEventID
+		if d.EventID <= cur {
+			return false // in the dump
+		}
+		if d.EventID == cur+1 {
+			c.cursors[w] = d.EventID
+			return true
+		}
+		fallthrough
+	case d.EventID > cur+1:
+		from := cur + 1
+		c.stats.eventGaps.Add(1)
+		resp, err := c.query(t, &from)
+		if err != nil || resp.Kind != "Events" {
+			c.recoveryFailed(w, resp, err)
+			c.stats.lostEvents.Add(d.EventID - from)
+		} else {
+			for i := range resp.Events {
+				r := &resp.Events[i]
+				if r.EventID >= from && r.EventID < d.EventID {
+					c.apply(r)
+					c.stats.recovered.Add(1)
+				}
 			}
-			c.log.Debug("dynamo: sink rejected event", "event", ev.String(), "err", err)
-			continue
 		}
-		c.stats.applied.Add(1)
-		switch ev.Kind {
-		case kvroute.EventStored:
-			c.stats.stored.Add(1)
-		case kvroute.EventRemoved:
-			c.stats.removed.Add(1)
-		case kvroute.EventCleared:
-			c.stats.cleared.Add(1)
+	case d.EventID <= cur:
+		c.stats.staleEvents.Add(1)
+		return false
+	}
+	c.cursors[w] = d.EventID
+	return true
+}
+
+func (c *core) query(t *RecoveryTarget, start *uint64) (*QueryResponse, error) {
+	c.stats.queries.Add(1)
+	return c.querier.Query(c.ctx, *t, start, nil)
+}
+
+func (c *core) recoveryFailed(w kvroute.WorkerKey, resp *QueryResponse, err error) {
+	c.stats.queryErrs.Add(1)
+	kind := ""
+	if resp != nil {
+		kind = resp.Kind
+	}
+	c.log.Warn("dynamo: worker KV query failed", "worker", w.String(), "response", kind, "err", err)
+}
+
+// apply converts d, numbers it for its worker and applies it to the sink.
+func (c *core) apply(d *kvevents.DynamoEvent) {
+	ev := &c.ev
+	if err := d.ToEvent(ev); err != nil {
+		c.stats.malformed.Add(1)
+		return
+	}
+	w := ev.Worker
+	last, known := c.ids[w]
+	if !known {
+		// A worker this subscriber has not numbered yet: the sink must
+		// forget any earlier sequence of it.
+		c.resetWorker(w)
+	}
+	ev.ID = last + 1
+	c.ids[w] = ev.ID
+	if err := c.sink.Apply(ev); err != nil {
+		c.stats.applyErrs.Add(1)
+		if errors.Is(err, indexer.ErrUnknownParent) {
+			c.stats.unknownParents.Add(1)
 		}
+		c.log.Debug("dynamo: sink rejected event", "event", ev.String(), "err", err)
+		return
+	}
+	c.stats.applied.Add(1)
+	switch ev.Kind {
+	case kvroute.EventStored:
+		c.stats.stored.Add(1)
+	case kvroute.EventRemoved:
+		c.stats.removed.Add(1)
+	case kvroute.EventCleared:
+		c.stats.cleared.Add(1)
 	}
 }
 

@@ -174,6 +174,41 @@ func (r *relay) channels(t *testing.T) map[string]string {
 	return out
 }
 
+// recoveryTarget reads the recovery target of the relay's kv-events
+// publisher from Dynamo's file discovery (v1/event_sources).
+func (r *relay) recoveryTarget(t *testing.T) (dynamo.RecoveryTarget, bool) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(r.dir, "v1", "event_sources", "*"))
+	require.NoError(t, err)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var src struct {
+			Topic    string `json:"topic"`
+			Metadata struct {
+				Worker struct {
+					WorkerID uint64 `json:"worker_id"`
+					DPRank   uint32 `json:"dp_rank"`
+				} `json:"worker"`
+				Recovery struct {
+					Transport struct {
+						TCP string `json:"tcp"`
+					} `json:"transport"`
+				} `json:"recovery_target"`
+			} `json:"metadata"`
+		}
+		if json.Unmarshal(raw, &src) != nil || src.Topic != dynamo.TopicKVEvents {
+			continue // being written
+		}
+		tgt, err := dynamo.ParseRecoveryTarget(src.Metadata.Recovery.Transport.TCP, src.Metadata.Worker.WorkerID, src.Metadata.Worker.DPRank)
+		require.NoError(t, err)
+		return tgt, true
+	}
+	return dynamo.RecoveryTarget{}, false
+}
+
 // loadLog records heartbeats.
 type loadLog struct {
 	mu   sync.Mutex
@@ -288,35 +323,33 @@ func (r *liveRun) send(evs ...kvevents.EngineEvent) {
 	require.NoError(r.t, r.pub.SendMulti(zmq4.NewMsgFrom([]byte("kv-events"), b[:], p)))
 }
 
-// checkParity publishes prompts sharing system prompts (stored in chunks
-// with parents, some tails evicted) once, and checks that both indexes
-// match every prompt to the same workers and depths. applied reports the
-// Dynamo subscriber's applied clears.
-func (r *liveRun) checkParity(applied func() uint64) {
-	t, ctx, h := r.t, r.ctx, liveHasher
-	// ZMQ subscribers join late: publish clears (idempotent) until both
-	// paths have seen one.
-	waitFor(t, ctx, "both paths to receive", func() bool {
-		return r.zsub.Stats().AppliedCleared > 0 && applied() > 0
-	}, func() { r.send(kvevents.EngineEvent{Type: kvevents.AllBlocksCleared, Layout: kvevents.LayoutMap}) })
-
-	prompts := make([][]uint32, 0, 12)
-	for i := range 12 {
-		sys := make([]uint32, 48) // 3 blocks shared by prompts with the same i%3
+// prompts returns n prompts sharing system prompts (3 blocks shared by
+// prompts with the same i%3), each with 1-4 own blocks and a partial one;
+// seed keeps sets apart.
+func prompts(seed, n int) [][]uint32 {
+	out := make([][]uint32, 0, n)
+	for i := range n {
+		sys := make([]uint32, 48)
 		for j := range sys {
 			sys[j] = uint32(1000*(i%3) + j)
 		}
-		user := make([]uint32, liveBlock*(1+i%4)+5) // 1-4 own blocks and a partial one
+		user := make([]uint32, liveBlock*(1+i%4)+5)
 		for j := range user {
-			user[j] = uint32(50000 + 100*i + j)
+			user[j] = uint32(50000 + 10000*seed + 100*i + j)
 		}
-		prompts = append(prompts, append(sys, user...))
+		out = append(out, append(sys, user...))
 	}
-	ext := func(s kvroute.SeqHash) kvevents.Hash { return kvevents.UintHash(uint64(s) ^ 0x5bd1e995) }
-	stored := make(map[kvroute.SeqHash]bool)
-	for i, p := range prompts {
-		seqs := h.AppendSeqHashes(nil, p)
-		// Store the blocks not stored yet, in one event with its parent.
+	return out
+}
+
+// ext is the engine's block hash the tests publish for a block.
+func ext(s kvroute.SeqHash) kvevents.Hash { return kvevents.UintHash(uint64(s) ^ 0x5bd1e995) }
+
+// publish stores the prompts' blocks not in stored (one event per prompt,
+// with its parent) and evicts the last block of every fourth prompt.
+func (r *liveRun) publish(ps [][]uint32, stored map[kvroute.SeqHash]bool) {
+	for i, p := range ps {
+		seqs := liveHasher.AppendSeqHashes(nil, p)
 		first := 0
 		for first < len(seqs) && stored[seqs[first]] {
 			first++
@@ -333,45 +366,72 @@ func (r *liveRun) checkParity(applied func() uint64) {
 			}
 			r.send(ev)
 		}
-		if i%4 == 3 { // evict the last block of this prompt
+		if i%4 == 3 {
 			last := seqs[len(seqs)-1]
 			r.send(kvevents.EngineEvent{Type: kvevents.BlockRemoved, Layout: kvevents.LayoutMap, BlockHashes: []kvevents.Hash{ext(last)}})
 			delete(stored, last)
 		}
 	}
-	// A sentinel stored last: once both indexes hold it, they hold
-	// everything before it.
-	sentinel := make([]uint32, liveBlock)
-	for j := range sentinel {
-		sentinel[j] = uint32(90000 + j)
-	}
-	ss := h.AppendSeqHashes(nil, sentinel)
-	r.send(kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: liveBlock, TokenIDs: sentinel,
-		BlockHashes: []kvevents.Hash{ext(ss[0])}})
-	holds := func(ix *indexer.Index) func() bool {
-		return func() bool {
-			var res indexer.MatchResult
-			ix.Match(ss, &res)
-			return res.Blocks == 1
-		}
-	}
-	waitFor(t, ctx, "the sentinel through kvevents/zmq", holds(r.direct), nil)
-	waitFor(t, ctx, "the sentinel through Dynamo's event plane", holds(r.viaDynamo), nil)
+}
 
+// storeOne publishes a store of one root block of tokens base.. and
+// returns its sequence hashes.
+func (r *liveRun) storeOne(base int) []kvroute.SeqHash {
+	toks := make([]uint32, liveBlock)
+	for j := range toks {
+		toks[j] = uint32(base + j)
+	}
+	ss := liveHasher.AppendSeqHashes(nil, toks)
+	r.send(kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, BlockSize: liveBlock, TokenIDs: toks,
+		BlockHashes: []kvevents.Hash{ext(ss[0])}})
+	return ss
+}
+
+// holds reports whether ix holds the blocks of seqs.
+func holds(ix *indexer.Index, seqs []kvroute.SeqHash) func() bool {
+	return func() bool {
+		var res indexer.MatchResult
+		ix.Match(seqs, &res)
+		return res.Blocks == len(seqs)
+	}
+}
+
+// compare checks that both indexes match every prompt (and one never
+// stored) to the same workers and depths, and that every prompt matches.
+func (r *liveRun) compare(ps [][]uint32) {
 	matched := 0
-	for i, p := range append(prompts, []uint32{7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}) {
-		seqs := h.AppendSeqHashes(nil, p)
+	for i, p := range append(ps, []uint32{7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}) {
+		seqs := liveHasher.AppendSeqHashes(nil, p)
 		var a, b indexer.MatchResult
 		r.direct.Match(seqs, &a)
 		r.viaDynamo.Match(seqs, &b)
-		require.Equal(t, a.Blocks, b.Blocks, "prompt %d", i)
-		require.ElementsMatch(t, a.Workers, b.Workers, "prompt %d", i)
+		require.Equal(r.t, a.Blocks, b.Blocks, "prompt %d", i)
+		require.ElementsMatch(r.t, a.Workers, b.Workers, "prompt %d", i)
 		if a.Blocks > 0 {
 			matched++
-			require.Equal(t, kvroute.WorkerKey{ID: r.worker}, b.Workers[0].Worker)
+			require.Equal(r.t, kvroute.WorkerKey{ID: r.worker}, b.Workers[0].Worker)
 		}
 	}
-	require.Equal(t, len(prompts), matched, "every stored prompt matches")
+	require.Equal(r.t, len(ps), matched, "every stored prompt matches")
+}
+
+// checkParity publishes prompts once, after both paths have joined, and
+// compares the indexes. applied reports the Dynamo subscriber's applied
+// clears.
+func (r *liveRun) checkParity(applied func() uint64) {
+	// ZMQ subscribers join late: publish clears (idempotent) until both
+	// paths have seen one.
+	waitFor(r.t, r.ctx, "both paths to receive", func() bool {
+		return r.zsub.Stats().AppliedCleared > 0 && applied() > 0
+	}, func() { r.send(kvevents.EngineEvent{Type: kvevents.AllBlocksCleared, Layout: kvevents.LayoutMap}) })
+	ps := prompts(0, 12)
+	r.publish(ps, make(map[kvroute.SeqHash]bool))
+	// A sentinel stored last: once both indexes hold it, they hold
+	// everything before it.
+	ss := r.storeOne(90000)
+	waitFor(r.t, r.ctx, "the sentinel through kvevents/zmq", holds(r.direct, ss), nil)
+	waitFor(r.t, r.ctx, "the sentinel through Dynamo's event plane", holds(r.viaDynamo, ss), nil)
+	r.compare(ps)
 }
 
 // checkLoad has Dynamo's WorkerMetricsPublisher publish kv_metrics until
@@ -417,6 +477,91 @@ func TestLiveZMQ(t *testing.T) {
 	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVMetrics], Topic: dynamo.TopicKVMetrics,
 		KVCapacityBlocks: liveCapacity, BlockSize: liveBlock}))
 	r.check(sub.Run, sub.Stats)
+}
+
+// TestLiveRecovery checks the recovery from the worker's local indexer
+// (Dynamo's KvEventPublisher with enable_local_indexer, queried on
+// Dynamo's TCP request plane): a subscriber that joins after the worker
+// cached prompts restores them from a dump, and events it misses while
+// not following the publisher are fetched on the next event's gap.
+func TestLiveRecovery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	r := startLive(t, ctx)
+	var tgt dynamo.RecoveryTarget
+	waitFor(t, ctx, "the relay's recovery target", func() bool {
+		var ok bool
+		tgt, ok = r.relay.recoveryTarget(t)
+		return ok
+	}, nil)
+	require.Equal(t, uint64(r.worker), tgt.WorkerID)
+	q := dynamo.Querier{Timeout: 5 * time.Second}
+	// relayHas waits until the relay's local indexer holds seqs' block.
+	relayHas := func(seqs []kvroute.SeqHash) {
+		waitFor(t, ctx, "the relay to index the sentinel", func() bool {
+			resp, err := q.Query(ctx, tgt, nil, nil)
+			if err != nil {
+				return false
+			}
+			for _, e := range resp.Events {
+				for _, b := range e.Blocks {
+					if b.BlockHash == ext(seqs[0]).Key {
+						return true
+					}
+				}
+			}
+			return false
+		}, nil)
+	}
+
+	// Before the Dynamo subscriber exists: the relay caches part 1.
+	waitFor(t, ctx, "the direct path to receive", func() bool { return r.zsub.Stats().AppliedCleared > 0 },
+		func() { r.send(kvevents.EngineEvent{Type: kvevents.AllBlocksCleared, Layout: kvevents.LayoutMap}) })
+	stored := make(map[kvroute.SeqHash]bool)
+	part1 := prompts(1, 9)
+	r.publish(part1, stored)
+	relayHas(r.storeOne(91000))
+
+	sub, err := dynamo.New(dynamo.Config{Sink: r.viaDynamo, Query: q})
+	require.NoError(t, err)
+	pub := dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVEvents], Topic: dynamo.TopicKVEvents, Recovery: &tgt}
+	require.NoError(t, sub.AddPublisher(pub))
+	r.run(sub.Run)
+	// Stores of fresh blocks until the subscriber hears one: it then
+	// restores the worker from a dump.
+	base := 92000
+	probe := r.storeOne(base)
+	base += liveBlock
+	waitFor(t, ctx, "the Dynamo subscriber to receive", func() bool {
+		return sub.Stats().Received > 0 && holds(r.viaDynamo, probe)()
+	}, func() { probe = r.storeOne(base); base += liveBlock })
+	waitFor(t, ctx, "the direct path to catch up", holds(r.direct, probe), nil)
+	st := sub.Stats()
+	require.Equal(t, uint64(1), st.Restored, "%+v", st)
+	r.compare(part1)
+
+	// Part 2 is published while the subscriber does not follow the
+	// publisher; the next live event shows a gap in event ids.
+	sub.RemovePublisher(pub.Endpoint)
+	time.Sleep(100 * time.Millisecond) // the connection closes
+	part2 := prompts(2, 9)
+	r.publish(part2, stored)
+	relayHas(r.storeOne(93000))
+	require.NoError(t, sub.AddPublisher(pub))
+	probe = r.storeOne(base)
+	base += liveBlock
+	waitFor(t, ctx, "a live event after the gap", func() bool {
+		return holds(r.viaDynamo, probe)()
+	}, func() { probe = r.storeOne(base); base += liveBlock })
+	waitFor(t, ctx, "the direct path to catch up", holds(r.direct, probe), nil)
+	st = sub.Stats()
+	t.Logf("subscriber: %+v", st)
+	require.NotZero(t, st.EventGaps)
+	require.NotZero(t, st.Recovered)
+	require.Zero(t, st.LostEvents)
+	require.Zero(t, st.QueryErrs)
+	require.Zero(t, st.ApplyErrs)
+	r.compare(append(part1, part2...))
 }
 
 // TestLiveNATS is TestLiveZMQ on Dynamo's NATS event plane (an in-process

@@ -22,6 +22,8 @@ type NATSConfig struct {
 	Sink   kvevents.Sink
 	Load   LoadReporter
 	Logger *slog.Logger
+	// Query is as in Config.
+	Query Querier
 }
 
 // NATSChannel is one Dynamo event channel on NATS: a v1/event_channels
@@ -31,10 +33,11 @@ type NATSChannel struct {
 	// transport.config.subject_prefix, a dot and its topic (see Subject).
 	// Required; it identifies the channel in RemoveChannel.
 	Subject string
-	// KVCapacityBlocks, BlockSize, MaxRequests and MaxBatchedTokens are
-	// as in Publisher.
+	// KVCapacityBlocks, BlockSize, MaxRequests, MaxBatchedTokens and
+	// Recovery are as in Publisher.
 	KVCapacityBlocks, BlockSize   int
 	MaxRequests, MaxBatchedTokens int
+	Recovery                      *RecoveryTarget
 }
 
 // NATSSubscriber applies what Dynamo workers publish on the NATS event
@@ -100,6 +103,12 @@ func (s *NATSSubscriber) RemoveChannel(subject string) {
 	s.notify()
 }
 
+// publisher is ch as a Publisher (its subject as the endpoint).
+func (ch NATSChannel) publisher() Publisher {
+	return Publisher{Endpoint: ch.Subject, KVCapacityBlocks: ch.KVCapacityBlocks, BlockSize: ch.BlockSize,
+		MaxRequests: ch.MaxRequests, MaxBatchedTokens: ch.MaxBatchedTokens, Recovery: ch.Recovery}
+}
+
 func (s *NATSSubscriber) notify() {
 	select {
 	case s.wake <- struct{}{}:
@@ -114,6 +123,7 @@ func (s *NATSSubscriber) Stats() Stats { return s.stats.snapshot() }
 // natsSub is one followed subject while Run runs.
 type natsSub struct {
 	ch  NATSChannel
+	src source
 	sub *nats.Subscription
 	ids map[uint64]struct{} // publisher ids seen on it
 }
@@ -129,7 +139,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer s.running.Store(false)
-	c := newCore(s.cfg.Sink, s.cfg.Load, s.log, &s.stats)
+	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.log, &s.stats)
 	msgs := make(chan *nats.Msg, queueLen)
 	subs := make(map[string]*natsSub)
 	defer func() {
@@ -145,7 +155,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		for subj, ns := range subs {
-			if ch, ok := want[subj]; !ok || ch != ns.ch {
+			if ch, ok := want[subj]; !ok || !samePublisher(ch.publisher(), ns.ch.publisher()) {
 				_ = ns.sub.Unsubscribe()
 				c.forget(ns.ids)
 				delete(subs, subj)
@@ -161,7 +171,8 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 			}
 			_ = sub.SetPendingLimits(-1, -1)
 			s.stats.reconnects.Add(1)
-			subs[subj] = &natsSub{ch: ch, sub: sub, ids: make(map[uint64]struct{})}
+			p := ch.publisher()
+			subs[subj] = &natsSub{ch: ch, src: sourceOf(&p), sub: sub, ids: make(map[uint64]struct{})}
 		}
 		return nil
 	}
@@ -193,8 +204,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 				topic = topicString([]byte(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]))
 			}
 			ns.ids[e.PublisherID] = struct{}{}
-			c.handle(topic, &e, sourceOf(Publisher{KVCapacityBlocks: ns.ch.KVCapacityBlocks, BlockSize: ns.ch.BlockSize,
-				MaxRequests: ns.ch.MaxRequests, MaxBatchedTokens: ns.ch.MaxBatchedTokens}))
+			c.handle(topic, &e, ns.src)
 		}
 	}
 }

@@ -62,6 +62,9 @@ type Config struct {
 	// MaxBackoff bounds the wait between connection attempts. Zero means
 	// DefaultMaxBackoff.
 	MaxBackoff time.Duration
+	// Query configures the worker KV queries of publishers with a
+	// Recovery target.
+	Query Querier
 }
 
 // Publisher is one ZMQ PUB socket of Dynamo's event plane: a
@@ -88,6 +91,12 @@ type Publisher struct {
 	// and max_num_batched_tokens), copied into the load reports; zero
 	// when unknown.
 	MaxRequests, MaxBatchedTokens int
+	// Recovery is the worker's KV query endpoint for a kv-events
+	// publisher (its v1/event_sources record's metadata.recovery_target,
+	// see ParseRecoveryTarget), or nil. With it the subscriber restores
+	// the worker's cache when it first hears from it and fetches the
+	// events lost in a gap, as Dynamo's router does (see Subscriber).
+	Recovery *RecoveryTarget
 }
 
 // Subscriber applies what Dynamo workers publish on the ZMQ event plane
@@ -102,32 +111,32 @@ type Publisher struct {
 // host registers workers under their instance ids.
 //
 // Sequence handling, per publisher id: the first message from a publisher
-// is accepted whatever its number (what the worker cached before is not
-// known until it stores it again or is evicted: the index starts empty, as
-// Dynamo's router does before its recovery query). A number one above the
-// last is applied. A jump is a gap: it is counted (Stats.Gaps, Stats.Lost)
-// and the message applied; nothing is reset, because a reset would drop
-// every valid block of the worker for the sake of a few events. What the
-// lost messages carried is lost until the worker reports those blocks
-// again: blocks they stored are missing from the index (and later stores
-// whose parent is one of them are refused by the index, counted in
-// Stats.UnknownParents, until the prefix is stored anew), blocks they
-// removed stay indexed (predicted hits the worker no longer has) until the
-// worker clears its cache. A number not above the last is a duplicate and
-// skipped, except 0, which means the publisher restarted: the workers it
-// reported are reset.
+// is accepted whatever its number. A number one above the last is
+// applied. A jump is a gap: it is counted (Stats.Gaps, Stats.Lost) and the
+// message applied; nothing is reset, because a reset would drop every
+// valid block of the worker for the sake of a few events. A number not
+// above the last is a duplicate and skipped, except 0, which means the
+// publisher restarted: the workers it reported are reset.
 //
-// Dynamo's own router does more, and this subscriber does not: workers
-// started with a local indexer (the mocker does) serve a query endpoint,
-// named in v1/event_sources as the publisher's recovery_target
-// (worker_kv_query_source_<id> in Dynamo 1.6.1), on Dynamo's TCP request
-// plane. The router keeps each (worker_id, dp_rank)'s last RouterEvent
-// event_id; on first sight of a worker it asks that endpoint for the
-// worker's whole cache (a dump of its local indexer), and on a jump in
-// event_id for the events from the first missing one, applying them
-// before the live stream. Without that request plane, a worker's blocks
-// stored before the subscriber joined, or in lost messages, are known
-// only once the worker stores them again.
+// Recovery, for a kv-events publisher given its worker's query endpoint
+// (Publisher.Recovery, from v1/event_sources: workers with a local
+// indexer serve one on Dynamo's TCP request plane; see Querier), follows
+// Dynamo's router: the subscriber keeps the worker's last RouterEvent
+// event_id; on first hearing from the worker it asks for a dump of the
+// worker's whole cache (reset, then applied), skipping the live events the
+// dump already holds; on a jump in event ids it asks for the events from
+// the first missing one and applies those before the live event; a clear
+// is a barrier. A query that fails is counted (Stats.QueryErrs) and the
+// live stream applied as without recovery. Queries run on Run's goroutine
+// and hold up the stream for at most Config.Query.Timeout each.
+//
+// Without recovery, what lost messages carried is lost until the worker
+// reports those blocks again: blocks they stored are missing from the
+// index (and later stores whose parent is one of them are refused by the
+// index, counted in Stats.UnknownParents, until the prefix is stored
+// anew), blocks they removed stay indexed (predicted hits the worker no
+// longer has) until the worker clears its cache; and what the worker
+// cached before the subscriber joined is unknown until stored again.
 //
 // A message that does not decode is counted in Stats.Malformed and
 // skipped; it never resets a worker.
@@ -216,6 +225,13 @@ func (s *Subscriber) Publishers() []Publisher {
 	return out
 }
 
+// samePublisher reports whether a and b describe the same publisher.
+func samePublisher(a, b Publisher) bool {
+	ra, rb := a.Recovery, b.Recovery
+	a.Recovery, b.Recovery = nil, nil
+	return a == b && (ra == rb || ra != nil && rb != nil && *ra == *rb)
+}
+
 func (s *Subscriber) notify() {
 	select {
 	case s.wake <- struct{}{}:
@@ -254,7 +270,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 
-	c := newCore(s.cfg.Sink, s.cfg.Load, s.log, &s.stats)
+	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.log, &s.stats)
 	msgs := make(chan inbound, queueLen)
 	conns := make(map[string]*conn)
 	reconcile := func() {
@@ -265,7 +281,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		for ep, cn := range conns {
-			if p, ok := want[ep]; !ok || p != cn.pub {
+			if p, ok := want[ep]; !ok || !samePublisher(p, cn.pub) {
 				cn.cancel()
 				c.forget(cn.ids)
 				delete(conns, ep)
@@ -304,7 +320,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 				continue
 			}
 			in.conn.ids[m.PublisherID] = struct{}{}
-			c.handle(m.Topic, &m.Envelope, sourceOf(in.conn.pub))
+			c.handle(m.Topic, &m.Envelope, sourceOf(&in.conn.pub))
 		}
 	}
 }

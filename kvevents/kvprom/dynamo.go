@@ -49,6 +49,13 @@ func NewDynamo(namespace string) *DynamoCollector {
 			d("load_reports_total", "Heartbeats sent to the router from kv_metrics and forward-pass-metrics."),
 			d("load_errors_total", "Heartbeats the router refused."),
 			d("connections_total", "Connections (or subscriptions) made to publishers."),
+			d("worker_queries_total", "KV queries made to workers' local indexers."),
+			d("worker_query_errors_total", "Worker KV queries that failed or found nothing to recover."),
+			d("workers_restored_total", "Workers restored from a dump of their cache."),
+			d("events_recovered_total", "RouterEvents applied from worker KV queries."),
+			d("event_gaps_total", "Jumps in a worker's event ids."),
+			d("events_lost_total", "Events of such jumps no query recovered."),
+			d("events_stale_total", "Live events skipped because a recovery had applied them."),
 		},
 		appliedKind: d("events_applied_by_kind_total", "RouterEvents applied to the index, per kind.", "kind"),
 	}
@@ -56,7 +63,8 @@ func NewDynamo(namespace string) *DynamoCollector {
 
 func dynamoValues(st *dynamo.Stats) []uint64 {
 	return []uint64{st.Received, st.Malformed, st.Skipped, st.Gaps, st.Lost, st.Duplicates, st.Restarts,
-		st.Applied, st.ApplyErrs, st.UnknownParents, st.Resets, st.LoadReports, st.LoadErrs, st.Reconnects}
+		st.Applied, st.ApplyErrs, st.UnknownParents, st.Resets, st.LoadReports, st.LoadErrs, st.Reconnects,
+		st.Queries, st.QueryErrs, st.Restored, st.Recovered, st.EventGaps, st.LostEvents, st.StaleEvents}
 }
 
 // Add starts exporting s under the subscriber label name, replacing any

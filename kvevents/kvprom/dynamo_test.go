@@ -46,5 +46,5 @@ kvroute_dynamo_events_events_applied_by_kind_total{kind="stored",subscriber="zmq
 		"kvroute_dynamo_events_events_applied_by_kind_total"))
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 14+3, n)
+	require.Equal(t, 21+3, n)
 }

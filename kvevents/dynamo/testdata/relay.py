@@ -8,7 +8,9 @@ ai-dynamo-runtime's KvEventPublisher, in relay mode, subscribes to the
 vLLM-format ZMQ endpoint VLLM_ENDPOINT (a PUB socket of the test), turns
 each batch into RouterEvents (hashing the tokens itself) and publishes them
 on Dynamo's ZMQ event plane; a WorkerMetricsPublisher publishes kv_metrics
-on the same endpoint. Both name the worker by the runtime's connection id
+on the same endpoint. The relay keeps a local indexer, served on Dynamo's
+TCP request plane as the publisher's recovery target (v1/event_sources).
+Both publishers name the worker by the runtime's connection id
 (the instance id a served endpoint registers), which the relay prints as
 "ready WORKER_ID" once both publishers are registered. Discovery is
 Dynamo's file backend under $DYN_FILE_KV, where the test finds the event
@@ -34,7 +36,7 @@ async def main():
     loop = asyncio.get_running_loop()
     rt = DistributedRuntime(loop, "file", "tcp", event_plane=os.environ.get("KVROUTE_EVENT_PLANE", "zmq"))
     endpoint = rt.endpoint("kvroute.relay.generate")
-    relay = KvEventPublisher(endpoint, kv_block_size=block_size,
+    relay = KvEventPublisher(endpoint, kv_block_size=block_size, enable_local_indexer=True,
                              zmq_endpoint=vllm_endpoint, zmq_topic="")
     metrics = WorkerMetricsPublisher()
     await metrics.create_endpoint(endpoint)
