@@ -5,6 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/discovery"
+	kvdynamo "github.com/kvroute/kvroute/kvevents/dynamo"
+	"github.com/kvroute/kvroute/router"
 
 	"github.com/kvroute/kvroute/discovery/dynamo"
 )
@@ -35,4 +42,47 @@ func ExampleFileWatcher() {
 	// Output:
 	// dynamo/backend/generate: model tiny, blocks of 16 tokens, 800 blocks, 1 rank(s), 1 kv-events publisher(s)
 	// 2 load channels
+}
+
+// PoolSink registers a deployment's workers with a router through a
+// discovery.Pool, under their Dynamo instance ids, and has an event-plane
+// subscriber follow their kv-events and load channels.
+func ExamplePoolSink() {
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	if err != nil {
+		panic(err)
+	}
+	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
+	if err != nil {
+		panic(err)
+	}
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: dynamo.KVEvents(sub)})
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	// A watcher would call Sync; here one deployment read from a captured
+	// store.
+	var st dynamo.State
+	for _, b := range dynamo.Buckets {
+		dir := filepath.Join("testdata", "filestore", filepath.FromSlash(b))
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			key, _ := dynamo.FileKey(b, e.Name())
+			value, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err := st.Put(key, value, 0); err != nil {
+				panic(err)
+			}
+		}
+	}
+	d := st.Deployment(dynamo.Selector{Model: "tiny"})
+	dynamo.PoolSink(pool, sub).Sync(context.Background(), d)
+	for _, k := range r.Workers() {
+		fmt.Println("routes to instance", uint64(k.ID) == d.Workers[0].InstanceID, "rank", k.Rank)
+	}
+	m := pool.Members()[0]
+	fmt.Println(strings.TrimSuffix(m.Name, strconv.FormatUint(d.Workers[0].InstanceID, 16)), m.Ranks, "rank,", len(m.DynamoEvents), "kv-events endpoint")
+	// Output:
+	// routes to instance true rank 0
+	// dynamo/backend/generate/ 1 rank, 1 kv-events endpoint
 }

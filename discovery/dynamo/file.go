@@ -27,6 +27,16 @@ const DefaultTTL = 10 * time.Second
 // tempPrefix marks the file store's files being written.
 const tempPrefix = ".tmp_"
 
+// DefaultFileDir returns the file store's root as Dynamo picks it: the
+// environment variable DYN_FILE_KV, else dynamo_store_kv in the temporary
+// directory.
+func DefaultFileDir() string {
+	if d := os.Getenv("DYN_FILE_KV"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "dynamo_store_kv")
+}
+
 // FileKey returns the key a file store file holds: the bucket joined with
 // the file's name, percent-decoded (Dynamo escapes every byte but letters
 // and digits: "dynamo%2Fbackend%2Fgenerate%2F65a2..." is
@@ -51,8 +61,8 @@ func FileKey(bucket, name string) (string, error) {
 // fsnotify reports, and every Resync (which also ages out dead workers'
 // files and recovers from missed notifications).
 type FileWatcher struct {
-	// Dir is the store's root (DYN_FILE_KV). Required. It may not exist
-	// yet.
+	// Dir is the store's root (DYN_FILE_KV; see DefaultFileDir).
+	// Required. It may not exist yet.
 	Dir string
 	// Selector picks the workers.
 	Selector Selector

@@ -316,3 +316,10 @@ func TestFileKey(t *testing.T) {
 		require.ErrorIs(t, err, dynamo.ErrValue, bad)
 	}
 }
+
+func TestDefaultFileDir(t *testing.T) {
+	t.Setenv("DYN_FILE_KV", "/srv/kv")
+	require.Equal(t, "/srv/kv", dynamo.DefaultFileDir())
+	t.Setenv("DYN_FILE_KV", "")
+	require.Equal(t, filepath.Join(os.TempDir(), "dynamo_store_kv"), dynamo.DefaultFileDir())
+}
