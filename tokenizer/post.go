@@ -5,45 +5,27 @@ import (
 	"fmt"
 )
 
-// postProcessor adds special tokens around an encoded sequence; encode
-// appends the sequence itself.
-type postProcessor interface {
-	process(dst []uint32, encode func([]uint32) []uint32) []uint32
+// affix is what a post-processor adds around an encoded sequence: the
+// TemplateProcessing "single" template's special tokens before and after
+// $A, composed over a Sequence of processors.
+type affix struct {
+	before, after []uint32
 }
 
-// template is TemplateProcessing's "single" template: special tokens and
-// the sequence ($A) in order.
-type template []templateItem
-
-type templateItem struct {
-	ids []uint32 // nil: the sequence
-}
-
-func (t template) process(dst []uint32, encode func([]uint32) []uint32) []uint32 {
-	for _, it := range t {
-		if it.ids == nil {
-			dst = encode(dst)
-		} else {
-			dst = append(dst, it.ids...)
-		}
+// wrap composes an inner processor's affix inside this one.
+func (a *affix) wrap(inner *affix) *affix {
+	if inner == nil {
+		return a
 	}
-	return dst
-}
-
-type postSeq []postProcessor
-
-func (q postSeq) process(dst []uint32, encode func([]uint32) []uint32) []uint32 {
-	f := encode
-	for _, p := range q {
-		inner := f
-		f = func(d []uint32) []uint32 { return p.process(d, inner) }
+	return &affix{
+		before: append(append([]uint32(nil), a.before...), inner.before...),
+		after:  append(append([]uint32(nil), inner.after...), a.after...),
 	}
-	return f(dst)
 }
 
 // parsePostProcessor reads a "post_processor" object; nil means none (or
 // one that adds no token, such as ByteLevel's).
-func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (postProcessor, error) {
+func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (*affix, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -85,7 +67,7 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (postProce
 		if err := strict(what, raw, &v); err != nil {
 			return nil, err
 		}
-		var t template
+		t := &affix{}
 		seq := 0
 		for _, it := range v.Single {
 			switch {
@@ -94,7 +76,6 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (postProce
 					return nil, fmt.Errorf("%w: %s single template with sequence %q", ErrInvalid, what, it.Sequence.ID)
 				}
 				seq++
-				t = append(t, templateItem{})
 			case it.SpecialToken != nil:
 				st, ok := v.SpecialTokens[it.SpecialToken.ID]
 				if !ok {
@@ -107,7 +88,11 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (postProce
 					}
 					ids = append(ids, uint32(id))
 				}
-				t = append(t, templateItem{ids: ids})
+				if seq == 0 {
+					t.before = append(t.before, ids...)
+				} else {
+					t.after = append(t.after, ids...)
+				}
 			default:
 				return nil, fmt.Errorf("%w: %s template item of unknown kind", ErrInvalid, what)
 			}
@@ -117,25 +102,20 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (postProce
 		}
 		return t, nil
 	case "Sequence":
-		items, err := sequence(what, raw, "processors", func(r json.RawMessage) (postProcessor, error) {
+		items, err := sequence(what, raw, "processors", func(r json.RawMessage) (*affix, error) {
 			return parsePostProcessor(r, vocab)
 		})
 		if err != nil {
 			return nil, err
 		}
-		var q postSeq
+		// Each processor wraps what the previous ones produced.
+		var out *affix
 		for _, p := range items {
 			if p != nil {
-				q = append(q, p)
+				out = p.wrap(out)
 			}
 		}
-		switch len(q) {
-		case 0:
-			return nil, nil
-		case 1:
-			return q[0], nil
-		}
-		return q, nil
+		return out, nil
 	}
 	return nil, fmt.Errorf("%w: post_processor %q", ErrUnsupported, typ)
 }

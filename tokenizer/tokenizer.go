@@ -18,7 +18,7 @@ type Tokenizer struct {
 	normalizer normalizer
 	pre        preTokenizer
 	model      model
-	post       postProcessor
+	post       *affix
 	decoder    []decoder
 	idToToken  map[uint32]string
 	decodeAs   map[uint32]string // normalized added tokens decode as normalized
@@ -149,10 +149,12 @@ var encodePool = sync.Pool{New: func() any { return new(encodeBuf) }}
 // encoded without. Added tokens in text (such as "<|im_start|>") are
 // always recognised. Bytes that are not valid UTF-8 are read as U+FFFD.
 func (t *Tokenizer) Encode(dst []uint32, text string, addSpecialTokens bool) []uint32 {
-	if t.post != nil && addSpecialTokens {
-		return t.post.process(dst, func(dst []uint32) []uint32 { return t.encode(dst, text) })
+	if t.post == nil || !addSpecialTokens {
+		return t.encode(dst, text)
 	}
-	return t.encode(dst, text)
+	dst = append(dst, t.post.before...)
+	dst = t.encode(dst, text)
+	return append(dst, t.post.after...)
 }
 
 func (t *Tokenizer) encode(dst []uint32, text string) []uint32 {

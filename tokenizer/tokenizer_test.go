@@ -232,3 +232,22 @@ func TestTemplateFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeAllocatesNothing: once the piece cache is warm, encoding into
+// a slice with room allocates nothing, special tokens included.
+func TestEncodeAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	for _, fam := range []string{"gpt2", "llama3"} { // byte-level; Metaspace rewrites each piece
+		tok, err := tokenizer.FromFile(filepath.Join("testdata", fam, "tokenizer.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := "Hello world, the router's cache: 42 tokens\n\n  and more <|eot_id|> text"
+		dst := tok.Encode(nil, text, true)
+		if allocs := testing.AllocsPerRun(100, func() { dst = tok.Encode(dst[:0], text, true) }); allocs != 0 {
+			t.Errorf("%s: Encode allocates %v times", fam, allocs)
+		}
+	}
+}
