@@ -20,6 +20,7 @@ import (
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
 	"github.com/kvroute/kvroute/internal/dynamotest"
+	"github.com/kvroute/kvroute/internal/etcdtest"
 	"github.com/kvroute/kvroute/router"
 )
 
@@ -80,29 +81,41 @@ func chat(ctx context.Context, base string, body map[string]any, header http.Hea
 
 // The gateway in Dynamo mode in front of a real Dynamo deployment: two
 // mocker workers and Dynamo's frontend in direct routing mode. The
-// gateway discovers the workers from the file store, indexes their KV
+// gateway discovers the workers from the store (file or etcd), indexes their KV
 // events from Dynamo's event plane, tokenizes with the model directory and
 // names the chosen worker in the header the frontend routes on; a shared
 // prompt then lands on the worker that caches it, which reports the cached
 // tokens the router predicted. A worker the frontend does not know is
 // refused and the request fails over.
 func TestDynamoLive(t *testing.T) {
+	for _, backend := range []string{"file", "etcd"} {
+		t.Run(backend, func(t *testing.T) { testDynamoLive(t, backend) })
+	}
+}
+
+func testDynamoLive(t *testing.T, backend string) {
 	dynamotest.Python(t) // skip early when Dynamo is missing
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	model, store := filepath.Join(dir, "model"), filepath.Join(dir, "kv")
+	model := filepath.Join(dir, "model")
 	dynamotest.WriteModel(t, model)
+	store, storeArg := filepath.Join(dir, "kv"), "file:"+filepath.Join(dir, "kv")
+	if backend == "etcd" {
+		_, store = etcdtest.Start(t)
+		storeArg = "etcd:" + store
+	}
+	env, backendFlag := dynamotest.StoreEnv(backend, store)
 	var procs []*dynamotest.Process
 	for range 2 {
-		procs = append(procs, dynamotest.Start(t, store, "dynamo.mocker", "--model-path", model, "--model-name", "tiny",
-			"--block-size", "16", "--num-gpu-blocks-override", "800", "--discovery-backend", "file",
-			"--request-plane", "tcp", "--event-plane", "zmq", "--speedup-ratio", "1"))
+		procs = append(procs, dynamotest.Start(t, env, "dynamo.mocker", append(backendFlag, "--model-path", model, "--model-name", "tiny",
+			"--block-size", "16", "--num-gpu-blocks-override", "800",
+			"--request-plane", "tcp", "--event-plane", "zmq", "--speedup-ratio", "1")...))
 	}
 	port := dynamotest.FreePort(t)
 	front := fmt.Sprintf("http://127.0.0.1:%d", port)
-	procs = append(procs, dynamotest.Start(t, store, "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port), "--discovery-backend", "file",
-		"--request-plane", "tcp", "--event-plane", "zmq", "--router-mode", "direct"))
+	procs = append(procs, dynamotest.Start(t, env, "dynamo.frontend", append(backendFlag, "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port),
+		"--request-plane", "tcp", "--event-plane", "zmq", "--router-mode", "direct")...))
 	logs := func() string {
 		var b strings.Builder
 		for _, p := range procs {
@@ -127,7 +140,7 @@ func TestDynamoLive(t *testing.T) {
 	gwCtx, stopGateway := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() {
-		ran <- run(gwCtx, []string{"-listen", "127.0.0.1:0", "-block-size", "16", "-model-dir", model, "-dynamo-store", "file:" + store,
+		ran <- run(gwCtx, []string{"-listen", "127.0.0.1:0", "-block-size", "16", "-model-dir", model, "-dynamo-store", storeArg,
 			"-dynamo-frontend", front, "-dynamo-model", "tiny", "-health-interval", "500ms"}, io.Discard, ready)
 	}()
 	defer func() {
