@@ -105,16 +105,19 @@ func testDynamoLive(t *testing.T, backend string) {
 		_, store = etcdtest.Start(t)
 		storeArg = "etcd:" + store
 	}
-	env, backendFlag := dynamotest.StoreEnv(backend, store)
+	env, backendFlag := []string{"DYN_FILE_KV=" + store}, []string{"--discovery-backend", "file"}
+	if backend == "etcd" {
+		env, backendFlag = []string{"ETCD_ENDPOINTS=" + store}, []string{"--discovery-backend", "etcd"}
+	}
 	var procs []*dynamotest.Process
 	for range 2 {
-		procs = append(procs, dynamotest.Start(t, env, "dynamo.mocker", append(backendFlag, "--model-path", model, "--model-name", "tiny",
+		procs = append(procs, dynamotest.StartEnv(t, env, "dynamo.mocker", append(backendFlag, "--model-path", model, "--model-name", "tiny",
 			"--block-size", "16", "--num-gpu-blocks-override", "800",
 			"--request-plane", "tcp", "--event-plane", "zmq", "--speedup-ratio", "1")...))
 	}
 	port := dynamotest.FreePort(t)
 	front := fmt.Sprintf("http://127.0.0.1:%d", port)
-	procs = append(procs, dynamotest.Start(t, env, "dynamo.frontend", append(backendFlag, "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port),
+	procs = append(procs, dynamotest.StartEnv(t, env, "dynamo.frontend", append(backendFlag, "--http-host", "127.0.0.1", "--http-port", strconv.Itoa(port),
 		"--request-plane", "tcp", "--event-plane", "zmq", "--router-mode", "direct")...))
 	logs := func() string {
 		var b strings.Builder

@@ -119,16 +119,6 @@ func WriteModel(t *testing.T, dir string) {
 	}
 }
 
-// StoreEnv returns the environment of a Dynamo process using the
-// discovery backend "file" (store is DYN_FILE_KV's directory) or "etcd"
-// (store is ETCD_ENDPOINTS), and the flag that selects it.
-func StoreEnv(backend, store string) (env []string, flag []string) {
-	if backend == "etcd" {
-		return []string{"ETCD_ENDPOINTS=" + store}, []string{"--discovery-backend", "etcd"}
-	}
-	return []string{"DYN_FILE_KV=" + store}, []string{"--discovery-backend", "file"}
-}
-
 // Process is a running Dynamo process (mocker or frontend) in its
 // own process group, killed when the test ends.
 type Process struct {
@@ -140,10 +130,9 @@ type Process struct {
 }
 
 // Start runs python -m module args (Python's interpreter and path) with
-// every address on loopback and the discovery store env names
-// (StoreEnv). The process is killed, with its process group, when the test
-// ends.
-func Start(t *testing.T, env []string, module string, args ...string) *Process {
+// every address on loopback and the file store at store (DYN_FILE_KV). The
+// process is killed, with its process group, when the test ends.
+func Start(t *testing.T, store string, module string, args ...string) *Process {
 	t.Helper()
 	return StartEnv(t, []string{"DYN_FILE_KV=" + store}, module, args...)
 }
