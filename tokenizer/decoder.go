@@ -129,12 +129,7 @@ func parseDecoder(raw json.RawMessage) ([]decoder, error) {
 	what := "decoder " + typ
 	switch typ {
 	case "ByteLevel":
-		var v struct {
-			Type           string `json:"type"`
-			AddPrefixSpace bool   `json:"add_prefix_space"`
-			TrimOffsets    bool   `json:"trim_offsets"`
-			UseRegex       *bool  `json:"use_regex"`
-		}
+		var v byteLevelSpec
 		return []decoder{byteLevelDecoder{}}, strict(what, raw, &v)
 	case "Metaspace":
 		var v struct {

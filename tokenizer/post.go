@@ -25,7 +25,7 @@ func (a *affix) wrap(inner *affix) *affix {
 
 // parsePostProcessor reads a "post_processor" object; nil means none (or
 // one that adds no token, such as ByteLevel's).
-func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (*affix, error) {
+func parsePostProcessor(raw json.RawMessage) (*affix, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -37,12 +37,7 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (*affix, e
 	switch typ {
 	case "ByteLevel":
 		// It only adjusts offsets.
-		var v struct {
-			Type           string `json:"type"`
-			AddPrefixSpace bool   `json:"add_prefix_space"`
-			TrimOffsets    bool   `json:"trim_offsets"`
-			UseRegex       *bool  `json:"use_regex"`
-		}
+		var v byteLevelSpec
 		return nil, strict(what, raw, &v)
 	case "TemplateProcessing":
 		var v struct {
@@ -102,9 +97,7 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]uint32) (*affix, e
 		}
 		return t, nil
 	case "Sequence":
-		items, err := sequence(what, raw, "processors", func(r json.RawMessage) (*affix, error) {
-			return parsePostProcessor(r, vocab)
-		})
+		items, err := sequence(what, raw, "processors", parsePostProcessor)
 		if err != nil {
 			return nil, err
 		}

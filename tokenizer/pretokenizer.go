@@ -138,12 +138,7 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, bool, error) {
 	what := "pre_tokenizer " + typ
 	switch typ {
 	case "ByteLevel":
-		var v struct {
-			Type           string `json:"type"`
-			AddPrefixSpace bool   `json:"add_prefix_space"`
-			TrimOffsets    bool   `json:"trim_offsets"`
-			UseRegex       *bool  `json:"use_regex"`
-		}
+		var v byteLevelSpec
 		if err := strict(what, raw, &v); err != nil {
 			return nil, false, err
 		}

@@ -122,3 +122,12 @@ func literalReplace(what string, raw json.RawMessage) (old, new string, err erro
 	}
 	return *v.Pattern.String, v.Content, nil
 }
+
+// byteLevelSpec holds the options of the ByteLevel pre-tokenizer, decoder
+// and post-processor (each reads what concerns it).
+type byteLevelSpec struct {
+	Type           string `json:"type"`
+	AddPrefixSpace bool   `json:"add_prefix_space"`
+	TrimOffsets    bool   `json:"trim_offsets"`
+	UseRegex       *bool  `json:"use_regex"`
+}

@@ -125,7 +125,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 		}
 	}
 	t.raw, t.normed = newMatchSet(rawTokens), newMatchSet(normTokens)
-	if t.post, err = parsePostProcessor(spec.PostProcessor, t.tokenToID); err != nil {
+	if t.post, err = parsePostProcessor(spec.PostProcessor); err != nil {
 		return nil, err
 	}
 	if t.decoder, err = parseDecoder(spec.Decoder); err != nil {
