@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +36,11 @@ type dynamoConfig struct {
 	Namespace string `json:"namespace,omitempty"`
 	Component string `json:"component,omitempty"`
 	Endpoint  string `json:"endpoint,omitempty"`
+	// CallbackHost is the address Dynamo workers connect back to when
+	// the gateway asks their local indexer for events it missed (Dynamo's
+	// DYN_TCP_RESPONSE_STREAM_HOST). Empty means that variable, or
+	// 127.0.0.1.
+	CallbackHost string `json:"callback_host,omitempty"`
 }
 
 // validate checks the configuration of an enabled Dynamo mode.
@@ -67,7 +74,8 @@ type dynamoMode struct {
 // newDynamoMode prepares the Dynamo mode: events go to the router's index,
 // load reports to the gateway (which keeps them across its health probes).
 func newDynamoMode(ctx context.Context, c dynamoConfig, r *router.Router, gw *gateway.Gateway, log *slog.Logger) (*dynamoMode, error) {
-	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: gw, Logger: log.With("part", "dynamo-events")})
+	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: gw, Logger: log.With("part", "dynamo-events"),
+		Query: kvdynamo.Querier{CallbackHost: cmp.Or(c.CallbackHost, os.Getenv("DYN_TCP_RESPONSE_STREAM_HOST"))}})
 	if err != nil {
 		return nil, err
 	}

@@ -38,8 +38,10 @@
 //
 // -dynamo-store also takes etcd:http://127.0.0.1:2379[,...]. The config
 // file's "dynamo" object holds the same: {"store", "frontend", "model",
-// "namespace", "component", "endpoint"}, and "model_dir" the model
-// directory. -block-size must be the workers' (their model card's
+// "namespace", "component", "endpoint", "callback_host": the address
+// workers connect back to when the gateway recovers events from their
+// local indexer, default $DYN_TCP_RESPONSE_STREAM_HOST or 127.0.0.1}, and
+// "model_dir" the model directory. -block-size must be the workers' (their model card's
 // kv_cache_block_size): workers with another are left out, with a log
 // record.
 //
