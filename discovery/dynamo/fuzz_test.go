@@ -1,8 +1,10 @@
 package dynamo_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,5 +72,24 @@ func FuzzFileKey(f *testing.F) {
 			return
 		}
 		require.Greater(t, len(key), len(dynamo.BucketInstances)+1)
+		// Escaped again as Dynamo names files, it reads back the same.
+		again, err := dynamo.FileKey(dynamo.BucketInstances, escapeKey(strings.TrimPrefix(key, dynamo.BucketInstances+"/")))
+		require.NoError(t, err)
+		require.Equal(t, key, again)
 	})
+}
+
+// escapeKey names a file as Dynamo's file store does: every byte but
+// ASCII letters and digits as %XX.
+func escapeKey(k string) string {
+	var b strings.Builder
+	for i := range len(k) {
+		c := k[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
 }
