@@ -154,6 +154,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		dynFront = fs.String("dynamo-frontend", "", "Dynamo mode: URL of Dynamo's frontend started with --router-mode direct")
 		dynModel = fs.String("dynamo-model", "", "Dynamo mode: serve the workers of this model only (empty: every model)")
 		dynNS    = fs.String("dynamo-namespace", "", "Dynamo mode: serve the workers of this namespace only (empty: every namespace)")
+		dynCB    = fs.String("dynamo-callback-host", "", "Dynamo mode: address workers connect back to when events are recovered from them (empty: $DYN_TCP_RESPONSE_STREAM_HOST or 127.0.0.1)")
 	)
 	fs.Var(&engines, "engine", "engine as ID=URL[,events=tcp://host:port][,replay=...][,topic=...][,ranks=N][,preset=dynamo][,header=NAME:VALUE] (repeatable)")
 	fs.DurationVar(&o.interval, "health-interval", 2*time.Second, "how often engines' /health is probed")
@@ -205,6 +206,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	override("dynamo-frontend", func() { o.file.Dynamo.Frontend = *dynFront })
 	override("dynamo-model", func() { o.file.Dynamo.Model = *dynModel })
 	override("dynamo-namespace", func() { o.file.Dynamo.Namespace = *dynNS })
+	override("dynamo-callback-host", func() { o.file.Dynamo.CallbackHost = *dynCB })
 	if *adapter != "" {
 		if o.file.Adapters == nil {
 			o.file.Adapters = map[string]string{}
