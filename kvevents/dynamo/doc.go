@@ -16,9 +16,17 @@
 //  3. For each event channel discovery reports (topics "kv-events",
 //     "kv_metrics", "forward-pass-metrics"), call
 //     [Subscriber.AddPublisher] with its endpoint and topic, and the
-//     worker's KV capacity and block size from its model card; call
+//     worker's KV capacity and block size from its model card; for
+//     "kv-events", add the worker's recovery target from
+//     v1/event_sources ([ParseRecoveryTarget]) so that the subscriber
+//     restores what the worker cached before it joined and what a gap
+//     lost, from the worker's local indexer ([Querier]). Call
 //     [Subscriber.RemovePublisher] when the channel goes away.
-//  4. Read [Subscriber.Stats] for monitoring.
+//  4. Read [Subscriber.Stats] for monitoring (kvevents/kvprom exports
+//     them).
+//
+// On Dynamo's NATS event plane, [NATSSubscriber] does the same with a
+// *nats.Conn and subjects ([NATSSubscriber.AddChannel]).
 //
 // In code:
 //
@@ -27,11 +35,17 @@
 //		return err
 //	}
 //	go sub.Run(ctx)
+//	tgt, err := dynamo.ParseRecoveryTarget(
+//		"10.0.0.7:37889/15eb28d827b01bdb/dynamo/backend/worker_kv_query_source_10486e22fd3afa",
+//		workerID, 0)
+//	if err != nil {
+//		return err
+//	}
 //	_ = sub.AddPublisher(dynamo.Publisher{
-//		Endpoint: "tcp://10.0.0.7:44351", Topic: dynamo.TopicKVEvents,
+//		Endpoint: "tcp://10.0.0.7:44351", Topic: dynamo.TopicKVEvents, Recovery: &tgt,
 //	})
 //	_ = sub.AddPublisher(dynamo.Publisher{
-//		Endpoint: "tcp://10.0.0.7:33257", Topic: dynamo.TopicKVMetrics,
+//		Endpoint: "tcp://10.0.0.7:33257", Topic: dynamo.TopicForwardPassMetrics,
 //		KVCapacityBlocks: 800, BlockSize: 16,
 //	})
 //
@@ -51,6 +65,13 @@
 // of the block's tokens that kvroute.Hasher computes too, so the index
 // matches requests hashed by the router, without token ids on the wire.
 //
+// A recovery query goes to the worker's endpoint on Dynamo's TCP request
+// plane (see [Querier]): the endpoint path, JSON headers and a two-part
+// message (a JSON control header naming a callback address, the msgpack
+// request {worker_id, dp_rank, start_event_id, end_event_id}); the worker
+// acknowledges, connects back and streams a handshake, a prologue and the
+// msgpack response (TreeDump or Events of RouterEvents).
+//
 // Decoders never panic on their input and are fuzzed with frames captured
-// from Dynamo's own publishers (testdata/frames).
+// from Dynamo's own publishers (kvevents/testdata/captured).
 package dynamo
