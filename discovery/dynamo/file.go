@@ -71,6 +71,10 @@ type FileWatcher struct {
 	TTL time.Duration
 	// Resync is the period of full listings. Zero means one second.
 	Resync time.Duration
+	// Poll disables file notifications: the watcher follows the store by
+	// its listings alone, one Resync late. Use it for a store on a network
+	// filesystem, whose other hosts' writes inotify does not see.
+	Poll bool
 	// Logger receives invalid values and watch errors. Nil discards.
 	Logger *slog.Logger
 	// Now is the clock files are aged with; nil means time.Now.
@@ -100,12 +104,19 @@ func (w *FileWatcher) Run(ctx context.Context, sink Sink) error {
 	if resync <= 0 {
 		resync = time.Second
 	}
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("dynamo: file watch: %w", err)
+	r := &fileRun{w: w, log: log, cache: map[string]*fileCache{}, watched: map[string]bool{}}
+	// Without notifications (the host's inotify limits reached) the
+	// listings alone follow the store, one Resync late.
+	var events chan fsnotify.Event
+	var errs chan error
+	if w.Poll {
+		// listings only
+	} else if fw, err := fsnotify.NewWatcher(); err != nil {
+		log.WarnContext(ctx, "dynamo: no file notifications, relying on listings", "dir", w.Dir, "err", err)
+	} else {
+		defer fw.Close()
+		r.fw, events, errs = fw, fw.Events, fw.Errors
 	}
-	defer fw.Close()
-	r := &fileRun{w: w, log: log, fw: fw, cache: map[string]*fileCache{}, watched: map[string]bool{}}
 	tick := time.NewTicker(resync)
 	defer tick.Stop()
 	// Changes come in bursts (a worker writes several files); one listing
@@ -128,7 +139,7 @@ func (w *FileWatcher) Run(ctx context.Context, sink Sink) error {
 				wait = false
 			case <-settle.C:
 				wait = false
-			case ev, ok := <-fw.Events:
+			case ev, ok := <-events:
 				if !ok {
 					return fmt.Errorf("dynamo: file watch closed")
 				}
@@ -141,7 +152,7 @@ func (w *FileWatcher) Run(ctx context.Context, sink Sink) error {
 				delete(r.cache, ev.Name) // rewritten in place: read it again
 
 				settle.Reset(20 * time.Millisecond)
-			case err, ok := <-fw.Errors:
+			case err, ok := <-errs:
 				if !ok {
 					return fmt.Errorf("dynamo: file watch closed")
 				}
@@ -211,7 +222,11 @@ func (r *fileRun) scan(ctx context.Context) Deployment {
 			}
 			seen[path] = true
 			c := r.cache[path]
-			if c == nil || !os.SameFile(c.info, info) || c.info.Size() != info.Size() {
+			// A file replaced (renamed over) is another file; one rewritten
+			// in place is reported by a notification, or, when polling,
+			// has a new modification time (as after each keep-alive touch).
+			if c == nil || !os.SameFile(c.info, info) || c.info.Size() != info.Size() ||
+				(r.fw == nil && !c.info.ModTime().Equal(info.ModTime())) {
 				c = r.load(ctx, b, name, path, info)
 				r.cache[path] = c
 			}
@@ -251,7 +266,7 @@ func (r *fileRun) load(ctx context.Context, bucket, name, path string, info fs.F
 
 // watch adds dir to the fsnotify watch once it exists.
 func (r *fileRun) watch(ctx context.Context, dir string) {
-	if r.watched[dir] {
+	if r.fw == nil || r.watched[dir] {
 		return
 	}
 	if err := r.fw.Add(dir); err != nil {

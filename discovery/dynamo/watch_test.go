@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -86,13 +87,19 @@ func writeWorker(t *testing.T, dir string, delta uint64) (uint64, []string) {
 }
 
 func TestFileWatcher(t *testing.T) {
+	for _, poll := range []bool{false, true} {
+		t.Run(fmt.Sprintf("poll=%v", poll), func(t *testing.T) { testFileWatcher(t, poll) })
+	}
+}
+
+func testFileWatcher(t *testing.T, poll bool) {
 	dir := copyStore(t)
 	files := goldenFiles(t)
 	_, first := renamer(t, files, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sink := &latest{}
-	w := &dynamo.FileWatcher{Dir: dir, TTL: 3 * time.Second, Resync: 50 * time.Millisecond}
+	w := &dynamo.FileWatcher{Dir: dir, TTL: 3 * time.Second, Resync: 50 * time.Millisecond, Poll: poll}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, sink) }()
 	require.Eventually(t, func() bool { return slicesEqual(sink.ids(), first) }, 5*time.Second, 5*time.Millisecond)
