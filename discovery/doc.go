@@ -33,4 +33,12 @@
 // its first scrape shows the router's block size (see
 // enginemetrics.Scraper.Verify); an engine that fails the check is reported by
 // Pool.Rejected and tried again every PoolConfig.RetryInterval.
+//
+// An engine reached through a shared URL with a per-worker header (NVIDIA
+// Dynamo's frontend in direct mode, package discovery/dynamo) has no host
+// or ports: it names its number of Ranks, gets no AddressBook entry, and
+// may carry its block size (checked against the router's), its KV capacity
+// and batch limits (given to the router), and its Dynamo event-plane
+// endpoints, which PoolConfig.DynamoEvents subscribes to while the engine
+// is a member.
 package discovery
