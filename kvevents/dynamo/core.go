@@ -250,6 +250,7 @@ func (c *core) recover(w kvroute.WorkerKey, d *kvevents.DynamoEvent, t *Recovery
 		c.cursors[w] = resp.LastEventID
 		cur = resp.LastEventID
 		if d.EventID <= cur {
+			c.stats.staleEvents.Add(1)
 			return false // in the dump
 		}
 		if d.EventID == cur+1 {
@@ -265,12 +266,17 @@ func (c *core) recover(w kvroute.WorkerKey, d *kvevents.DynamoEvent, t *Recovery
 			c.recoveryFailed(w, resp, err)
 			c.stats.lostEvents.Add(d.EventID - from)
 		} else {
+			n := uint64(0)
 			for i := range resp.Events {
 				r := &resp.Events[i]
 				if r.EventID >= from && r.EventID < d.EventID {
 					c.apply(r)
-					c.stats.recovered.Add(1)
+					n++
 				}
+			}
+			c.stats.recovered.Add(n)
+			if want := d.EventID - from; n < want {
+				c.stats.lostEvents.Add(want - n)
 			}
 		}
 	case d.EventID <= cur:
