@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,17 @@ import (
 	"github.com/kvroute/kvroute/internal/etcdtest"
 	"github.com/kvroute/kvroute/router"
 )
+
+// grepMetrics returns the lines of metrics that start with prefix.
+func grepMetrics(metrics, prefix string) string {
+	var out []string
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "; ")
+}
 
 // liveAnswer is what the live test reads of one answer.
 type liveAnswer struct {
@@ -86,7 +98,8 @@ func chat(ctx context.Context, base string, body map[string]any, header http.Hea
 // names the chosen worker in the header the frontend routes on; a shared
 // prompt then lands on the worker that caches it, which reports the cached
 // tokens the router predicted. A worker the frontend does not know is
-// refused and the request fails over.
+// refused and the request fails over, and so are requests to a worker
+// killed outright: no request is lost.
 func TestDynamoLive(t *testing.T) {
 	for _, backend := range []string{"file", "etcd"} {
 		t.Run(backend, func(t *testing.T) { testDynamoLive(t, backend) })
@@ -240,4 +253,20 @@ func testDynamoLive(t *testing.T, backend string) {
 		require.Equal(t, fmt.Sprint(ids[0], "/0"), a.worker)
 	}
 	require.Zero(t, static.Stats().Failed)
+
+	// A worker killed outright: until the store forgets it, requests the
+	// router still sends it fail over to the other; none is lost.
+	procs[0].Stop(syscall.SIGKILL)
+	for i := range 10 {
+		body := map[string]any{"model": "tiny", "max_tokens": 2, "stream": i%2 == 0,
+			"messages": []map[string]string{{"role": "user", "content": fmt.Sprint(i, " after the crash")}}}
+		a, err := chat(ctx, gw, body, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, a.status, "request %d after the kill: %s\n%s", i, a.body, logs())
+	}
+	resp, err = http.Get(gw + "/metrics")
+	require.NoError(t, err)
+	metrics, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("after the kill: %s", grepMetrics(string(metrics), "kvroute_gateway_"))
 }
