@@ -25,10 +25,24 @@ type etcdRecord struct {
 	Value json.RawMessage `json:"value"`
 }
 
+// goldenShape is one captured file store: the mocker's extra arguments
+// and what it registers.
+type goldenShape struct {
+	dir              string
+	args             []string
+	workers, dpRanks int
+}
+
+var goldenShapes = []goldenShape{
+	{dir: "filestore", workers: 1, dpRanks: 1},
+	{dir: "filestore-dp2", args: []string{"--data-parallel-size", "2"}, workers: 1, dpRanks: 2},
+	{dir: "filestore-2workers", args: []string{"--num-workers", "2"}, workers: 2, dpRanks: 1},
+}
+
 // TestCaptureStore re-creates the golden store data from real mockers:
-// testdata/filestore (the files one mocker wrote under DYN_FILE_KV) and
-// testdata/etcd.json (the keys, leases and values one mocker put into
-// etcd). It runs only with KVROUTE_DYNAMO_CAPTURE=1; see
+// testdata/filestore* (the files a mocker wrote under DYN_FILE_KV, for each
+// goldenShape) and testdata/etcd.json (the keys, leases and values one
+// mocker put into etcd). It runs only with KVROUTE_DYNAMO_CAPTURE=1; see
 // testdata/capture.sh.
 func TestCaptureStore(t *testing.T) {
 	if os.Getenv("KVROUTE_DYNAMO_CAPTURE") != "1" {
@@ -37,20 +51,20 @@ func TestCaptureStore(t *testing.T) {
 	model := filepath.Join(t.TempDir(), "model")
 	dynamotest.WriteModel(t, model)
 
-	store := t.TempDir()
-	m := startMocker(t, model, dynEnv{backend: "file", store: store})
-	d := waitDeployment(t, func() dynamo.Deployment {
-		w := &dynamo.FileWatcher{Dir: store}
-		return scanOnce(t, w)
-	}, 1, m)
-	require.NotEmpty(t, d.Metrics)
-	out := filepath.Join("testdata", "filestore")
-	require.NoError(t, os.RemoveAll(out))
-	require.NoError(t, os.CopyFS(out, os.DirFS(store)))
-	m.Stop(syscall.SIGTERM)
+	for _, shape := range goldenShapes {
+		store := t.TempDir()
+		m := startMocker(t, model, dynEnv{backend: "file", store: store}, shape.args...)
+		waitDeployment(t, func() dynamo.Deployment {
+			return scanOnce(t, &dynamo.FileWatcher{Dir: store})
+		}, shape.workers, m)
+		out := filepath.Join("testdata", shape.dir)
+		require.NoError(t, os.RemoveAll(out))
+		require.NoError(t, os.CopyFS(out, os.DirFS(store)))
+		m.Stop(syscall.SIGTERM)
+	}
 
 	c, url := etcdtest.Start(t)
-	m = startMocker(t, model, dynEnv{backend: "etcd", store: url})
+	m := startMocker(t, model, dynEnv{backend: "etcd", store: url})
 	var recs []etcdRecord
 	waitDeployment(t, func() dynamo.Deployment {
 		resp, err := c.Get(context.Background(), "v1/", clientv3.WithPrefix())
@@ -70,13 +84,13 @@ func TestCaptureStore(t *testing.T) {
 }
 
 // waitDeployment polls get until it returns n workers with kv-events
-// publishers and load channels, for at most a minute.
+// publishers and both load channels, for at most a minute.
 func waitDeployment(t *testing.T, get func() dynamo.Deployment, n int, m *dynamotest.Process) dynamo.Deployment {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		d := get()
-		if len(d.Workers) == n && len(d.Metrics) >= 2*n {
+		if len(d.Workers) == n && len(d.Metrics) >= 2 {
 			return d
 		}
 		if time.Now().After(deadline) {

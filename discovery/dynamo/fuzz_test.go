@@ -16,14 +16,16 @@ import (
 // never panics, and what it accepts joins into a deployment without
 // panicking either.
 func FuzzDecode(f *testing.F) {
-	for _, b := range dynamo.Buckets {
-		dir := filepath.Join("testdata", "filestore", filepath.FromSlash(b))
-		ents, err := os.ReadDir(dir)
-		require.NoError(f, err)
-		for _, e := range ents {
-			v, err := os.ReadFile(filepath.Join(dir, e.Name()))
+	for _, shape := range goldenShapes {
+		for _, b := range dynamo.Buckets {
+			dir := filepath.Join("testdata", shape.dir, filepath.FromSlash(b))
+			ents, err := os.ReadDir(dir)
 			require.NoError(f, err)
-			f.Add(v)
+			for _, e := range ents {
+				v, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				require.NoError(f, err)
+				f.Add(v)
+			}
 		}
 	}
 	f.Add([]byte(`{"type":"EventChannel","scope":{"kind":"component","namespace":"n","component":"c"},"topic":"kv-events","instance_id":1,"transport":{"kind":"ZmqBroker","config":{"xpub_endpoints":["tcp://a:2"]}}}`))

@@ -33,12 +33,12 @@ func (env dynEnv) start(t *testing.T, module string, args ...string) *dynamotest
 }
 
 // startMocker starts a mocker worker serving model "tiny" with blocks of
-// 16 tokens and 800 cache blocks; the test kills it at the end if it is
-// still running.
-func startMocker(t *testing.T, model string, env dynEnv) *dynamotest.Process {
+// 16 tokens and 800 cache blocks (and the extra mocker arguments); the
+// test kills it at the end if it is still running.
+func startMocker(t *testing.T, model string, env dynEnv, extra ...string) *dynamotest.Process {
 	t.Helper()
-	return env.start(t, "dynamo.mocker", "--model-path", model, "--model-name", "tiny",
-		"--block-size", "16", "--num-gpu-blocks-override", "800", "--speedup-ratio", "1")
+	return env.start(t, "dynamo.mocker", append([]string{"--model-path", model, "--model-name", "tiny",
+		"--block-size", "16", "--num-gpu-blocks-override", "800", "--speedup-ratio", "1"}, extra...)...)
 }
 
 // startFrontend starts Dynamo's OpenAI frontend on port, routing round

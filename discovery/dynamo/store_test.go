@@ -1,6 +1,7 @@
 package dynamo_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,7 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/dynamo"
+	"github.com/kvroute/kvroute/router"
 )
 
 // goldenFile is one file of testdata/filestore.
@@ -22,9 +26,15 @@ type goldenFile struct {
 
 func goldenFiles(t *testing.T) []goldenFile {
 	t.Helper()
+	return goldenFilesIn(t, "filestore")
+}
+
+// goldenFilesIn reads a captured file store under testdata.
+func goldenFilesIn(t *testing.T, store string) []goldenFile {
+	t.Helper()
 	var out []goldenFile
 	for _, b := range dynamo.Buckets {
-		dir := filepath.Join("testdata", "filestore", filepath.FromSlash(b))
+		dir := filepath.Join("testdata", store, filepath.FromSlash(b))
 		ents, err := os.ReadDir(dir)
 		require.NoError(t, err)
 		require.NotEmpty(t, ents, b)
@@ -324,4 +334,56 @@ func TestDefaultFileDir(t *testing.T) {
 	require.Equal(t, "/srv/kv", dynamo.DefaultFileDir())
 	t.Setenv("DYN_FILE_KV", "")
 	require.Equal(t, filepath.Join(os.TempDir(), "dynamo_store_kv"), dynamo.DefaultFileDir())
+}
+
+// Each captured shape (one worker, one worker with two data-parallel
+// ranks, two workers in one process) joins into its workers, ranks and
+// publishers, and registers that many cache domains with a Pool.
+func TestGoldenShapes(t *testing.T) {
+	for _, shape := range goldenShapes {
+		t.Run(shape.dir, func(t *testing.T) {
+			var st dynamo.State
+			for _, f := range goldenFilesIn(t, shape.dir) {
+				require.NoError(t, st.Put(f.key, f.value, 0))
+			}
+			d := st.Deployment(dynamo.Selector{Model: "tiny"})
+			require.Empty(t, d.Waiting)
+			require.Len(t, d.Workers, shape.workers)
+			require.Len(t, d.Metrics, 2*shape.workers, "a kv_metrics and a forward-pass-metrics publisher per worker")
+			endpoints := map[string]bool{}
+			for _, w := range d.Workers {
+				require.Equal(t, shape.dpRanks, w.DPSize)
+				require.Equal(t, 800, w.KVBlocks)
+				require.Len(t, w.KVEvents, shape.dpRanks)
+				for r, p := range w.KVEvents {
+					require.Equal(t, r, p.DPRank)
+					require.False(t, endpoints[p.Endpoints[0]], "one publisher per rank")
+					endpoints[p.Endpoints[0]] = true
+				}
+			}
+			r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+			require.NoError(t, err)
+			pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, RetryInterval: -1,
+				DynamoEvents: func(*discovery.Engine, string) (discovery.EventRunner, error) { return idle{}, nil }})
+			require.NoError(t, err)
+			defer pool.Close()
+			dynamo.PoolSink(pool, nil).Sync(context.Background(), d)
+			require.Empty(t, pool.Rejected())
+			var want []kvroute.WorkerKey
+			for _, w := range d.Workers {
+				for rank := range w.DPSize {
+					want = append(want, kvroute.WorkerKey{ID: kvroute.WorkerID(w.InstanceID), Rank: kvroute.DPRank(rank)})
+				}
+			}
+			require.ElementsMatch(t, want, r.Workers())
+		})
+	}
+}
+
+// idle is an event runner that waits for its end.
+type idle struct{}
+
+func (idle) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
 }
