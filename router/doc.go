@@ -7,7 +7,8 @@
 // The host's duties, in order:
 //
 //  1. Create the Router with New, with the engines' block size in
-//     Config.Hasher and a cost function (Dynamo's default when nil).
+//     Config.Hasher and a cost function (kvroute's default when nil, see
+//     "The default policy" below).
 //  2. Register every engine with AddWorker (a Worker: its id,
 //     data-parallel ranks, block size and role); UpdateWorker and
 //     RemoveWorker as the pool changes.
@@ -36,6 +37,21 @@
 //	resp, err := send(d.Worker, prompt) // the host's own client
 //	d.PrefillDone()
 //	d.Done(router.Outcome{Err: err, CachedTokens: resp.CachedTokens, CachedTokensKnown: true})
+//
+// # The default policy
+//
+// The zero Config routes by scheduling.NewDefaultCost: NVIDIA Dynamo's
+// KV-router cost weighted towards the cache (overlap weight 2, prefill load
+// scale 16, 16 blocks per active request), so that each prompt goes to the
+// worker holding most of its prefix and a shared prefix stays on few
+// workers, inside a scheduling.BoundedLoad that keeps every worker within
+// 1.5 times its fair share of the requests in flight, so that a hot
+// prefix spills over instead of queueing on one worker. Measured end to end
+// on Dynamo 1.6.1's mocker engines (bench/dynamo), it keeps more of the
+// prompts cached than Dynamo's own default router with the load as even;
+// BENCHMARKS.md has the figures. The host tunes nothing; to route exactly
+// as Dynamo does, set Cost to scheduling.NewDynamoCost with the zero
+// config.
 //
 // # Several router replicas
 //

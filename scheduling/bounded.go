@@ -17,9 +17,9 @@ const overBound = 1e15
 
 // BoundedLoadConfig configures BoundedLoad.
 type BoundedLoadConfig struct {
-	// Factor bounds a worker's share of the busy slots (active plus
-	// queued requests) of all candidates, the request being routed
-	// included, at Factor times the mean. Zero means
+	// Factor bounds a worker's share of the active requests of all
+	// candidates, the request being routed included, at Factor times the
+	// mean. Zero means
 	// DefaultLoadBoundFactor; values below 1 are invalid (no worker could
 	// take the request).
 	Factor float64
@@ -29,10 +29,12 @@ type BoundedLoadConfig struct {
 // manner of consistent hashing with bounded loads: the candidates are
 // ranked by the wrapped cost, but a candidate that would hold more than
 //
-//	bound = ⌈Factor · (Σ busy + 1) / candidates⌉
+//	bound = ⌈Factor · (Σ ActiveRequests + 1) / candidates⌉
 //
-// busy slots (ActiveRequests + QueueDepth) with the request is ranked
-// after every candidate within the bound. A cache-affine cost can then
+// active requests with the request is ranked after every candidate within
+// the bound. ActiveRequests is what the router tracks of its own requests
+// (merged with the engine's report, see router), queued ones included, so
+// QueueDepth, which an engine reports for the same requests, is not added. A cache-affine cost can then
 // weigh the cache strongly (send a prompt where its prefix is) without
 // piling a hot prefix onto one worker: when its holder reaches the bound,
 // the request goes to the best other worker, which then caches the prefix
@@ -69,11 +71,11 @@ func (b *BoundedLoad) Costs(req *Request, cands []Candidate, costs []float64) {
 	}
 	total := 0
 	for i := range n {
-		total += busySlots(&cands[i].Load)
+		total += max(cands[i].Load.ActiveRequests, 0)
 	}
 	bound := int(math.Ceil(b.factor * float64(total+1) / float64(n)))
 	for i := range n {
-		if busySlots(&cands[i].Load)+1 > bound {
+		if max(cands[i].Load.ActiveRequests, 0)+1 > bound {
 			costs[i] += overBound
 		}
 	}

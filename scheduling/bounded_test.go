@@ -46,19 +46,24 @@ func TestBoundedLoad(t *testing.T) {
 	}
 }
 
-func TestBoundedLoadQueueDepth(t *testing.T) {
+func TestBoundedLoadIgnoresQueueDepth(t *testing.T) {
 	inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
 	require.NoError(t, err)
 	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{})
 	require.NoError(t, err)
 	req := scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16}
+	// The engine reports as queued requests the router already counts as
+	// active: only ActiveRequests is bounded.
 	cands := []scheduling.Candidate{
-		{Worker: worker(1), Cached: [kvroute.NumTiers]int{10}, Load: scheduling.Load{QueueDepth: 4}},
-		{Worker: worker(2), Load: scheduling.Load{}},
+		{Worker: worker(1), Cached: [kvroute.NumTiers]int{10}, Load: scheduling.Load{ActiveRequests: 2, QueueDepth: 2}},
+		{Worker: worker(2), Load: scheduling.Load{ActiveRequests: 1}},
 	}
 	costs := make([]float64, 2)
 	b.Costs(&req, cands, costs)
-	require.Greater(t, costs[0], costs[1], "4 queued of 5 is above ⌈1.5·5/2⌉ = 4")
+	require.Less(t, costs[0], costs[1], "3 of 4 is within ⌈1.5·4/2⌉ = 3")
+	cands[0].Load.ActiveRequests, cands[1].Load.ActiveRequests = 3, 0
+	b.Costs(&req, cands, costs)
+	require.Greater(t, costs[0], costs[1], "4 of 4 is above ⌈1.5·4/2⌉ = 3")
 }
 
 func TestNewBoundedLoadRejects(t *testing.T) {

@@ -79,8 +79,9 @@ type chunk struct {
 }
 
 // send posts r to url and reads its stream. header, when not empty, is
-// added to the request (the direct-mode worker choice).
-func send(ctx context.Context, hc *http.Client, url, model string, r *Request, header http.Header) Result {
+// added to the request (the direct-mode worker choice); firstToken, when
+// not nil, is called when the first content arrives.
+func send(ctx context.Context, hc *http.Client, url, model string, r *Request, header http.Header, firstToken func()) Result {
 	res := Result{Req: r, Predicted: -1}
 	b, err := body(model, r)
 	if err != nil {
@@ -116,6 +117,9 @@ func send(ctx context.Context, hc *http.Client, url, model string, r *Request, h
 	res.Err = readStream(resp.Body, func(c *chunk) {
 		if res.TTFT == 0 && len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
 			res.TTFT = time.Since(start)
+			if firstToken != nil {
+				firstToken()
+			}
 		}
 		if c.NVExt != nil && c.NVExt.WorkerID != nil && res.Worker == 0 {
 			res.Worker = c.NVExt.WorkerID.DecodeWorkerID

@@ -80,9 +80,6 @@ type proc struct {
 	cmd  *exec.Cmd
 	log  *os.File
 	done chan struct{}
-	// eventPort is a mocker's vLLM-format KV event port, 0 when it
-	// publishes none.
-	eventPort int
 }
 
 // Deployment is one fresh Dynamo deployment: mocker workers and a frontend,
@@ -166,10 +163,7 @@ type deployConfig struct {
 	cacheBlocks int
 	httpPort    int
 	routerMode  string // the frontend's --router-mode: kv, round-robin, direct
-	// eventPorts makes each worker publish vLLM-format KV events on a
-	// port of its own too.
-	eventPorts bool
-	scenario   *Scenario
+	scenario    *Scenario
 }
 
 // Deploy starts cfg.workers mocker workers and the frontend, and waits
@@ -187,21 +181,10 @@ func Deploy(ctx context.Context, cfg deployConfig, log *slog.Logger) (*Deploymen
 			"--block-size", "16", "--num-gpu-blocks-override", strconv.Itoa(cfg.cacheBlocks),
 			"--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq",
 			"--speedup-ratio", "1"}
-		port := 0
-		if cfg.eventPorts {
-			var err error
-			if port, err = freePort(); err != nil {
-				d.Stop()
-				return nil, err
-			}
-			args = append(args, "--zmq-kv-events-ports", strconv.Itoa(port))
-		}
-		p, err := d.start(fmt.Sprintf("mocker%d", i), env, cfg.python, args...)
-		if err != nil {
+		if _, err := d.start(fmt.Sprintf("mocker%d", i), env, cfg.python, args...); err != nil {
 			d.Stop()
 			return nil, err
 		}
-		p.eventPort = port
 	}
 	_, err := d.start("frontend", env, cfg.python, "-m", "dynamo.frontend",
 		"--http-host", "127.0.0.1", "--http-port", strconv.Itoa(cfg.httpPort),

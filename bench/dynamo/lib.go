@@ -5,28 +5,26 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
+	"time"
 
-	"github.com/kvroute/kvroute"
-	"github.com/kvroute/kvroute/kvevents"
-	kvzmq "github.com/kvroute/kvroute/kvevents/zmq"
+	"github.com/kvroute/kvroute/discovery"
+	dyndisc "github.com/kvroute/kvroute/discovery/dynamo"
+	kvdynamo "github.com/kvroute/kvroute/kvevents/dynamo"
 	"github.com/kvroute/kvroute/router"
 )
 
 // The kvroute-lib arm runs kvroute's router inside the benchmark, for
 // exploring policies without the gateway: prompts are tokenized ahead of
 // time by tokenize_chats.py (the model's own tokenizer and template), the
-// workers publish vLLM-format KV events on their own ZMQ ports
-// (--zmq-kv-events-ports) that kvroute's subscriber feeds into the
-// router's index, and each chat goes to the frontend in direct mode with
+// workers are discovered in Dynamo's file store and their KV events and
+// load followed on Dynamo's event plane (packages discovery/dynamo and
+// kvevents/dynamo), and each chat goes to the frontend in direct mode with
 // the chosen worker in the x-dynamo-worker-instance-id header.
 
 // libChooser routes with an in-process router.
@@ -36,17 +34,19 @@ type libChooser struct {
 }
 
 // Before implements Chooser.
-func (c *libChooser) Before(ctx context.Context, r *Request) (http.Header, func(*Result), error) {
+func (c *libChooser) Before(ctx context.Context, r *Request) (http.Header, Hooks, error) {
 	d, err := c.r.Select(ctx, &router.Request{Tokens: c.tokens[r], ExpectedOutputTokens: r.MaxTokens})
 	if err != nil {
-		return nil, nil, err
+		return nil, Hooks{}, err
 	}
 	h := http.Header{}
 	h.Set(workerHeader, strconv.FormatUint(uint64(d.Worker.ID), 10))
-	return h, func(res *Result) {
-		res.Predicted = d.CachedTokens
-		d.PrefillDone()
-		d.Done(router.Outcome{Err: res.Err, CachedTokens: res.CachedTokens, CachedTokensKnown: res.Err == nil})
+	return h, Hooks{
+		FirstToken: d.PrefillDone,
+		Done: func(res *Result) {
+			res.Predicted = d.CachedTokens
+			d.Done(router.Outcome{Err: res.Err, CachedTokens: res.CachedTokens, CachedTokensKnown: res.Err == nil})
+		},
 	}, nil
 }
 
@@ -120,118 +120,29 @@ func setupLib(ctx context.Context, b *bench, d *Deployment, _ int) (string, Choo
 	if err != nil {
 		return "", nil, err
 	}
-	ids, err := d.workerEventPorts()
+	// The workers, their KV events and their load come from Dynamo's own
+	// discovery store and event plane, as in the gateway's Dynamo mode.
+	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
 	if err != nil {
 		return "", nil, err
 	}
-	if len(ids) == 0 {
-		return "", nil, errors.New("no worker in the file store")
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: dyndisc.KVEvents(sub)})
+	if err != nil {
+		return "", nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	d.onStop(func() { cancel(); wg.Wait() })
-	for id, port := range ids {
-		w := router.StaticWorker{WorkerID: kvroute.WorkerID(id), Block: 16, CapacityBlocks: s.CacheBlocks}
-		if err := r.AddWorker(w); err != nil {
-			return "", nil, err
+	d.onStop(func() { cancel(); wg.Wait(); _ = pool.Close() })
+	wg.Go(func() { _ = sub.Run(runCtx) })
+	w := &dyndisc.FileWatcher{Dir: filepath.Join(d.dir, "kv"), Selector: dyndisc.Selector{Model: modelName}}
+	wg.Go(func() { _ = w.Run(runCtx, dyndisc.PoolSink(pool, sub)) })
+	// Wait until every worker is routable.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(r.Workers()) < b.o.workers {
+		if time.Now().After(deadline) {
+			return "", nil, fmt.Errorf("kvroute discovered %d of %d workers in 30 s (rejected: %v)", len(r.Workers()), b.o.workers, pool.Rejected())
 		}
-		sub, err := kvzmq.New(kvzmq.Config{
-			Endpoint:  fmt.Sprintf("tcp://127.0.0.1:%d", port),
-			Converter: kvevents.ConverterConfig{Worker: kvroute.WorkerID(id), BlockSize: 16},
-			Sink:      r.Index(),
-		})
-		if err != nil {
-			return "", nil, err
-		}
-		wg.Go(func() { _ = sub.Run(runCtx) })
+		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", d.httpPort), &libChooser{r: r, tokens: toks}, nil
-}
-
-// workerEventPorts maps each worker's instance id to its vLLM-format KV
-// event port: the instance's request-plane TCP port (in the file store)
-// is owned by one of the mocker processes, whose event port the benchmark
-// chose.
-func (d *Deployment) workerEventPorts() (map[uint64]int, error) {
-	inst, err := instanceRPCPorts(filepath.Join(d.dir, "kv"))
-	if err != nil {
-		return nil, err
-	}
-	listen, err := listeningInodes()
-	if err != nil {
-		return nil, err
-	}
-	out := map[uint64]int{}
-	for id, rpc := range inst {
-		inode, ok := listen[rpc]
-		if !ok {
-			return nil, fmt.Errorf("instance %d: nothing listens on port %d", id, rpc)
-		}
-		for _, p := range d.procs {
-			if p.eventPort != 0 && ownsSocket(p.cmd.Process.Pid, inode) {
-				out[id] = p.eventPort
-			}
-		}
-		if _, ok := out[id]; !ok {
-			return nil, fmt.Errorf("instance %d: no mocker owns port %d", id, rpc)
-		}
-	}
-	return out, nil
-}
-
-// instanceRPCPorts returns the request-plane TCP port of every generate
-// instance in the file store.
-func instanceRPCPorts(kvDir string) (map[uint64]int, error) {
-	inst, err := Instances(kvDir)
-	if err != nil {
-		return nil, err
-	}
-	out := map[uint64]int{}
-	for _, in := range inst {
-		_, port, ok := strings.Cut(in.RPC, ":")
-		n, err := strconv.Atoi(port)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("instance %d: request-plane address %q has no port", in.ID, in.RPC)
-		}
-		out[in.ID] = n
-	}
-	return out, nil
-}
-
-// listeningInodes maps listening TCP ports to their socket inodes
-// (/proc/net/tcp).
-func listeningInodes() (map[int]string, error) {
-	b, err := os.ReadFile("/proc/net/tcp")
-	if err != nil {
-		return nil, err
-	}
-	out := map[int]string{}
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) < 10 || f[3] != "0A" { // 0A: LISTEN
-			continue
-		}
-		_, hexPort, _ := strings.Cut(f[1], ":")
-		port, err := strconv.ParseUint(hexPort, 16, 16)
-		if err != nil {
-			continue
-		}
-		out[int(port)] = f[9]
-	}
-	return out, nil
-}
-
-// ownsSocket reports whether process pid has the socket inode open.
-func ownsSocket(pid int, inode string) bool {
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		return false
-	}
-	want := "socket:[" + inode + "]"
-	for _, fd := range fds {
-		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && l == want {
-			return true
-		}
-	}
-	return false
 }

@@ -194,7 +194,7 @@ func (b *bench) one(ctx context.Context, s *Scenario, arm string, rep int) error
 	d, err := Deploy(ctx, deployConfig{
 		python: b.python, model: b.o.model, dir: dir, workers: b.o.workers,
 		cacheBlocks: s.CacheBlocks, httpPort: port, routerMode: spec.routerMode,
-		eventPorts: spec.eventPorts, scenario: s,
+		scenario: s,
 	}, b.log)
 	if err != nil {
 		return err
@@ -226,7 +226,6 @@ func (b *bench) one(ctx context.Context, s *Scenario, arm string, rep int) error
 // kvroute's arms, what it starts in front of the frontend.
 type armSpec struct {
 	routerMode string
-	eventPorts bool // workers publish vLLM-format events on ports of their own
 	// setup returns the URL to send chats to and the in-process chooser,
 	// if any.
 	setup func(ctx context.Context, b *bench, d *Deployment, frontendPort int) (string, Chooser, error)
@@ -236,7 +235,7 @@ var arms = map[string]armSpec{
 	"dynamo-kv":   {routerMode: "kv"},
 	"round-robin": {routerMode: "round-robin"},
 	"kvroute":     {routerMode: "direct", setup: setupGateway},
-	"kvroute-lib": {routerMode: "direct", eventPorts: true, setup: setupLib},
+	"kvroute-lib": {routerMode: "direct", setup: setupLib},
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -46,10 +46,18 @@ func dynamoDefault() (scheduling.CostFunc, error) {
 	return scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
 }
 
+func dynamoOW(ow, pls float64) func() (scheduling.CostFunc, error) {
+	return func() (scheduling.CostFunc, error) {
+		return scheduling.NewDynamoCost(scheduling.DynamoCostConfig{OverlapWeight: scheduling.Float(ow), PrefillLoadScale: scheduling.Float(pls)})
+	}
+}
+
 func init() {
 	libPolicies["tuned-b1.25"] = bounded(tuned, 1.25)
 	libPolicies["tuned-b1.5"] = bounded(tuned, 1.5)
-	libPolicies["dynamo-b1.25"] = bounded(dynamoDefault, 1.25)
+	libPolicies["dynamo-b1.5"] = bounded(dynamoDefault, 1.5)
+	libPolicies["ow2-b1.5"] = bounded(dynamoOW(2, 1), 1.5)
+	libPolicies["ow2-pls4-b1.5"] = bounded(dynamoOW(2, 4), 1.5)
 }
 
 func libPolicyNames() []string {

@@ -12,10 +12,16 @@ import (
 )
 
 // Chooser picks the worker of a request in arms where kvroute routes:
-// Before returns the headers to send (the direct-mode worker choice) and a
-// function to call with the result.
+// Before returns the headers to send (the direct-mode worker choice) and
+// the hooks to call when the first token arrives and with the result.
 type Chooser interface {
-	Before(ctx context.Context, r *Request) (http.Header, func(*Result), error)
+	Before(ctx context.Context, r *Request) (http.Header, Hooks, error)
+}
+
+// Hooks are called as a routed request progresses; nil ones are skipped.
+type Hooks struct {
+	FirstToken func()
+	Done       func(*Result)
 }
 
 // Run is one run of a scenario through one arm.
@@ -48,18 +54,17 @@ func drive(ctx context.Context, url string, s *Scenario, ch Chooser) (*Run, erro
 			for turns := range next {
 				for _, r := range turns {
 					var hdr http.Header
-					var after func(*Result)
-					var res Result
+					var hooks Hooks
 					if ch != nil {
 						var err error
-						if hdr, after, err = ch.Before(ctx, r); err != nil {
+						if hdr, hooks, err = ch.Before(ctx, r); err != nil {
 							out <- Result{Req: r, Err: err, Predicted: -1}
 							continue
 						}
 					}
-					res = send(ctx, hc, url, modelName, r, hdr)
-					if after != nil {
-						after(&res)
+					res := send(ctx, hc, url, modelName, r, hdr, hooks.FirstToken)
+					if hooks.Done != nil {
+						hooks.Done(&res)
 					}
 					out <- res
 				}
