@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -95,6 +93,3 @@ func gatewayWorkers(ctx context.Context, url string) (int, error) {
 	}
 	return n, sc.Err()
 }
-
-var _ = os.Getenv
-var _ = strconv.Itoa
