@@ -15,39 +15,62 @@ const DefaultLoadBoundFactor = 1.5
 // candidates over the bound still follows their costs.
 const overBound = 1e15
 
+// LoadMeasure is what BoundedLoad bounds.
+type LoadMeasure uint8
+
+// The load measures of BoundedLoad.
+const (
+	// MeasureRequests bounds the active requests (Load.ActiveRequests,
+	// queued ones included; QueueDepth, which an engine reports for the
+	// same requests, is not added).
+	MeasureRequests LoadMeasure = iota
+	// MeasureKVBlocks bounds the distinct KV blocks a worker's active
+	// requests hold, the request being routed included
+	// (Load.PotentialDecodeBlocks against Load.ActiveDecodeBlocks): a
+	// request that shares its prefix with requests active on a worker adds
+	// only its own blocks there, so a shared prefix may gather on one
+	// worker while workers that hold distinct prompts stay even. Engines
+	// run out of KV memory by these blocks, and the decode step of an
+	// engine with prefix caching grows with them.
+	MeasureKVBlocks
+)
+
 // BoundedLoadConfig configures BoundedLoad.
 type BoundedLoadConfig struct {
-	// Factor bounds a worker's share of the active requests of all
-	// candidates, the request being routed included, at Factor times the
-	// mean. Zero means
-	// DefaultLoadBoundFactor; values below 1 are invalid (no worker could
-	// take the request).
+	// Factor bounds a worker's load at Factor times the mean over the
+	// candidates, the request being routed included. Zero means
+	// DefaultLoadBoundFactor; values below 1 are invalid.
 	Factor float64
+	// Measure is the load bounded. The zero value is MeasureRequests.
+	Measure LoadMeasure
 }
 
 // BoundedLoad wraps a CostFunc with a cap on each worker's load, in the
 // manner of consistent hashing with bounded loads: the candidates are
-// ranked by the wrapped cost, but a candidate that would hold more than
+// ranked by the wrapped cost, but a candidate whose load with the request
+// would exceed
 //
-//	bound = ⌈Factor · (Σ ActiveRequests + 1) / candidates⌉
+//	bound = ⌈Factor · (Σ load + r) / (candidates · r)⌉ · r
 //
-// active requests with the request is ranked after every candidate within
-// the bound. ActiveRequests is what the router tracks of its own requests
-// (merged with the engine's report, see router), queued ones included, so
-// QueueDepth, which an engine reports for the same requests, is not added. A cache-affine cost can then
-// weigh the cache strongly (send a prompt where its prefix is) without
-// piling a hot prefix onto one worker: when its holder reaches the bound,
-// the request goes to the best other worker, which then caches the prefix
-// too. With Factor ≥ 1 some candidate is always within the bound (the least
-// busy one). BoundedLoad is immutable and safe for concurrent use.
+// is ranked after every candidate within the bound, where load is the
+// measure (Config.Measure) and r what the request adds: one request, or
+// its prompt's blocks. The bound is rounded up to whole requests, so that
+// an idle pool takes requests on every worker, and the candidate with the
+// least load with the request is never over it. A cache-affine cost can
+// then weigh the cache strongly (send a prompt where its prefix is)
+// without piling a hot prefix, or a sticky conversation, onto one worker:
+// when its holder reaches the bound, the request goes to the best other
+// worker, which then caches the prefix too. BoundedLoad is immutable and
+// safe for concurrent use.
 type BoundedLoad struct {
-	inner  CostFunc
-	factor float64
+	inner   CostFunc
+	factor  float64
+	measure LoadMeasure
 }
 
 // NewBoundedLoad returns a BoundedLoad around inner. It returns an error
-// wrapping ErrInvalidConfig when inner is nil or the factor is below 1 or
-// not finite.
+// wrapping ErrInvalidConfig when inner is nil, the factor is below 1 or
+// not finite, or the measure unknown.
 func NewBoundedLoad(inner CostFunc, cfg BoundedLoadConfig) (*BoundedLoad, error) {
 	if inner == nil {
 		return nil, fmt.Errorf("%w: nil inner cost function", ErrInvalidConfig)
@@ -59,7 +82,21 @@ func NewBoundedLoad(inner CostFunc, cfg BoundedLoadConfig) (*BoundedLoad, error)
 	if !(f >= 1) || math.IsInf(f, 0) {
 		return nil, fmt.Errorf("%w: load bound factor %v", ErrInvalidConfig, cfg.Factor)
 	}
-	return &BoundedLoad{inner: inner, factor: f}, nil
+	if cfg.Measure > MeasureKVBlocks {
+		return nil, fmt.Errorf("%w: load measure %d", ErrInvalidConfig, cfg.Measure)
+	}
+	return &BoundedLoad{inner: inner, factor: f, measure: cfg.Measure}, nil
+}
+
+// loads returns candidate c's load now and with the request, and what the
+// request adds to the total.
+func (b *BoundedLoad) loads(req *Request, c *Candidate) (now, with, adds int) {
+	if b.measure == MeasureKVBlocks && req.Blocks > 0 {
+		now = max(c.Load.ActiveDecodeBlocks, 0)
+		return now, max(c.Load.PotentialDecodeBlocks, now), req.Blocks
+	}
+	now = max(c.Load.ActiveRequests, 0)
+	return now, now + 1, 1
 }
 
 // Costs implements CostFunc.
@@ -69,13 +106,17 @@ func (b *BoundedLoad) Costs(req *Request, cands []Candidate, costs []float64) {
 	if n < 2 {
 		return
 	}
-	total := 0
+	total, least, r := 0, math.MaxInt, 1
 	for i := range n {
-		total += max(cands[i].Load.ActiveRequests, 0)
+		now, with, adds := b.loads(req, &cands[i])
+		total += now
+		least = min(least, with)
+		r = adds
 	}
-	bound := int(math.Ceil(b.factor * float64(total+1) / float64(n)))
+	bound := int(math.Ceil(b.factor*float64(total+r)/float64(n*r))) * r
+	bound = max(bound, least)
 	for i := range n {
-		if max(cands[i].Load.ActiveRequests, 0)+1 > bound {
+		if _, with, _ := b.loads(req, &cands[i]); with > bound {
 			costs[i] += overBound
 		}
 	}

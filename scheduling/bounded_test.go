@@ -29,7 +29,7 @@ func TestBoundedLoad(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{OverlapWeight: scheduling.Float(2), PrefillLoadScale: scheduling.Float(16)})
 			require.NoError(t, err)
-			b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Factor: tc.factor})
+			b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Factor: tc.factor, Measure: scheduling.MeasureRequests})
 			require.NoError(t, err)
 			cands := make([]scheduling.Candidate, len(tc.active))
 			for i, a := range tc.active {
@@ -49,7 +49,7 @@ func TestBoundedLoad(t *testing.T) {
 func TestBoundedLoadIgnoresQueueDepth(t *testing.T) {
 	inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
 	require.NoError(t, err)
-	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{})
+	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Measure: scheduling.MeasureRequests})
 	require.NoError(t, err)
 	req := scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16}
 	// The engine reports as queued requests the router already counts as
@@ -66,6 +66,58 @@ func TestBoundedLoadIgnoresQueueDepth(t *testing.T) {
 	require.Greater(t, costs[0], costs[1], "4 of 4 is above ⌈1.5·4/2⌉ = 3")
 }
 
+func TestBoundedLoadKVBlocks(t *testing.T) {
+	inner, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig)
+	require.NoError(t, err)
+	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Measure: scheduling.MeasureKVBlocks})
+	require.NoError(t, err)
+	// A 100-block prompt. Worker 1 holds its prefix and runs two requests
+	// sharing it (106 distinct blocks); the request would add 6 there.
+	req := scheduling.Request{PromptTokens: 1600, Blocks: 100, BlockSize: 16}
+	shared := scheduling.Candidate{Worker: worker(1), Cached: [kvroute.NumTiers]int{94},
+		Load: scheduling.Load{ActiveRequests: 2, ActiveDecodeBlocks: 106, PotentialDecodeBlocks: 112}}
+	distinct := func(id uint64, reqs int) scheduling.Candidate {
+		return scheduling.Candidate{Worker: worker(id), Load: scheduling.Load{ActiveRequests: reqs,
+			ActiveDecodeBlocks: 100 * reqs, PotentialDecodeBlocks: 100*reqs + 100}}
+	}
+	costs := make([]float64, 4)
+	cands := []scheduling.Candidate{shared, distinct(2, 2), distinct(3, 2), distinct(4, 1)}
+	b.Costs(&req, cands, costs)
+	require.Less(t, costs[0], overBoundCost, "the shared prefix gathers: 112 blocks of a ⌈1.5·(606+100)/400⌉·100 = 300 bound")
+	require.Equal(t, 0, argmin(costs))
+
+	// The same worker also holding three unrelated prompts would hold 406
+	// blocks, over ⌈1.5·(900+100)/400⌉·100 = 400: the least costly other
+	// worker gets the request.
+	cands[0].Load.ActiveDecodeBlocks, cands[0].Load.PotentialDecodeBlocks = 400, 406
+	b.Costs(&req, cands, costs)
+	require.Greater(t, costs[0], overBoundCost)
+	require.Equal(t, 3, argmin(costs))
+
+	// An idle pool: every worker is within the bound.
+	for i := range cands {
+		cands[i].Load = scheduling.Load{PotentialDecodeBlocks: 100}
+	}
+	b.Costs(&req, cands, costs)
+	for i := range costs {
+		require.Less(t, costs[i], overBoundCost)
+	}
+	require.Equal(t, 0, argmin(costs))
+}
+
+// overBoundCost is below what BoundedLoad adds to a candidate over the bound.
+const overBoundCost = 1e14
+
+func argmin(costs []float64) int {
+	best := 0
+	for i, c := range costs {
+		if c < costs[best] {
+			best = i
+		}
+	}
+	return best
+}
+
 func TestNewBoundedLoadRejects(t *testing.T) {
 	inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
 	require.NoError(t, err)
@@ -73,6 +125,8 @@ func TestNewBoundedLoadRejects(t *testing.T) {
 		_, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Factor: f})
 		require.ErrorIs(t, err, scheduling.ErrInvalidConfig, "factor %v", f)
 	}
+	_, err = scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Measure: 7})
+	require.ErrorIs(t, err, scheduling.ErrInvalidConfig)
 	_, err = scheduling.NewBoundedLoad(nil, scheduling.BoundedLoadConfig{})
 	require.ErrorIs(t, err, scheduling.ErrInvalidConfig)
 }

@@ -19,7 +19,9 @@ const workerHeader = "x-dynamo-worker-instance-id"
 
 // Result is what one streamed chat completion measured.
 type Result struct {
-	Req          *Request
+	Req *Request
+	// Start is when the request was sent.
+	Start        time.Time
 	TTFT         time.Duration
 	Latency      time.Duration
 	PromptTokens int
@@ -98,6 +100,7 @@ func send(ctx context.Context, hc *http.Client, url, model string, r *Request, h
 		hr.Header[k] = v
 	}
 	start := time.Now()
+	res.Start = start
 	resp, err := hc.Do(hr)
 	if err != nil {
 		res.Err = err

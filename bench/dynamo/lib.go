@@ -96,6 +96,10 @@ type libState struct {
 }
 
 func setupLib(ctx context.Context, b *bench, d *Deployment, _ int) (string, Chooser, error) {
+	return setupLibPolicy(ctx, b, d, b.o.libPolicy)
+}
+
+func setupLibPolicy(ctx context.Context, b *bench, d *Deployment, policy string) (string, Chooser, error) {
 	s := d.scenario
 	b.lib.mu.Lock()
 	toks, ok := b.lib.tokens[s.Name]
@@ -112,7 +116,7 @@ func setupLib(ctx context.Context, b *bench, d *Deployment, _ int) (string, Choo
 		b.lib.tokens[s.Name] = toks
 		b.lib.mu.Unlock()
 	}
-	cfg, err := libConfig(b.o.libPolicy)
+	cfg, err := libConfig(policy)
 	if err != nil {
 		return "", nil, err
 	}

@@ -71,7 +71,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.dir, "dir", "", "working directory for the model, file stores and logs (default: a new temporary directory)")
 	fs.StringVar(&o.model, "model", "", "tokenizer-only model directory (default: DIR/model, made by mkmodel.py)")
 	fs.StringVar(&scen, "scenarios", strings.Join(ScenarioNames, ","), "comma-separated scenarios")
-	fs.StringVar(&arms, "arms", "dynamo-kv,round-robin,kvroute", "comma-separated arms: dynamo-kv, round-robin, kvroute, kvroute-lib")
+	fs.StringVar(&arms, "arms", "dynamo-kv,round-robin,kvroute", "comma-separated arms: dynamo-kv, round-robin, kvroute, kvroute-lib, kvroute-lib:POLICY")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions of each (scenario, arm)")
 	fs.IntVar(&o.requests, "requests", 200, "requests per run")
 	fs.IntVar(&o.conc, "concurrency", 8, "requests (conversations) in flight")
@@ -149,7 +149,7 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	for _, a := range b.o.arms {
-		if _, ok := arms[a]; !ok {
+		if _, ok := armSpecOf(a); !ok {
 			return fmt.Errorf("unknown arm %q", a)
 		}
 	}
@@ -185,7 +185,7 @@ func (b *bench) run(ctx context.Context) error {
 
 // one runs scenario s through arm once on a fresh deployment.
 func (b *bench) one(ctx context.Context, s *Scenario, arm string, rep int) error {
-	spec := arms[arm]
+	spec, _ := armSpecOf(arm)
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -236,6 +236,21 @@ var arms = map[string]armSpec{
 	"round-robin": {routerMode: "round-robin"},
 	"kvroute":     {routerMode: "direct", setup: setupGateway},
 	"kvroute-lib": {routerMode: "direct", setup: setupLib},
+}
+
+// armSpecOf returns the spec of an arm; "kvroute-lib:POLICY" is the
+// in-process arm with a policy other than -lib-policy's.
+func armSpecOf(name string) (armSpec, bool) {
+	if p, ok := strings.CutPrefix(name, "kvroute-lib:"); ok {
+		if _, known := libPolicies[p]; !known {
+			return armSpec{}, false
+		}
+		return armSpec{routerMode: "direct", setup: func(ctx context.Context, b *bench, d *Deployment, port int) (string, Chooser, error) {
+			return setupLibPolicy(ctx, b, d, p)
+		}}, true
+	}
+	s, ok := arms[name]
+	return s, ok
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

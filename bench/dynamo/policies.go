@@ -32,12 +32,16 @@ func tuned() (scheduling.CostFunc, error) {
 }
 
 func bounded(inner func() (scheduling.CostFunc, error), factor float64) func() (router.Config, error) {
+	return boundedBy(inner, factor, scheduling.MeasureKVBlocks)
+}
+
+func boundedBy(inner func() (scheduling.CostFunc, error), factor float64, m scheduling.LoadMeasure) func() (router.Config, error) {
 	return func() (router.Config, error) {
 		c, err := inner()
 		if err != nil {
 			return router.Config{}, err
 		}
-		b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Factor: factor})
+		b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Factor: factor, Measure: m})
 		return router.Config{Cost: b}, err
 	}
 }
@@ -55,6 +59,9 @@ func dynamoOW(ow, pls float64) func() (scheduling.CostFunc, error) {
 func init() {
 	libPolicies["tuned-b1.25"] = bounded(tuned, 1.25)
 	libPolicies["tuned-b1.5"] = bounded(tuned, 1.5)
+	libPolicies["tuned-req1.5"] = boundedBy(tuned, 1.5, scheduling.MeasureRequests)
+	libPolicies["tuned-kv1"] = boundedBy(tuned, 1, scheduling.MeasureKVBlocks)
+	libPolicies["ow2-kv1"] = boundedBy(dynamoOW(2, 1), 1, scheduling.MeasureKVBlocks)
 	libPolicies["dynamo-b1.5"] = bounded(dynamoDefault, 1.5)
 	libPolicies["ow2-b1.5"] = bounded(dynamoOW(2, 1), 1.5)
 	libPolicies["ow2-pls4-b1.5"] = bounded(dynamoOW(2, 4), 1.5)

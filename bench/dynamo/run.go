@@ -30,6 +30,7 @@ type Run struct {
 	Rep           int
 	Results       []Result
 	Wall          time.Duration
+	Began         time.Time
 }
 
 // drive sends the scenario's requests to url: Concurrency conversations at
@@ -84,7 +85,7 @@ func drive(ctx context.Context, url string, s *Scenario, ch Chooser) (*Run, erro
 	wg.Wait()
 	wall := time.Since(start)
 	close(out)
-	run := &Run{Scenario: s.Name, Wall: wall}
+	run := &Run{Scenario: s.Name, Wall: wall, Began: start}
 	var errs int
 	var first error
 	for r := range out {
@@ -176,11 +177,11 @@ func (run *Run) WriteJSONL(path string) error {
 	for _, r := range run.Results {
 		rec := struct {
 			Conv, Turn, Prefix                int
-			TTFTms, LatencyMS                 float64
+			StartMS, TTFTms, LatencyMS        float64
 			Prompt, Cached, Output, Predicted int
 			Worker                            uint64
 			Err                               string `json:",omitempty"`
-		}{Conv: r.Req.Conv, Turn: r.Req.Turn, Prefix: r.Req.Prefix, TTFTms: ms(r.TTFT), LatencyMS: ms(r.Latency),
+		}{Conv: r.Req.Conv, Turn: r.Req.Turn, Prefix: r.Req.Prefix, StartMS: ms(r.Start.Sub(run.Began)), TTFTms: ms(r.TTFT), LatencyMS: ms(r.Latency),
 			Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens, Predicted: r.Predicted, Worker: r.Worker}
 		if r.Err != nil {
 			rec.Err = r.Err.Error()
