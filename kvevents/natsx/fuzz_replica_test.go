@@ -93,9 +93,9 @@ func fuzzReplicaSeeds(t testing.TB) [][]byte {
 }
 
 // replicaHarness runs a Replica's message handling without its Run loop:
-// the loop's context is already cancelled, so the repairs and resyncs it
-// starts give up at once (the worker is reset, the peer's resync fails),
-// through a real NATS connection.
+// no relay and no peer answers on the NATS server, so the repairs and
+// resyncs it starts give up within milliseconds (the worker is reset, the
+// peer's resync fails), as they do in a deployment without them.
 type replicaHarness struct {
 	r *Replica
 }
@@ -130,8 +130,8 @@ func newReplicaHarness(f testing.TB) *replicaHarness {
 }
 
 // newLoop gives the replica a fresh index and tracker and returns a loop
-// whose context is cancelled.
-func (h *replicaHarness) newLoop(t *testing.T) (*loop, *indexer.Index, *scheduling.Tracker) {
+// and the function that ends it (cancels it and waits for its goroutines).
+func (h *replicaHarness) newLoop(t *testing.T) (*loop, func(), *indexer.Index, *scheduling.Tracker) {
 	ix, err := indexer.New(indexer.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -142,27 +142,36 @@ func (h *replicaHarness) newLoop(t *testing.T) (*loop, *indexer.Index, *scheduli
 	}
 	h.r.cfg.Index, h.r.cfg.Tracker = ix, tr
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
 	l := &loop{r: h.r, ctx: ctx, conn: h.r.cfg.Conn,
 		last: map[kvroute.WorkerKey]uint64{}, epochs: map[kvroute.WorkerKey]uint64{}, repairs: map[kvroute.WorkerKey]*repairState{},
 		peers: map[string]*peerState{}, repaired: make(chan repairResult, 16), resynced: make(chan resyncResult, 16)}
-	return l, ix, tr
+	return l, func() { cancel(); l.wg.Wait() }, ix, tr
 }
 
-// settle waits for the loop's repairs and resyncs and applies their
-// results, as Run does when they arrive.
-func (l *loop) settle() {
-	l.wg.Wait()
-	for {
+// settle applies the results of the loop's repairs and resyncs as Run
+// does when they arrive, until none is under way.
+func (l *loop) settle(t *testing.T) {
+	timeout := time.After(time.Minute)
+	for len(l.repairs) > 0 || l.resyncing() {
 		select {
 		case res := <-l.repaired:
 			l.finishRepair(res)
 		case res := <-l.resynced:
 			l.finishResync(res)
-		default:
-			return
+		case <-timeout:
+			t.Fatalf("repairs %d or resyncs still under way after a minute", len(l.repairs))
 		}
 	}
+}
+
+// resyncing reports whether a peer's resync is under way.
+func (l *loop) resyncing() bool {
+	for _, ps := range l.peers {
+		if ps.resyncing {
+			return true
+		}
+	}
+	return false
 }
 
 // FuzzReplicaMessages feeds a Replica any sequence of event, load and
@@ -181,8 +190,8 @@ func FuzzReplicaMessages(f *testing.F) {
 // run plays the records of p on a fresh loop, checking the invariants of
 // FuzzReplicaMessages after each.
 func (h *replicaHarness) run(t *testing.T, p []byte) {
-	l, ix, tr := h.newLoop(t)
-	defer l.wg.Wait()
+	l, end, ix, tr := h.newLoop(t)
+	defer end()
 	for steps := 0; len(p) >= 3 && steps < 64; steps++ {
 		kind, n := p[0]%numRecs, int(binary.BigEndian.Uint16(p[1:3]))
 		p = p[3:]
@@ -198,7 +207,7 @@ func (h *replicaHarness) run(t *testing.T, p []byte) {
 		case recHeads:
 			l.handleHeads(msg)
 		case recSettle:
-			l.settle()
+			l.settle(t)
 		}
 		if kind != recSettle && h.r.stats.malformed.Load() != bad {
 			if after := ix.Size(); after != before || tr.Len() != trBefore {
@@ -217,7 +226,7 @@ func (h *replicaHarness) run(t *testing.T, p []byte) {
 			t.Fatalf("replica keeps %d peer requests, tracker holds %d", kept, tr.Len())
 		}
 	}
-	l.settle()
+	l.settle(t)
 }
 
 // The seeds reach the paths they are meant to: gaps repaired by a reset,
