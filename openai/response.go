@@ -66,6 +66,9 @@ type Event struct {
 	UsageOnly bool
 	// Error is set for a chunk carrying an "error" object.
 	Error bool
+	// HasChoices is set for a chunk with a non-empty "choices" array: one
+	// step of the answer.
+	HasChoices bool
 }
 
 // DefaultMaxEventBytes bounds one event in an EventScanner with a zero
@@ -191,6 +194,7 @@ func inspect(ev *Event) {
 		return
 	}
 	ev.Error = len(c.Error) > 0 && !isNull(c.Error)
+	ev.HasChoices = len(c.Choices) > 0
 	if c.Usage != nil {
 		ev.Usage, ev.HasUsage = c.Usage.usage(), true
 		ev.UsageOnly = len(c.Choices) == 0 && !ev.Error

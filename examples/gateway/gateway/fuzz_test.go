@@ -98,7 +98,7 @@ type recordHooks struct {
 
 var fuzzFailedEvent = []byte("data: {\"error\":\"upstream\"}\n\ndata: [DONE]\n\n")
 
-func (h *recordHooks) chunk(bool, *apiUsage, bool) { h.chunks++ }
+func (h *recordHooks) chunk(*openai.Event) { h.chunks++ }
 
 func (h *recordHooks) failed(error) []byte {
 	h.failures++
@@ -124,8 +124,12 @@ func FuzzSSEBody(f *testing.F) {
 		for {
 			n, err := b.Read(buf)
 			out = append(out, buf[:n]...)
-			if cap(b.event) > 2*maxEventBytes+64<<10 {
-				t.Fatalf("event buffer of %d bytes", cap(b.event))
+			held := len(b.pending)
+			for _, ev := range b.queue {
+				held += len(ev)
+			}
+			if held > 2*maxEventBytes+64<<10 {
+				t.Fatalf("%d bytes held", held)
 			}
 			if err == io.EOF {
 				break

@@ -101,16 +101,16 @@ type hooks struct {
 	replace                   bool
 }
 
-func (h *hooks) chunk(hasChoices bool, u *apiUsage, apiErr bool) {
+func (h *hooks) chunk(ev *openai.Event) {
 	h.chunks++
-	if hasChoices {
+	if ev.HasChoices {
 		h.withChoices++
 	}
-	if apiErr {
+	if ev.Error {
 		h.errs++
 	}
-	if n, ok := u.cached(); ok {
-		h.cached, h.known = n, true
+	if ev.HasUsage && ev.Usage.CachedKnown {
+		h.cached, h.known = ev.Usage.CachedTokens, true
 	}
 }
 

@@ -49,22 +49,6 @@ func (r *apiRequest) forwardBody(body []byte) ([]byte, error) {
 	return out, nil
 }
 
-// apiUsage is the part of an OpenAI usage object the gateway reads.
-type apiUsage struct {
-	PromptTokens  int `json:"prompt_tokens"`
-	PromptDetails *struct {
-		CachedTokens *int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
-// cached returns the engine's cached prompt tokens, and whether it said.
-func (u *apiUsage) cached() (int, bool) {
-	if u == nil || u.PromptDetails == nil || u.PromptDetails.CachedTokens == nil {
-		return 0, false
-	}
-	return max(*u.PromptDetails.CachedTokens, 0), true
-}
-
 // apiError is the OpenAI error object.
 type apiError struct {
 	Message string `json:"message"`

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -393,11 +392,8 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	if int64(len(body)) > g.maxResp {
 		return fmt.Errorf("the engine's answer exceeds %d bytes", g.maxResp)
 	}
-	var parsed struct {
-		Usage *apiUsage `json:"usage"`
-	}
-	if json.Unmarshal(body, &parsed) == nil {
-		a.cached, a.cachedKnown = parsed.Usage.cached()
+	if u, ok := openai.ParseUsage(body); ok && u.CachedKnown {
+		a.cached, a.cachedKnown = u.CachedTokens, true
 	}
 	a.committed = true
 	a.d.PrefillDone()
@@ -408,14 +404,14 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 }
 
 // chunk implements streamHooks.
-func (a *attempt) chunk(hasChoices bool, u *apiUsage, apiErr bool) {
-	if hasChoices {
+func (a *attempt) chunk(ev *openai.Event) {
+	if ev.HasChoices {
 		a.d.AddOutputTokens(1)
 	}
-	if n, ok := u.cached(); ok {
-		a.cached, a.cachedKnown = n, true
+	if ev.HasUsage && ev.Usage.CachedKnown {
+		a.cached, a.cachedKnown = ev.Usage.CachedTokens, true
 	}
-	if apiErr {
+	if ev.Error {
 		a.engineErr = true
 	}
 }
