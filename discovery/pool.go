@@ -68,11 +68,24 @@ type Engine struct {
 	MaxBatchedTokens int `json:"max_batched_tokens,omitempty"`
 	// Role is "aggregated" (or empty), "prefill" or "decode".
 	Role string `json:"role,omitempty"`
-	// DynamoEvents are the endpoints of the engine's publishers on
-	// Dynamo's event plane (its envelope names the worker and rank of
-	// each event), for engines found by package discovery/dynamo; the
-	// Pool subscribes with PoolConfig.DynamoEvents.
-	DynamoEvents []string `json:"dynamo_events,omitempty"`
+	// DynamoEvents are the engine's publishers on Dynamo's event plane
+	// (its envelope names the worker and rank of each event), for engines
+	// found by package discovery/dynamo; the Pool subscribes with
+	// PoolConfig.DynamoEvents.
+	DynamoEvents []DynamoPublisher `json:"dynamo_events,omitempty"`
+}
+
+// DynamoPublisher is one of an engine's kv-events publishers on Dynamo's
+// event plane.
+type DynamoPublisher struct {
+	// Endpoint is its ZMQ PUB endpoint ("tcp://10.0.0.7:41569").
+	Endpoint string `json:"endpoint"`
+	// Rank is the data-parallel rank it publishes for.
+	Rank int `json:"rank"`
+	// Recovery is the worker's KV query endpoint on Dynamo's TCP request
+	// plane ("host:port/path"), from which a subscriber restores the
+	// worker's cache and the events it missed; empty for none.
+	Recovery string `json:"recovery,omitempty"`
 }
 
 // RankCount returns the engine's number of data-parallel ranks:
@@ -143,9 +156,9 @@ func (e *Engine) Validate() error {
 	if _, err := ParseRole(e.Role); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrEngine, e.Name, err)
 	}
-	for _, ep := range e.DynamoEvents {
-		if ep == "" {
-			return fmt.Errorf("%w: %s: empty Dynamo event endpoint", ErrEngine, e.Name)
+	for _, p := range e.DynamoEvents {
+		if p.Endpoint == "" || p.Rank < 0 || p.Rank >= e.RankCount() {
+			return fmt.Errorf("%w: %s: Dynamo publisher %q of rank %d", ErrEngine, e.Name, p.Endpoint, p.Rank)
 		}
 	}
 	for _, p := range e.Ports {
@@ -218,11 +231,11 @@ type PoolConfig struct {
 	// probe of package render is one such check.
 	Admit func(ctx context.Context, e *Engine) error
 	// DynamoEvents builds the subscriber of one of an engine's Dynamo
-	// event-plane endpoints (Engine.DynamoEvents), which applies its
+	// event-plane publishers (Engine.DynamoEvents), which applies its
 	// events to the router's index while it runs; package
-	// discovery/dynamo provides one. Engines that list such endpoints are
-	// left out while it is nil.
-	DynamoEvents func(e *Engine, endpoint string) (EventRunner, error)
+	// discovery/dynamo provides one. Engines that list such publishers
+	// are left out while it is nil.
+	DynamoEvents func(e *Engine, p DynamoPublisher) (EventRunner, error)
 	// Worker builds the router's description of an engine; nil means a
 	// router.StaticWorker with the engine's ranks, role and capacities and
 	// the router's block size.
@@ -371,7 +384,7 @@ func (p *Pool) add(ctx context.Context, e *Engine) error {
 		return &enginemetrics.BlockSizeError{Worker: e.ID, Engine: e.BlockSize, Router: block}
 	}
 	if len(e.DynamoEvents) > 0 && p.cfg.DynamoEvents == nil {
-		return fmt.Errorf("%w: %s: Dynamo event endpoints but no PoolConfig.DynamoEvents", ErrEngine, e.Name)
+		return fmt.Errorf("%w: %s: Dynamo event publishers but no PoolConfig.DynamoEvents", ErrEngine, e.Name)
 	}
 	target := enginemetrics.Target{Worker: e.ID, URL: e.Metrics, Kind: kind, Ranks: ranks}
 	if p.cfg.Scraper != nil && e.Metrics != "" {
@@ -391,10 +404,10 @@ func (p *Pool) add(ctx context.Context, e *Engine) error {
 		w = p.cfg.Worker(e)
 	}
 	subs := make([]EventRunner, 0, len(e.Ports)+len(e.DynamoEvents))
-	for _, ep := range e.DynamoEvents {
-		sub, err := p.cfg.DynamoEvents(e, ep)
+	for _, dp := range e.DynamoEvents {
+		sub, err := p.cfg.DynamoEvents(e, dp)
 		if err != nil {
-			return fmt.Errorf("%w: %s: Dynamo events at %s: %w", ErrEngine, e.Name, ep, err)
+			return fmt.Errorf("%w: %s: Dynamo events at %s: %w", ErrEngine, e.Name, dp.Endpoint, err)
 		}
 		subs = append(subs, sub)
 	}

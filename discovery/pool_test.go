@@ -166,14 +166,16 @@ func TestEngineWithoutPorts(t *testing.T) {
 		ok   bool
 	}{
 		{"ranks", discovery.Engine{Name: "d", Ranks: 2, Ready: true}, true},
-		{"dynamo events", discovery.Engine{Name: "d", Ranks: 1, DynamoEvents: []string{"tcp://127.0.0.1:1"}, Role: "decode"}, true},
+		{"dynamo events", discovery.Engine{Name: "d", Ranks: 2, Role: "decode", DynamoEvents: []discovery.DynamoPublisher{
+			{Endpoint: "tcp://127.0.0.1:1"}, {Endpoint: "tcp://127.0.0.1:2", Rank: 1, Recovery: "127.0.0.1:3/x"}}}, true},
 		{"no ranks", discovery.Engine{Name: "d"}, false},
 		{"too many ranks", discovery.Engine{Name: "d", Ranks: router.MaxDataParallelRanks + 1}, false},
 		{"vllm events need ports", discovery.Engine{Name: "d", Ranks: 1, Events: "tcp://h:1"}, false},
 		{"ranks differ from ports", discovery.Engine{Name: "d", Host: "h", Ports: []int{1}, Ranks: 2}, false},
 		{"negative capacity", discovery.Engine{Name: "d", Ranks: 1, KVBlocks: -1}, false},
 		{"unknown role", discovery.Engine{Name: "d", Ranks: 1, Role: "judge"}, false},
-		{"empty dynamo endpoint", discovery.Engine{Name: "d", Ranks: 1, DynamoEvents: []string{""}}, false},
+		{"empty dynamo endpoint", discovery.Engine{Name: "d", Ranks: 1, DynamoEvents: []discovery.DynamoPublisher{{}}}, false},
+		{"dynamo publisher of no rank", discovery.Engine{Name: "d", Ranks: 1, DynamoEvents: []discovery.DynamoPublisher{{Endpoint: "tcp://h:1", Rank: 1}}}, false},
 	} {
 		err := tc.e.Validate()
 		if tc.ok {
@@ -197,7 +199,7 @@ func TestPoolEngineWithoutPorts(t *testing.T) {
 	pool.Sync(context.Background(), []discovery.Engine{
 		{Name: "p", ID: 7, Ranks: 2, Ready: true, BlockSize: 16, KVBlocks: 800, MaxRequests: 4, MaxBatchedTokens: 512, Role: "prefill"},
 		{Name: "b32", ID: 8, Ranks: 1, Ready: true, BlockSize: 32},
-		{Name: "ev", ID: 9, Ranks: 1, Ready: true, DynamoEvents: []string{"tcp://127.0.0.1:1"}},
+		{Name: "ev", ID: 9, Ranks: 1, Ready: true, DynamoEvents: []discovery.DynamoPublisher{{Endpoint: "tcp://127.0.0.1:1"}}},
 	})
 	require.Equal(t, []kvroute.WorkerKey{{ID: 7}, {ID: 7, Rank: 1}}, r.Workers())
 	require.Zero(t, eps.Len())

@@ -133,17 +133,40 @@ func TestLiveFileStore(t *testing.T) {
 	require.Len(t, m, 1)
 	require.Equal(t, kvroute.WorkerID(idA), m[0].ID)
 	require.Len(t, m[0].DynamoEvents, 1)
-	require.True(t, strings.HasPrefix(m[0].DynamoEvents[0], "tcp://127.0.0.1:"), m[0].DynamoEvents[0])
+	require.True(t, strings.HasPrefix(m[0].DynamoEvents[0].Endpoint, "tcp://127.0.0.1:"), m[0].DynamoEvents[0].Endpoint)
+	require.True(t, strings.HasPrefix(m[0].DynamoEvents[0].Recovery, "127.0.0.1:"), m[0].DynamoEvents[0].Recovery)
 
 	// Requests through Dynamo's own frontend make the worker cache blocks;
 	// its kv-events reach the router's index under its instance id.
 	port := dynamotest.FreePort(t)
 	fe := startFrontend(t, dynEnv{backend: "file", store: store}, port)
-	chat(t, fe, port)
+	chat(t, fe, port, "the router keeps the cache warm for every worker. ")
 	waitFor(t, a, "worker a's blocks indexed", func() bool {
 		return len(l.r.Index().AppendWorkerBlocks(kvroute.WorkerKey{ID: kvroute.WorkerID(idA)}, nil)) > 0
 	})
 	require.Positive(t, l.sub.Stats().AppliedStored)
+
+	// A router started now learns what the worker cached before from its
+	// KV query endpoint (the recovery target discovery found), when it
+	// first hears from the worker: after another, different chat, it holds
+	// the first chat's blocks too.
+	keyA := kvroute.WorkerKey{ID: kvroute.WorkerID(idA)}
+	before := l.r.Index().AppendWorkerBlocks(keyA, nil)
+	late := newLiveRouter(t, ctx)
+	lateDone := make(chan error, 1)
+	go func() { lateDone <- (&dynamo.FileWatcher{Dir: store, Resync: 200 * time.Millisecond}).Run(ctx, late.sink) }()
+	waitFor(t, a, "late router registered worker a", func() bool { return slices.Equal(late.workers(), []uint64{idA}) })
+	chat(t, fe, port, "a different question about another topic entirely. ")
+	waitFor(t, a, "late router recovered worker a's earlier blocks", func() bool {
+		got := late.r.Index().AppendWorkerBlocks(keyA, nil)
+		for _, h := range before {
+			if !slices.Contains(got, h) {
+				return false
+			}
+		}
+		return true
+	})
+	require.Positive(t, late.sub.Stats().Restored, "restored from a dump of the worker's cache")
 	fe.Stop(syscall.SIGTERM)
 
 	b := startMocker(t, model, dynEnv{backend: "file", store: store})
@@ -169,6 +192,7 @@ func TestLiveFileStore(t *testing.T) {
 
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, <-lateDone, context.Canceled)
 }
 
 // A real mocker registers in etcd: the router follows its lease.
@@ -217,13 +241,13 @@ func waitFor(t *testing.T, m *dynamotest.Process, what string, cond func() bool)
 }
 
 // chat sends one chat completion through the frontend once it lists the
-// model, with a prompt of several blocks.
-func chat(t *testing.T, fe *dynamotest.Process, port int) {
+// model, with a prompt of several blocks (text repeated).
+func chat(t *testing.T, fe *dynamotest.Process, port int, text string) {
 	t.Helper()
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	waitFor(t, fe, "frontend lists the model", func() bool { return dynamotest.Serves(context.Background(), base, "tiny") })
 	body, err := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 4, "messages": []map[string]string{
-		{"role": "user", "content": strings.Repeat("the router keeps the cache warm for every worker. ", 8)}}})
+		{"role": "user", "content": strings.Repeat(text, 8)}}})
 	require.NoError(t, err)
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
@@ -289,7 +313,7 @@ func TestLiveNATSEventPlane(t *testing.T) {
 	})
 	port := dynamotest.FreePort(t)
 	fe := startFrontend(t, env, port)
-	chat(t, fe, port)
+	chat(t, fe, port, "the router keeps the cache warm for every worker. ")
 	waitFor(t, a, "blocks indexed", func() bool { return len(r.Index().AppendWorkerBlocks(kvroute.WorkerKey{ID: id}, nil)) > 0 })
 	fe.Stop(syscall.SIGTERM)
 	a.Stop(syscall.SIGTERM)

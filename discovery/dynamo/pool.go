@@ -21,15 +21,21 @@ func (w *Worker) Name() string { return fmt.Sprintf("%s/%x", w.Endpoint, w.Insta
 // Engine returns the worker as a discovery.Engine: ID is the instance id,
 // it has no host or ports (requests go through Dynamo's frontend with the
 // x-dynamo-worker-instance-id header) and DynamoEvents lists its ZMQ
-// kv-events endpoints. Publishers on another transport are left out.
+// kv-events publishers with their ranks and, on the tcp request plane,
+// their recovery endpoints. Publishers on another transport are left out.
 func (w *Worker) Engine() discovery.Engine {
 	e := discovery.Engine{Name: w.Name(), ID: kvroute.WorkerID(w.InstanceID), Ready: true, Ranks: w.DPSize,
 		BlockSize: w.BlockSize, KVBlocks: w.KVBlocks, MaxRequests: w.MaxRequests, MaxBatchedTokens: w.MaxBatchedTokens,
 		Role: w.WorkerType}
 	for _, p := range w.KVEvents {
-		if p.Transport == "Zmq" && !slices.Contains(e.DynamoEvents, p.Endpoints[0]) {
-			e.DynamoEvents = append(e.DynamoEvents, p.Endpoints[0])
+		if p.Transport != "Zmq" {
+			continue
 		}
+		dp := discovery.DynamoPublisher{Endpoint: p.Endpoints[0], Rank: p.DPRank}
+		if p.Recovery != nil && p.Recovery.Kind == "tcp" {
+			dp.Recovery = p.Recovery.Address
+		}
+		e.DynamoEvents = append(e.DynamoEvents, dp)
 	}
 	return e
 }
@@ -54,14 +60,24 @@ type Publishers interface {
 // follow a worker's kv-events publisher from when the Pool registers the
 // worker until it removes it: the runner adds the publisher when it
 // starts and removes it when its context ends, before the Pool calls
-// RemoveWorker.
-func KVEvents(sub Publishers) func(e *discovery.Engine, endpoint string) (discovery.EventRunner, error) {
-	return func(e *discovery.Engine, endpoint string) (discovery.EventRunner, error) {
-		if endpoint == "" || e.KVBlocks < 0 || e.BlockSize < 0 {
-			return nil, fmt.Errorf("%w: kv-events publisher %q of %s", ErrConfig, endpoint, e.Name)
+// RemoveWorker. A publisher with a recovery endpoint is followed with it,
+// so that the subscriber restores the worker's cache when it first hears
+// from it and fetches the events lost in a gap.
+func KVEvents(sub Publishers) func(e *discovery.Engine, p discovery.DynamoPublisher) (discovery.EventRunner, error) {
+	return func(e *discovery.Engine, p discovery.DynamoPublisher) (discovery.EventRunner, error) {
+		if p.Endpoint == "" || p.Rank < 0 || e.KVBlocks < 0 || e.BlockSize < 0 {
+			return nil, fmt.Errorf("%w: kv-events publisher %q of %s", ErrConfig, p.Endpoint, e.Name)
 		}
-		return &publisherRun{sub: sub, p: kvdynamo.Publisher{Endpoint: endpoint, Topic: kvdynamo.TopicKVEvents,
-			KVCapacityBlocks: e.KVBlocks, BlockSize: e.BlockSize, MaxRequests: e.MaxRequests, MaxBatchedTokens: e.MaxBatchedTokens}}, nil
+		pub := kvdynamo.Publisher{Endpoint: p.Endpoint, Topic: kvdynamo.TopicKVEvents, KVCapacityBlocks: e.KVBlocks,
+			BlockSize: e.BlockSize, MaxRequests: e.MaxRequests, MaxBatchedTokens: e.MaxBatchedTokens}
+		if p.Recovery != "" {
+			rt, err := kvdynamo.ParseRecoveryTarget(p.Recovery, uint64(e.ID), uint32(p.Rank))
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %w", ErrConfig, e.Name, err)
+			}
+			pub.Recovery = &rt
+		}
+		return &publisherRun{sub: sub, p: pub}, nil
 	}
 }
 

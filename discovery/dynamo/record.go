@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 )
 
@@ -148,6 +149,11 @@ type Source struct {
 	PublisherID uint64
 	WorkerID    uint64
 	DPRank      int
+	// Recovery is the request-plane address of the worker's KV query
+	// endpoint (metadata.recovery_target), from which a subscriber can
+	// fetch the worker's cache and the events it missed; nil if the
+	// record names none. A "tcp" address is "host:port/path".
+	Recovery *Transport
 }
 
 // Record is one decoded store value: exactly one field is set.
@@ -205,6 +211,9 @@ type (
 			WorkerID *uint64 `json:"worker_id"`
 			DPRank   *int    `json:"dp_rank"`
 		} `json:"worker"`
+		Recovery *struct {
+			Transport map[string]string `json:"transport"`
+		} `json:"recovery_target"`
 	}
 	wireEventTransport struct {
 		Kind   string `json:"kind"`
@@ -291,8 +300,8 @@ func (v *wireValue) instance() (*Instance, error) {
 	for k, a := range t {
 		in.Transport = Transport{Kind: k, Address: a}
 	}
-	if in.Transport.Address == "" {
-		return nil, fmt.Errorf("%w: instance %x: empty %s address", ErrValue, id, in.Transport.Kind)
+	if err := checkTCP(&in.Transport); err != nil {
+		return nil, fmt.Errorf("%w: instance %x: %w", ErrValue, id, err)
 	}
 	return in, nil
 }
@@ -426,5 +435,35 @@ func (v *wireValue) source() (*Source, error) {
 	if rank < 0 || rank >= maxRank {
 		return nil, fmt.Errorf("%w: event source %x: dp_rank %d out of range", ErrValue, id, rank)
 	}
-	return &Source{Scope: sc, Topic: v.Topic, PublisherID: id, WorkerID: worker, DPRank: rank}, nil
+	src := &Source{Scope: sc, Topic: v.Topic, PublisherID: id, WorkerID: worker, DPRank: rank}
+	if rt := v.Metadata.Recovery; rt != nil {
+		if len(rt.Transport) != 1 {
+			return nil, fmt.Errorf("%w: event source %x: recovery transport is not one {kind: address}", ErrValue, id)
+		}
+		for k, a := range rt.Transport {
+			src.Recovery = &Transport{Kind: k, Address: a}
+		}
+		if err := checkTCP(src.Recovery); err != nil {
+			return nil, fmt.Errorf("%w: event source %x: recovery %w", ErrValue, id, err)
+		}
+	}
+	return src, nil
+}
+
+// checkTCP checks a tcp request-plane address: "host:port/path".
+func checkTCP(t *Transport) error {
+	if t.Address == "" {
+		return fmt.Errorf("transport %s without an address", t.Kind)
+	}
+	if t.Kind != "tcp" {
+		return nil
+	}
+	hostPort, path, ok := strings.Cut(t.Address, "/")
+	if !ok || path == "" {
+		return fmt.Errorf("tcp address %q is not host:port/path", t.Address)
+	}
+	if _, _, err := net.SplitHostPort(hostPort); err != nil {
+		return fmt.Errorf("tcp address %q: %w", t.Address, err)
+	}
+	return nil
 }

@@ -46,6 +46,9 @@ type Publisher struct {
 	// PUB endpoint).
 	Transport string
 	Endpoints []string
+	// Recovery is the worker's KV query endpoint for this rank (see
+	// Source.Recovery), or nil.
+	Recovery *Transport
 }
 
 // Worker is one Dynamo worker as the store describes it: an instance
@@ -223,7 +226,8 @@ func worker(c *ModelCard, inst entry, channels map[uint64]*Channel, sources []*S
 		if !ok || !src.Scope.Contains(c.Endpoint) || ch.Scope != src.Scope || src.DPRank >= c.DPSize {
 			continue
 		}
-		w.KVEvents = append(w.KVEvents, Publisher{ID: src.PublisherID, DPRank: src.DPRank, Transport: ch.Transport, Endpoints: ch.Endpoints})
+		w.KVEvents = append(w.KVEvents, Publisher{ID: src.PublisherID, DPRank: src.DPRank, Transport: ch.Transport,
+			Endpoints: ch.Endpoints, Recovery: src.Recovery})
 	}
 	slices.SortFunc(w.KVEvents, func(a, b Publisher) int {
 		return cmp.Or(cmp.Compare(a.DPRank, b.DPRank), cmp.Compare(a.ID, b.ID))

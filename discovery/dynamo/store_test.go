@@ -127,12 +127,14 @@ func checkGoldenWorker(t *testing.T, d dynamo.Deployment, recs []dynamo.Record) 
 	w := d.Workers[0]
 	var card *dynamo.ModelCard
 	var kvChannel *dynamo.Channel
-	var inst *dynamo.Instance
+	var inst, query *dynamo.Instance
 	topics := map[string]bool{}
 	for _, r := range recs {
 		switch {
 		case r.Model != nil:
 			card = r.Model
+		case r.Instance != nil && strings.HasPrefix(r.Instance.Endpoint.Name, "worker_kv_query_source_"):
+			query = r.Instance
 		case r.Instance != nil && r.Instance.Endpoint.Name == "generate":
 			inst = r.Instance
 		case r.Channel != nil && r.Channel.Topic == dynamo.TopicKVEvents:
@@ -154,7 +156,12 @@ func checkGoldenWorker(t *testing.T, d dynamo.Deployment, recs []dynamo.Record) 
 	require.Equal(t, "aggregated", w.WorkerType)
 	require.Equal(t, "tcp", w.RequestPlane.Kind)
 	require.True(t, strings.HasPrefix(w.RequestPlane.Address, "127.0.0.1:"), w.RequestPlane.Address)
-	require.Equal(t, []dynamo.Publisher{{ID: kvChannel.PublisherID, DPRank: 0, Transport: "Zmq", Endpoints: kvChannel.Endpoints}}, w.KVEvents)
+	// The publisher recovers from the worker's KV query endpoint, which
+	// the worker registers as an instance of its own.
+	require.NotNil(t, query)
+	require.Equal(t, w.InstanceID, query.ID)
+	require.Equal(t, []dynamo.Publisher{{ID: kvChannel.PublisherID, DPRank: 0, Transport: "Zmq", Endpoints: kvChannel.Endpoints,
+		Recovery: &query.Transport}}, w.KVEvents)
 	require.True(t, strings.HasPrefix(kvChannel.Endpoints[0], "tcp://127.0.0.1:"), kvChannel.Endpoints[0])
 	var got []string
 	for _, m := range d.Metrics {
@@ -364,7 +371,7 @@ func TestGoldenShapes(t *testing.T) {
 			r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
 			require.NoError(t, err)
 			pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, RetryInterval: -1,
-				DynamoEvents: func(*discovery.Engine, string) (discovery.EventRunner, error) { return idle{}, nil }})
+				DynamoEvents: func(*discovery.Engine, discovery.DynamoPublisher) (discovery.EventRunner, error) { return idle{}, nil }})
 			require.NoError(t, err)
 			defer pool.Close()
 			dynamo.PoolSink(pool, nil).Sync(context.Background(), d)
@@ -386,4 +393,31 @@ type idle struct{}
 func (idle) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+func TestDecodeRecovery(t *testing.T) {
+	src := func(transport string) string {
+		return `{"type":"EventSource","scope":{"kind":"component","namespace":"n","component":"c"},"topic":"kv-events","publisher_id":1,` +
+			`"metadata":{"worker":{"worker_id":2,"dp_rank":1},"recovery_target":{"instance_id":2,"transport":` + transport + `}}}`
+	}
+	for _, tc := range []struct {
+		transport string
+		want      *dynamo.Transport
+	}{
+		{`{"tcp":"127.0.0.1:9/2/n/c/worker_kv_query_source_1"}`, &dynamo.Transport{Kind: "tcp", Address: "127.0.0.1:9/2/n/c/worker_kv_query_source_1"}},
+		{`{"nats_tcp":"n.c.q"}`, &dynamo.Transport{Kind: "nats_tcp", Address: "n.c.q"}},
+		{`{"tcp":"127.0.0.1:9"}`, nil},
+		{`{"tcp":"nohost/x"}`, nil},
+		{`{"tcp":""}`, nil},
+		{`{}`, nil},
+	} {
+		rec, err := dynamo.Decode([]byte(src(tc.transport)))
+		if tc.want == nil {
+			require.ErrorIs(t, err, dynamo.ErrValue, tc.transport)
+			continue
+		}
+		require.NoError(t, err, tc.transport)
+		require.Equal(t, tc.want, rec.Source.Recovery)
+		require.Equal(t, 1, rec.Source.DPRank)
+	}
 }

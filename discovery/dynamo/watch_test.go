@@ -206,7 +206,8 @@ func TestPoolSinkEngines(t *testing.T) {
 	e := w.Engine()
 	require.Equal(t, kvroute.WorkerID(w.InstanceID), e.ID)
 	require.Equal(t, "dynamo/backend/generate/"+strconv.FormatUint(w.InstanceID, 16), e.Name)
-	require.Equal(t, w.KVEvents[0].Endpoints, e.DynamoEvents)
+	require.NotNil(t, w.KVEvents[0].Recovery)
+	require.Equal(t, []discovery.DynamoPublisher{{Endpoint: w.KVEvents[0].Endpoints[0], Rank: 0, Recovery: w.KVEvents[0].Recovery.Address}}, e.DynamoEvents)
 	require.NoError(t, e.Validate())
 
 	for _, tc := range []struct {
@@ -218,7 +219,7 @@ func TestPoolSinkEngines(t *testing.T) {
 		var started, stopped sync.WaitGroup
 		started.Add(1)
 		pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, RetryInterval: -1,
-			DynamoEvents: func(e *discovery.Engine, endpoint string) (discovery.EventRunner, error) {
+			DynamoEvents: func(e *discovery.Engine, p discovery.DynamoPublisher) (discovery.EventRunner, error) {
 				return runnerFunc(func(ctx context.Context) error {
 					started.Done()
 					stopped.Add(1)
@@ -348,6 +349,14 @@ func TestPoolSinkSubscriber(t *testing.T) {
 				p.Endpoint, p.Topic = c.Endpoints[0], c.Topic
 				want[p.Topic] = p
 			}
+			// The kv-events publisher recovers from the worker's KV query
+			// endpoint, the one its event source names.
+			rt, err := kvdynamo.ParseRecoveryTarget(w.KVEvents[0].Recovery.Address, w.InstanceID, 0)
+			require.NoError(t, err)
+			require.Contains(t, rt.Path, "worker_kv_query_source")
+			kv := want[dynamo.TopicKVEvents]
+			kv.Recovery = &rt
+			want[dynamo.TopicKVEvents] = kv
 			require.Eventually(t, func() bool {
 				got := map[string]kvdynamo.Publisher{}
 				for _, p := range sub.Publishers() {
