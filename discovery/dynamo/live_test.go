@@ -154,7 +154,9 @@ func TestLiveFileStore(t *testing.T) {
 	before := l.r.Index().AppendWorkerBlocks(keyA, nil)
 	late := newLiveRouter(t, ctx)
 	lateDone := make(chan error, 1)
-	go func() { lateDone <- (&dynamo.FileWatcher{Dir: store, Resync: 200 * time.Millisecond}).Run(ctx, late.sink) }()
+	go func() {
+		lateDone <- (&dynamo.FileWatcher{Dir: store, Resync: 200 * time.Millisecond}).Run(ctx, late.sink)
+	}()
 	waitFor(t, a, "late router registered worker a", func() bool { return slices.Equal(late.workers(), []uint64{idA}) })
 	chat(t, fe, port, "a different question about another topic entirely. ")
 	waitFor(t, a, "late router recovered worker a's earlier blocks", func() bool {
