@@ -184,7 +184,11 @@ func newCluster(t *testing.T, ctx context.Context, n int, rc router.Config, cfg 
 	return c
 }
 
-// waitConnected waits until every engine's subscriber is connected.
+// waitConnected waits until every engine's subscriber is connected and
+// its subscription has had time to reach the publisher: ZMQ drops what a
+// PUB socket sends before it knows of a subscriber, and a subscriber that
+// never received a first message has no sequence to ask the replay socket
+// from, so a first event lost this way would never be indexed.
 func (c *cluster) waitConnected(t *testing.T, ctx context.Context) {
 	for {
 		connected := 0
@@ -194,6 +198,7 @@ func (c *cluster) waitConnected(t *testing.T, ctx context.Context) {
 			}
 		}
 		if connected == len(c.engines) {
+			time.Sleep(200 * time.Millisecond)
 			return
 		}
 		select {
