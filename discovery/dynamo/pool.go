@@ -141,18 +141,22 @@ func (s *poolSink) Sync(ctx context.Context, d Deployment) {
 			add(c, shared)
 		}
 	}
-	for _, ep := range slices.Sorted(maps.Keys(s.load)) {
-		if p, ok := want[ep]; !ok || p != s.load[ep] {
-			s.sub.RemovePublisher(ep)
-			delete(s.load, ep)
+	reconcile(s.load, want, s.sub.RemovePublisher, s.sub.AddPublisher)
+}
+
+// reconcile makes have hold want: it removes (with remove) the keys that
+// went or whose value changed, then adds (with add) the new ones; those
+// add refuses stay out, to be tried again at the next call.
+func reconcile[V comparable](have, want map[string]V, remove func(string), add func(V) error) {
+	for _, k := range slices.Sorted(maps.Keys(have)) {
+		if v, ok := want[k]; !ok || v != have[k] {
+			remove(k)
+			delete(have, k)
 		}
 	}
-	for _, ep := range slices.Sorted(maps.Keys(want)) {
-		if _, ok := s.load[ep]; ok {
-			continue
-		}
-		if err := s.sub.AddPublisher(want[ep]); err == nil {
-			s.load[ep] = want[ep]
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := have[k]; !ok && add(want[k]) == nil {
+			have[k] = want[k]
 		}
 	}
 }
@@ -230,20 +234,7 @@ func (s *natsSink) Sync(_ context.Context, d Deployment) {
 	for _, ch := range NATSChannels(d) {
 		want[ch.Subject] = ch
 	}
-	for _, subj := range slices.Sorted(maps.Keys(s.subjects)) {
-		if ch, ok := want[subj]; !ok || ch != s.subjects[subj] {
-			s.sub.RemoveChannel(subj)
-			delete(s.subjects, subj)
-		}
-	}
-	for _, subj := range slices.Sorted(maps.Keys(want)) {
-		if _, ok := s.subjects[subj]; ok {
-			continue
-		}
-		if err := s.sub.AddChannel(want[subj]); err == nil {
-			s.subjects[subj] = want[subj]
-		}
-	}
+	reconcile(s.subjects, want, s.sub.RemoveChannel, s.sub.AddChannel)
 }
 
 // NATSChannels returns the channels a deployment publishes on Dynamo's
