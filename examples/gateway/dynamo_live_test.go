@@ -97,7 +97,8 @@ func chat(ctx context.Context, base string, body map[string]any, header http.Hea
 // events from Dynamo's event plane, tokenizes with the model directory and
 // names the chosen worker in the header the frontend routes on; a shared
 // prompt then lands on the worker that caches it, which reports the cached
-// tokens the router predicted. A worker the frontend does not know is
+// tokens the router predicted. A gateway started later restores the
+// workers' caches from their local indexers. A worker the frontend does not know is
 // refused and the request fails over, and so are requests to a worker
 // killed outright: no request is lost.
 func TestDynamoLive(t *testing.T) {
@@ -152,42 +153,46 @@ func testDynamoLive(t *testing.T, backend string) {
 		}
 	}
 
-	ready := make(chan net.Addr, 1)
-	gwCtx, stopGateway := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() {
-		ran <- run(gwCtx, []string{"-listen", "127.0.0.1:0", "-block-size", "16", "-model-dir", model, "-dynamo-store", storeArg,
-			"-dynamo-frontend", front, "-dynamo-model", "tiny", "-health-interval", "500ms"}, io.Discard, ready)
-	}()
-	defer func() {
-		stopGateway()
-		require.NoError(t, <-ran)
-	}()
-	var gw string
-	select {
-	case addr := <-ready:
-		gw = "http://" + addr.String()
-	case err := <-ran:
-		t.Fatalf("gateway: %v", err)
-	}
-	// The gateway routes once it has discovered both workers.
-	for {
-		resp, err := http.Get(gw + "/health")
-		require.NoError(t, err)
-		var h struct {
-			Healthy int `json:"healthy_workers"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&h)
-		resp.Body.Close()
-		if h.Healthy == 2 {
-			break
-		}
+	// startGateway runs the gateway in Dynamo mode until the test ends and
+	// returns its URL once it routes to both workers.
+	startGateway := func() string {
+		ready := make(chan net.Addr, 1)
+		gwCtx, stopGateway := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		go func() {
+			ran <- run(gwCtx, []string{"-listen", "127.0.0.1:0", "-block-size", "16", "-model-dir", model, "-dynamo-store", storeArg,
+				"-dynamo-frontend", front, "-dynamo-model", "tiny", "-health-interval", "500ms"}, io.Discard, ready)
+		}()
+		t.Cleanup(func() {
+			stopGateway()
+			require.NoError(t, <-ran)
+		})
+		var gw string
 		select {
-		case <-ctx.Done():
-			t.Fatalf("the gateway did not discover two workers:\n%s", logs())
-		case <-time.After(100 * time.Millisecond):
+		case addr := <-ready:
+			gw = "http://" + addr.String()
+		case err := <-ran:
+			t.Fatalf("gateway: %v", err)
+		}
+		for {
+			resp, err := http.Get(gw + "/health")
+			require.NoError(t, err)
+			var h struct {
+				Healthy int `json:"healthy_workers"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+			if h.Healthy == 2 {
+				return gw
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the gateway did not discover two workers:\n%s", logs())
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
+	gw := startGateway()
 
 	system := "You are a meticulous assistant for a weather service. Answer every question about rain, wind and " +
 		"temperature with the numbers first, then one sentence of explanation, and never more than three sentences."
@@ -211,6 +216,34 @@ func testDynamoLive(t *testing.T, backend string) {
 		time.Sleep(200 * time.Millisecond) // the request's KV events reach the index
 	}
 	require.Len(t, workers, 1, "one shared prompt, one worker: %v", workers)
+	var served string
+	for w := range workers {
+		served = w
+	}
+
+	// A gateway started now restores the workers' caches from their
+	// local indexers: its first request already finds the shared prompt.
+	late := startGateway()
+	body := map[string]any{"model": "tiny", "max_tokens": 4, "messages": []map[string]string{
+		{"role": "system", "content": system}, {"role": "user", "content": "And on the day after?"}}}
+	// A worker's cache is dumped when the gateway first hears from it:
+	// wake both with a request of their own (straight to the frontend),
+	// then give the dumps a moment. A request routed before they arrive
+	// would be routed blind and cache the prompt elsewhere.
+	for _, id := range ids {
+		ping := map[string]any{"model": "tiny", "max_tokens": 1, "messages": []map[string]string{{"role": "user", "content": fmt.Sprint("ping ", id)}}}
+		a, err := chat(ctx, front, ping, http.Header{gateway.HeaderDynamoWorker: {strconv.FormatUint(id, 10)}})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, a.status, a.body)
+	}
+	time.Sleep(time.Second)
+	a, err := chat(ctx, late, body, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, a.status, a.body)
+	t.Logf("late gateway: %s predicted %d, Dynamo reported %d", a.worker, a.predicted, a.cached)
+	require.Positive(t, a.predicted, "the late gateway restored the workers' caches")
+	require.Equal(t, served, a.worker, "the late gateway knows where the prompt is cached")
+	require.Equal(t, a.cached, a.predicted)
 	for w := range workers {
 		id, _, _ := strings.Cut(w, "/")
 		require.Contains(t, []string{strconv.FormatUint(ids[0], 10), strconv.FormatUint(ids[1], 10)}, id)
