@@ -59,8 +59,9 @@
 //
 // # Liveness
 //
-// In etcd every key a process writes is under its lease, so a dead
-// worker's keys expire with it. The file store has no leases: a writer
+// In etcd every key a process writes is under its lease (the lease id is
+// the instance id; Dynamo 1.6.1 grants 30 s), so a dead worker's keys
+// expire with it and a clean stop revokes them at once. The file store has no leases: a writer
 // touches its files every few seconds and deletes them when it stops
 // cleanly; a FileWatcher counts a file older than its TTL (Dynamo's 10 s)
 // as gone, so a killed worker leaves within TTL plus one Resync.

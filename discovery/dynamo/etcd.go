@@ -16,7 +16,8 @@ import (
 // feeds the deployment a Selector picks to a Sink each time it changes.
 //
 // Dynamo puts each key under its process's lease (the lease id is the
-// instance id), so a worker that dies leaves when its lease expires. The
+// instance id; 30 s in Dynamo 1.6.1), so a worker that dies leaves when
+// its lease expires, and one that stops cleanly at once. The
 // watcher lists the buckets, then follows them from the listing's
 // revision; when the watch breaks (compaction, a lost connection) it lists
 // them again after Backoff.

@@ -222,6 +222,24 @@ func TestLiveEtcdStore(t *testing.T) {
 	for _, kv := range resp.Kvs {
 		require.Equal(t, id, uint64(kv.Lease), string(kv.Key))
 	}
+	// A second worker is killed: its keys stay until its lease expires
+	// (Dynamo grants 30 s); its expiry, hastened here, deletes them as a
+	// revocation does.
+	b := startMocker(t, model, dynEnv{backend: "etcd", store: url})
+	waitFor(t, b, "worker b registered", func() bool { return len(l.workers()) == 2 })
+	idB := l.workers()[slices.Index(l.workers(), id)^1]
+	b.Stop(syscall.SIGKILL)
+	ttl, err := c.TimeToLive(ctx, clientv3.LeaseID(idB))
+	require.NoError(t, err)
+	require.Positive(t, ttl.TTL, "the killed worker's lease is still alive")
+	t.Logf("worker lease: granted %d s, %d s left after the kill", ttl.GrantedTTL, ttl.TTL)
+	require.Len(t, l.workers(), 2)
+	_, err = c.Revoke(ctx, clientv3.LeaseID(idB))
+	require.NoError(t, err)
+	waitFor(t, a, "worker b's lease ended", func() bool { return slices.Equal(l.workers(), []uint64{id}) })
+	require.Len(t, l.following(), 3)
+
+	// a stops cleanly: it revokes its lease at once.
 	a.Stop(syscall.SIGTERM)
 	waitFor(t, a, "worker removed", func() bool { return len(l.workers()) == 0 })
 	require.Empty(t, l.following())
