@@ -55,10 +55,11 @@ type NATSSubscriber struct {
 	stats   counters
 	running atomic.Bool
 
-	// mu protects chans.
-	mu    sync.Mutex
-	chans map[string]NATSChannel
-	wake  chan struct{}
+	// mu protects chans and removed.
+	mu      sync.Mutex
+	chans   map[string]NATSChannel
+	removed removals
+	wake    chan struct{}
 }
 
 // NewNATS returns a NATSSubscriber for cfg, or an error wrapping ErrConfig
@@ -95,12 +96,18 @@ func (s *NATSSubscriber) AddChannel(ch NATSChannel) error {
 }
 
 // RemoveChannel stops following subject and forgets the sequence state of
-// its publishers. It does not touch the index.
+// its publishers. Like Subscriber.RemovePublisher it is synchronous: once
+// it returns, nothing received on subject reaches the sink or the load
+// reporter. It does not touch the index.
 func (s *NATSSubscriber) RemoveChannel(subject string) {
 	s.mu.Lock()
 	delete(s.chans, subject)
+	done := s.removed.wait()
 	s.mu.Unlock()
 	s.notify()
+	if done != nil {
+		<-done
+	}
 }
 
 // publisher is ch as a Publisher (its subject as the endpoint).
@@ -139,6 +146,15 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer s.running.Store(false)
+	s.mu.Lock()
+	s.removed.running = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.removed.running = false
+		release(s.removed.take())
+		s.mu.Unlock()
+	}()
 	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.log, &s.stats)
 	msgs := make(chan *nats.Msg, queueLen)
 	subs := make(map[string]*natsSub)
@@ -153,7 +169,9 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		for k, v := range s.chans {
 			want[k] = v
 		}
+		waiting := s.removed.take()
 		s.mu.Unlock()
+		defer release(waiting)
 		for subj, ns := range subs {
 			if ch, ok := want[subj]; !ok || !samePublisher(ch.publisher(), ns.ch.publisher()) {
 				_ = ns.sub.Unsubscribe()

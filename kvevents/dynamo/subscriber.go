@@ -150,10 +150,11 @@ type Subscriber struct {
 	stats   counters
 	running atomic.Bool
 
-	// mu protects pubs and wake's pending state.
-	mu   sync.Mutex
-	pubs map[string]Publisher // the publishers to follow, by endpoint
-	wake chan struct{}        // signals Run that pubs changed (capacity 1)
+	// mu protects pubs and removed.
+	mu      sync.Mutex
+	pubs    map[string]Publisher // the publishers to follow, by endpoint
+	removed removals
+	wake    chan struct{} // signals Run that pubs changed (capacity 1)
 }
 
 // New returns a Subscriber for cfg. It returns an error wrapping ErrConfig
@@ -205,13 +206,23 @@ func (s *Subscriber) AddPublisher(p Publisher) error {
 }
 
 // RemovePublisher stops following the publisher at endpoint, and forgets
-// its sequence state. It does not touch the index: the host removes the
-// worker (router.RemoveWorker) when discovery says it is gone.
+// its sequence state and the recovery state of its worker. It is
+// synchronous: once it returns, nothing that came from that endpoint
+// reaches Config.Sink or Config.Load any more (events received but not yet
+// applied, and recovery queries under way, are dropped), so the host may
+// remove the worker (router.RemoveWorker) right after without a late event
+// indexing its blocks again. It does not touch the index itself. While
+// Run runs, it waits for Run's loop, which never blocks on the network;
+// it must not be called from the Sink or the LoadReporter.
 func (s *Subscriber) RemovePublisher(endpoint string) {
 	s.mu.Lock()
 	delete(s.pubs, endpoint)
+	done := s.removed.wait()
 	s.mu.Unlock()
 	s.notify()
+	if done != nil {
+		<-done
+	}
 }
 
 // Publishers returns the publishers the subscriber follows.
@@ -270,6 +281,16 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 
+	s.mu.Lock()
+	s.removed.running = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.removed.running = false
+		release(s.removed.take())
+		s.mu.Unlock()
+	}()
+
 	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.log, &s.stats)
 	msgs := make(chan inbound, queueLen)
 	conns := make(map[string]*conn)
@@ -279,7 +300,9 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		for k, v := range s.pubs {
 			want[k] = v
 		}
+		waiting := s.removed.take()
 		s.mu.Unlock()
+		defer release(waiting)
 		for ep, cn := range conns {
 			if p, ok := want[ep]; !ok || !samePublisher(p, cn.pub) {
 				cn.cancel()

@@ -310,3 +310,96 @@ func TestSubscriberReconnects(t *testing.T) {
 	require.GreaterOrEqual(t, st.Reconnects, uint64(2))
 	require.Equal(t, 1, matchBlocks(ix, tokens(0, 4)), "nothing reset")
 }
+
+// gatedSink is an index whose Apply can be held: while gate is set, each
+// Apply signals entered and waits for release. After closed is set, any
+// Apply is recorded as late.
+type gatedSink struct {
+	*indexer.Index
+	mu      sync.Mutex
+	gate    bool
+	entered chan struct{}
+	release chan struct{}
+	closed  bool
+	late    []kvroute.Event
+}
+
+func (g *gatedSink) Apply(ev *kvroute.Event) error {
+	g.mu.Lock()
+	gate, closed := g.gate, g.closed
+	if closed {
+		g.late = append(g.late, *ev)
+	}
+	g.gate = false
+	g.mu.Unlock()
+	if gate {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return g.Index.Apply(ev)
+}
+
+// TestRemovePublisherIsSynchronous: an event being applied when
+// RemovePublisher is called holds it until the event is done, and once it
+// returns, nothing from the removed endpoint reaches the sink, although
+// messages of it were queued and the publisher goes on sending. Each
+// round removes the publisher while the sink holds one of its events with
+// twenty more queued behind it, then adds it again.
+func TestRemovePublisherIsSynchronous(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, other := newPublisher(t, ctx), newPublisher(t, ctx)
+	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
+	require.NoError(t, err)
+	sink := &gatedSink{Index: ix, entered: make(chan struct{}), release: make(chan struct{})}
+	sub, err := dynamo.New(dynamo.Config{Sink: sink})
+	require.NoError(t, err)
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep}))
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: other.ep}))
+	startSubscriber(t, ctx, sub, pub)
+	w, ow := kvroute.WorkerKey{ID: 3}, kvroute.WorkerKey{ID: 4}
+	for round := range 4 {
+		base := 10000 * (round + 1)
+		pubID := uint64(round + 1)
+		waitFor(t, ctx, "a first store", func() bool { return matchBlocks(ix, tokens(base, 4)) == 1 },
+			func() { pub.message(pubID, 0, dynamo.TopicKVEvents, stored(t, w, 0, tokens(base, 4))) })
+
+		// The next store is held inside the sink; more queue behind it.
+		sink.mu.Lock()
+		sink.gate, sink.closed, sink.late = true, false, nil
+		sink.release = make(chan struct{})
+		sink.mu.Unlock()
+		pub.message(pubID, 1, dynamo.TopicKVEvents, stored(t, w, 0, tokens(base+10, 4)))
+		<-sink.entered
+		for i := range 20 {
+			pub.message(pubID, uint64(2+i), dynamo.TopicKVEvents, stored(t, w, 0, tokens(base+100+10*i, 4)))
+		}
+		removed := make(chan struct{})
+		go func() { sub.RemovePublisher(pub.ep); close(removed) }()
+		select {
+		case <-removed:
+			t.Fatal("RemovePublisher returned while an event of its endpoint was being applied")
+		default:
+		}
+		close(sink.release)
+		<-removed
+		sink.mu.Lock()
+		sink.closed = true
+		sink.mu.Unlock()
+		for i := range 20 {
+			pub.message(pubID, uint64(22+i), dynamo.TopicKVEvents, stored(t, w, 0, tokens(base+400+10*i, 4)))
+		}
+		// A sentinel from the other publisher: once it is applied, every
+		// message queued before it has been handled.
+		sentinel := tokens(base+900, 4)
+		waitFor(t, ctx, "the other publisher's store", func() bool { return matchBlocks(ix, sentinel) == 1 },
+			func() { other.message(pubID, 0, dynamo.TopicKVEvents, stored(t, ow, 0, sentinel)) })
+		sink.mu.Lock()
+		for _, ev := range sink.late {
+			require.Equal(t, ow.ID, ev.Worker.ID, "round %d: an event of the removed endpoint reached the sink: %s", round, ev.String())
+		}
+		sink.mu.Unlock()
+		require.Equal(t, 1, matchBlocks(ix, tokens(base+10, 4)), "the event under way was applied")
+		require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep}))
+	}
+}
