@@ -35,6 +35,14 @@
 // Data-parallel engines label each rank's series: vLLM with "engine",
 // SGLang with "dp_rank"; series without such a label are rank 0.
 //
+// # Limits
+//
+// Parse refuses texts beyond MaxTextBytes, sample lines with more than
+// MaxLabels labels and texts with more than MaxSamples sample lines, with
+// an error naming the line. The label bound keeps its time linear in the
+// text's size: the Prometheus text parser's work on one line grows with
+// the square of its labels.
+//
 // # Merging with the router's own load
 //
 // The router tracks the requests it routed itself. Router.Heartbeat combines

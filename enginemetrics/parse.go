@@ -116,12 +116,28 @@ var names = map[string]struct {
 	"sglang:token_usage":        {KindSGLang, gUsage},
 }
 
+// Limits of Parse. They keep its time and memory linear in the text's
+// size: Prometheus' text parser checks a series' label names for
+// duplicates once per label, in time quadratic in their number, so a
+// single line of a few hundred kilobytes of labels would otherwise take
+// minutes.
+const (
+	// MaxTextBytes bounds the text Parse reads.
+	MaxTextBytes = 8 << 20
+	// MaxLabels bounds the labels of one sample line (counted as its '='
+	// bytes, an upper bound). Engines' series have a few dozen at most.
+	MaxLabels = 64
+	// MaxSamples bounds the sample lines of one text.
+	MaxSamples = 1 << 17
+)
+
 // Parse reads a Prometheus text exposition (format 0.0.4) of an engine of
 // the given kind. Errors wrap ErrMetrics; text with none of the engine's
-// metrics is an error too, since it is not an engine's.
+// metrics is an error too, since it is not an engine's, and so is a text
+// beyond MaxTextBytes, MaxLabels or MaxSamples (the error names the line).
 func Parse(in io.Reader, kind Kind) (Metrics, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(in)
+	fams, err := p.TextToMetricFamilies(&limitReader{r: in, line: 1, atStart: true})
 	if err != nil {
 		return Metrics{}, fmt.Errorf("%w: %w", ErrMetrics, err)
 	}
@@ -226,4 +242,71 @@ func (m *Metrics) readCacheConfig(fam *dto.MetricFamily) {
 			}
 		}
 	}
+}
+
+// errLimit is wrapped by limitReader's errors.
+var errLimit = errors.New("beyond the parser's limits")
+
+// limitReader passes a metrics text through to the parser and fails it,
+// before the parser sees the offending byte, at the first sample line with
+// more than MaxLabels labels, the first sample beyond MaxSamples, or the
+// first byte beyond MaxTextBytes. It counts a line's '=' bytes: every
+// label has one, so it bounds the labels whatever their quoting. Comment
+// lines (HELP, TYPE) are not counted. It works in one pass as the bytes go
+// by.
+type limitReader struct {
+	r       io.Reader
+	read    int64 // bytes passed on
+	line    int   // 1-based number of the current line
+	eq      int   // '=' bytes on the current line
+	samples int   // sample lines started
+	atStart bool  // only blanks and tabs so far on the line
+	comment bool  // the line is a comment
+	err     error
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	if rest := MaxTextBytes + 1 - l.read; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := l.r.Read(p)
+	for i, c := range p[:n] {
+		if l.read+int64(i) >= MaxTextBytes {
+			return l.fail(i, fmt.Errorf("%w: the text is longer than %d bytes", errLimit, MaxTextBytes))
+		}
+		switch {
+		case c == '\n':
+			l.line++
+			l.eq, l.atStart, l.comment = 0, true, false
+		case l.atStart && (c == ' ' || c == '\t'):
+		case l.atStart:
+			l.atStart = false
+			l.comment = c == '#'
+			if !l.comment {
+				if l.samples++; l.samples > MaxSamples {
+					return l.fail(i, fmt.Errorf("%w: line %d: more than %d samples", errLimit, l.line, MaxSamples))
+				}
+			}
+			if c == '=' {
+				l.eq++
+			}
+		case c == '=' && !l.comment:
+			if l.eq++; l.eq > MaxLabels {
+				return l.fail(i, fmt.Errorf("%w: line %d: more than %d labels", errLimit, l.line, MaxLabels))
+			}
+		}
+	}
+	l.read += int64(n)
+	return n, err
+}
+
+// fail passes on the n bytes before the offending one and keeps err for
+// every later read.
+func (l *limitReader) fail(n int, err error) (int, error) {
+	l.read += int64(n)
+	l.err = err
+	return n, nil
 }

@@ -1,12 +1,15 @@
 package enginemetrics_test
 
 import (
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute/enginemetrics"
+	"github.com/kvroute/kvroute/router"
 )
 
 const vllmText = `# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -64,6 +67,14 @@ func TestParse(t *testing.T) {
 		{name: "wrong kind", text: sglangText, kind: enginemetrics.KindVLLM, err: "no vllm load metrics"},
 		{name: "not metrics", text: "<html>hello</html>\n", kind: enginemetrics.KindAuto, err: "unreadable"},
 		{name: "empty", text: "", kind: enginemetrics.KindAuto, err: "no auto load metrics"},
+		{name: "labels at the limit", kind: enginemetrics.KindAuto, text: manyLabels(enginemetrics.MaxLabels),
+			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{Running: 1}}}},
+		{name: "too many labels", text: "# HELP x a=b=c\n" + manyLabels(enginemetrics.MaxLabels+1), kind: enginemetrics.KindAuto,
+			err: "line 2: more than 64 labels"},
+		{name: "too many samples", text: strings.Repeat("vllm:num_requests_running 1\n", enginemetrics.MaxSamples+1),
+			kind: enginemetrics.KindAuto, err: "line 131073: more than 131072 samples"},
+		{name: "too long", text: "vllm:num_requests_running 1\n#" + strings.Repeat(" ", enginemetrics.MaxTextBytes), kind: enginemetrics.KindAuto,
+			err: "longer than 8388608 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +90,48 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// manyLabels is one vLLM sample with n labels.
+func manyLabels(n int) string {
+	var b strings.Builder
+	b.WriteString("vllm:num_requests_running{")
+	for i := range n {
+		fmt.Fprintf(&b, "l%d=\"v\",", i)
+	}
+	b.WriteString("} 1\n")
+	return b.String()
+}
+
+// labelList is n labels made by format from 0 to n-1, comma-separated.
+func labelList(n int, format string) string {
+	l := make([]string, n)
+	for i := range l {
+		l[i] = fmt.Sprintf(format, i)
+	}
+	return strings.Join(l, ",")
+}
+
+// TestParseLongLabelLines: the labels of one line are bounded before the
+// text parser sees them, whatever their quoting, and the rejection comes
+// from the first line over the limit.
+func TestParseLongLabelLines(t *testing.T) {
+	for _, text := range []string{
+		manyLabels(20000),
+		"vllm:num_requests_running{" + labelList(50, `l%d="="`) + "} 1\n",
+		`{"vllm:num_requests_running",` + labelList(40, `"a=%d"="1"`) + "} 1\n",
+		"  \t" + manyLabels(500),
+	} {
+		_, err := enginemetrics.Parse(strings.NewReader(text), enginemetrics.KindAuto)
+		require.ErrorIs(t, err, enginemetrics.ErrMetrics)
+		require.ErrorContains(t, err, "line 1: more than 64 labels")
+	}
+	// Comment lines are not counted, nor are earlier lines' labels.
+	text := "# HELP vllm:num_requests_running " + strings.Repeat("a=b ", 1000) + "\n" +
+		strings.Repeat(manyLabels(50), 3)
+	m, err := enginemetrics.Parse(strings.NewReader(text), enginemetrics.KindAuto)
+	require.NoError(t, err)
+	require.Equal(t, []enginemetrics.Rank{{Running: 3}}, m.Ranks)
+}
+
 func TestLoad(t *testing.T) {
 	m, err := enginemetrics.Parse(strings.NewReader(vllmText), enginemetrics.KindAuto)
 	require.NoError(t, err)
@@ -91,24 +144,83 @@ func TestLoad(t *testing.T) {
 }
 
 // FuzzParse: any text parses or fails with ErrMetrics, never panics, and
-// gives loads in range.
+// gives loads in range; a text over a limit is refused with an error that
+// names the limit. testdata/fuzz/FuzzParse holds a line of 3000 labels,
+// which the text parser would take seconds over (its time grows with the
+// square of a line's labels).
 func FuzzParse(f *testing.F) {
 	f.Add(vllmText)
 	f.Add(sglangText)
 	f.Add(`vllm:num_requests_running{engine="4095"} 1e300` + "\n")
 	f.Add(`vllm:cache_config_info{block_size="-1",num_gpu_blocks="x"} 1` + "\n")
+	f.Add(manyLabels(enginemetrics.MaxLabels + 1))
+	f.Add("# TYPE vllm:num_requests_running gauge\n" + manyLabels(enginemetrics.MaxLabels))
 	f.Fuzz(func(t *testing.T, text string) {
 		m, err := enginemetrics.Parse(strings.NewReader(text), enginemetrics.KindAuto)
 		if err != nil {
 			require.ErrorIs(t, err, enginemetrics.ErrMetrics)
+			if strings.Count(text, "=") > enginemetrics.MaxLabels && strings.Contains(err.Error(), "labels") {
+				require.Regexp(t, `line [0-9]+: more than [0-9]+ labels`, err.Error())
+			}
 			return
 		}
 		require.NotEmpty(t, m.Ranks)
+		require.LessOrEqual(t, len(m.Ranks), router.MaxDataParallelRanks)
 		require.GreaterOrEqual(t, m.BlockSize, 0)
+		require.GreaterOrEqual(t, m.GPUBlocks, 0)
+		for _, line := range strings.Split(text, "\n") {
+			if !strings.HasPrefix(strings.TrimLeft(line, " \t"), "#") {
+				require.LessOrEqual(t, strings.Count(line, "="), enginemetrics.MaxLabels, "a line over the label limit was accepted")
+			}
+		}
 		for _, r := range m.Ranks {
 			require.GreaterOrEqual(t, r.Running, 0)
 			require.GreaterOrEqual(t, r.Waiting, 0)
 			require.True(t, r.KVUsage >= 0 && r.KVUsage <= 1)
 		}
 	})
+}
+
+// BenchmarkParse measures Parse's time per byte of text on an engine's
+// ordinary text and on the worst cases within the limits: lines with
+// MaxLabels labels (the parser's cost per line grows with the square of
+// its labels), many series, and a line of too many labels (rejected).
+func BenchmarkParse(b *testing.B) {
+	var dp strings.Builder
+	for r := range 8 {
+		for _, name := range []string{"num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"} {
+			fmt.Fprintf(&dp, "vllm:%s{engine=\"%d\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 1\n", name, r)
+		}
+		for le := range 30 {
+			fmt.Fprintf(&dp, "vllm:time_to_first_token_seconds_bucket{engine=\"%d\",le=\"%d\",model_name=\"m\"} 3\n", r, le)
+		}
+	}
+	var labels strings.Builder
+	for i := 0; labels.Len() < 1<<18; i++ {
+		fmt.Fprintf(&labels, "vllm:num_requests_running{")
+		for j := range enginemetrics.MaxLabels - 1 {
+			fmt.Fprintf(&labels, "l%d=\"\",", j)
+		}
+		fmt.Fprintf(&labels, "engine=\"%d\"} 1\n", i)
+	}
+	var series strings.Builder
+	for i := 0; i < enginemetrics.MaxSamples; i++ {
+		fmt.Fprintf(&series, "vllm:num_requests_running{engine=\"%d\"} 1\n", i)
+	}
+	for _, c := range []struct{ name, text string }{
+		{"vllm_dp8", vllmText + dp.String()},
+		{"max_labels_lines", labels.String()},
+		{"max_samples", series.String()},
+		{"too_many_labels", manyLabels(100000)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.text)))
+			r := strings.NewReader(c.text)
+			for b.Loop() {
+				r.Reset(c.text)
+				_, _ = enginemetrics.Parse(io.Reader(r), enginemetrics.KindAuto)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(c.text)), "ns/byte")
+		})
+	}
 }

@@ -49,8 +49,6 @@ type Reporter interface {
 const (
 	DefaultInterval = time.Second
 	DefaultTimeout  = 2 * time.Second
-	// maxMetricsBytes bounds one scrape's body.
-	maxMetricsBytes = 8 << 20
 )
 
 // Config configures a Scraper.
@@ -134,7 +132,7 @@ func (s *Scraper) Scrape(ctx context.Context, t Target) (Metrics, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return Metrics{}, fmt.Errorf("%w: worker %d: %s answered %s", ErrScrape, t.Worker, t.URL, resp.Status)
 	}
-	m, err := Parse(io.LimitReader(resp.Body, maxMetricsBytes), t.Kind)
+	m, err := Parse(resp.Body, t.Kind)
 	if err != nil {
 		return Metrics{}, fmt.Errorf("worker %d: %w", t.Worker, err)
 	}
