@@ -65,10 +65,10 @@
 // stay in the table for that until there are many.
 //
 // Engines' own block hashes are opaque: each worker's map from engine
-// hashes to blocks is an open-addressing table with control bytes apart
-// from the slots (a Swiss table without SIMD) and pointer-free slots, so
-// that storing a new hash reads only the control bytes and the garbage
-// collector never scans the maps. Worker identities are interned into dense
+// hashes to blocks is an open-addressing table of pointer-free slots (key
+// and packed entry side by side), so that storing, finding or removing a
+// hash touches one cache line and the garbage collector never scans the
+// maps. Worker identities are interned into dense
 // slots; a segment holds one 64-bit word per tier for every 64 slots, so
 // the holder set in a cluster of up to 64 cache domains is four words.
 // Writes serialise on one mutex.

@@ -8,23 +8,22 @@ import (
 )
 
 // extMap maps a worker's engine block hashes to the blocks they name. It
-// is an open-addressing table with linear probing whose control bytes live
-// apart from the slots, as in a Swiss table: a byte per slot says whether
-// it is empty, deleted, or full, and holds seven bits of the key's hash.
-// Probing reads the control bytes, a sixteenth of the table's size and so
-// mostly in the CPU caches, and touches a slot only when its tag matches:
-// storing a new engine hash, the most common operation, costs no cache
-// miss on the slots at all (only the write of its own slot).
+// is an open-addressing table with linear probing over slots of a key and
+// its packed entry: looking a key up, inserting one and deleting one touch
+// one slot, and so usually one cache line (a table with control bytes kept
+// apart would touch two). A slot's state is in its entry word: zero for
+// empty, a word with no tiers for a tombstone (a live entry always has a
+// tier).
 //
 // Deleted slots become tombstones, reused by later inserts, or cleared
 // when they end a probe run; the table is rebuilt without them when live
 // entries and tombstones fill three quarters of it, doubling when live
-// entries alone fill half and halving when they fill less than an eighth. Its slots hold no pointers, so the
-// garbage collector never scans them. An extMap is not safe for concurrent
-// use; the index's write lock protects it.
+// entries alone fill half and halving when they fill less than an eighth.
+// Its slots hold no pointers, so the garbage collector never scans them.
+// An extMap is not safe for concurrent use; the index's write lock
+// protects it.
 type extMap struct {
 	sink  uint64 // keeps prefetch loads from being optimised away
-	ctrl  []uint8
 	slots []extSlot
 	count int // live entries
 	used  int // live entries and tombstones
@@ -32,18 +31,21 @@ type extMap struct {
 }
 
 // extSlot is one slot of an extMap: a key and its entry packed into a
-// word.
+// word (extEmpty, extDeleted, or an entry with at least one tier).
 type extSlot struct {
 	key kvroute.ExternalHash
 	val uint64
 }
 
-// Control bytes: empty, deleted, or ctrlFull with the key's tag.
+// Slot states other than a live entry: an entry word whose tiers byte is
+// zero.
 const (
-	ctrlEmpty   = 0
-	ctrlDeleted = 1
-	ctrlFull    = 0x80
+	extEmpty   = 0
+	extDeleted = 1 << 8
 )
+
+// live reports whether a slot's word is a live entry.
+func live(v uint64) bool { return uint8(v) != 0 }
 
 // pack packs e into a word: run id, position, tiers.
 func (e entry) pack() uint64 { return uint64(e.id)<<32 | uint64(uint32(e.pos))<<8 | uint64(e.tiers) }
@@ -55,58 +57,58 @@ func unpack(v uint64) entry {
 const extMapMinSlots = 8
 
 func newExtMap() extMap {
-	return extMap{ctrl: make([]uint8, extMapMinSlots), slots: make([]extSlot, extMapMinSlots), seed: rand.Uint64() | 1}
+	return extMap{slots: make([]extSlot, extMapMinSlots), seed: rand.Uint64() | 1}
 }
 
-// hash returns a key's home slot and control byte. Engine hashes may be
-// small consecutive integers or well-mixed hashes; a Fibonacci multiply
-// with its high half folded in spreads either over the whole table.
-func (m *extMap) hash(k kvroute.ExternalHash) (int, uint8) {
+// hash returns a key's home slot. Engine hashes may be small consecutive
+// integers or well-mixed hashes; a Fibonacci multiply with its high half
+// folded in spreads either over the whole table.
+func (m *extMap) hash(k kvroute.ExternalHash) int {
 	x := (uint64(k) ^ m.seed) * 0x9e3779b97f4a7c15
 	x ^= x >> 32
 	hi, _ := bits.Mul64(x, uint64(len(m.slots)))
-	return int(hi), ctrlFull | uint8(x&0x7f)
+	return int(hi)
 }
 
 // find returns the slot of k, or -1.
 func (m *extMap) find(k kvroute.ExternalHash) int {
-	i, tag := m.hash(k)
+	i := m.hash(k)
 	for {
-		switch c := m.ctrl[i]; {
-		case c == ctrlEmpty:
+		s := &m.slots[i]
+		switch {
+		case s.val == extEmpty:
 			return -1
-		case c == tag && m.slots[i].key == k:
+		case s.key == k && live(s.val):
 			return i
 		}
-		if i++; i == len(m.ctrl) {
+		if i++; i == len(m.slots) {
 			i = 0
 		}
 	}
 }
 
-// prefetch touches the home control byte and slot of each key of keys[i]
-// for i in [0, n), where key returns keys[i]. The loads are independent of
-// one another, so the CPU overlaps their cache misses; the operations that
-// follow then find the lines in the cache instead of missing one by one.
+// prefetch touches the home slot of each key of keys[i] for i in [0, n),
+// where key returns keys[i]. The loads are independent of one another, so
+// the CPU overlaps their cache misses; the operations that follow then
+// find the lines in the cache instead of missing one by one.
 func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 	if len(m.slots) < prefetchSlots {
 		return // the table stays in the CPU caches anyway
 	}
 	var sum uint64
 	for i := range n {
-		h, _ := m.hash(key(i))
-		sum += uint64(m.ctrl[h]) + uint64(m.slots[h].key)
+		sum += m.slots[m.hash(key(i))].val
 	}
 	m.sink += sum
 }
 
 // prefetchSlots is the table size from which prefetching pays: smaller
-// tables (512 KiB of slots) stay in the caches of a busy core.
-const prefetchSlots = 1 << 15
+// tables (64 KiB of slots) stay in the caches of a busy core.
+const prefetchSlots = 1 << 12
 
 // next and prev return the slots after and before i, wrapping around.
 func (m *extMap) next(i int) int {
-	if i++; i == len(m.ctrl) {
+	if i++; i == len(m.slots) {
 		return 0
 	}
 	return i
@@ -114,7 +116,7 @@ func (m *extMap) next(i int) int {
 
 func (m *extMap) prev(i int) int {
 	if i == 0 {
-		return len(m.ctrl) - 1
+		return len(m.slots) - 1
 	}
 	return i - 1
 }
@@ -128,14 +130,16 @@ func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 }
 
 // upsert returns the packed entry of k for the caller to read and set, and
-// whether k was present; an absent k is inserted with a zero word, which
-// the caller must set before the next operation on the map.
+// whether k was present; an absent k is inserted with an empty word, which
+// the caller must set to an entry with a tier before the next operation on
+// the map.
 func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
-	i, tag := m.hash(k)
+	i := m.hash(k)
 	dead := -1
 	for {
-		switch c := m.ctrl[i]; {
-		case c == ctrlEmpty:
+		s := &m.slots[i]
+		switch {
+		case s.val == extEmpty:
 			if dead < 0 {
 				if (m.used+1)*4 > len(m.slots)*3 {
 					m.rebuild()
@@ -144,18 +148,17 @@ func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 				m.used++
 				dead = i
 			}
-			m.ctrl[dead] = tag
 			m.slots[dead] = extSlot{key: k}
 			m.count++
 			return &m.slots[dead].val, false
-		case c == ctrlDeleted:
+		case !live(s.val):
 			if dead < 0 {
 				dead = i
 			}
-		case c == tag && m.slots[i].key == k:
-			return &m.slots[i].val, true
+		case s.key == k:
+			return &s.val, true
 		}
-		if i++; i == len(m.ctrl) {
+		if i++; i == len(m.slots) {
 			i = 0
 		}
 	}
@@ -174,13 +177,13 @@ func (m *extMap) del(k kvroute.ExternalHash) {
 // rarely fills with tombstones.
 func (m *extMap) delAt(i int) {
 	m.count--
-	if m.ctrl[m.next(i)] != ctrlEmpty {
-		m.ctrl[i] = ctrlDeleted
+	if m.slots[m.next(i)].val != extEmpty {
+		m.slots[i].val = extDeleted
 	} else {
-		m.ctrl[i] = ctrlEmpty
+		m.slots[i].val = extEmpty
 		m.used--
-		for j := m.prev(i); m.ctrl[j] == ctrlDeleted; j = m.prev(j) {
-			m.ctrl[j] = ctrlEmpty
+		for j := m.prev(i); m.slots[j].val == extDeleted; j = m.prev(j) {
+			m.slots[j].val = extEmpty
 			m.used--
 		}
 	}
@@ -198,20 +201,19 @@ func (m *extMap) rebuild() {
 	case m.count*8 < n:
 		n = max(extMapMinSlots, n/2)
 	}
-	ctrl, slots := m.ctrl, m.slots
-	m.ctrl, m.slots = make([]uint8, n), make([]extSlot, n)
-	for i, c := range ctrl {
-		if c < ctrlFull {
+	slots := m.slots
+	m.slots = make([]extSlot, n)
+	for _, s := range slots {
+		if !live(s.val) {
 			continue
 		}
-		j, tag := m.hash(slots[i].key)
-		for m.ctrl[j] != ctrlEmpty {
+		j := m.hash(s.key)
+		for m.slots[j].val != extEmpty {
 			if j++; j == n {
 				j = 0
 			}
 		}
-		m.ctrl[j] = tag
-		m.slots[j] = slots[i]
+		m.slots[j] = s
 	}
 	m.used = m.count // no tombstones left
 }
@@ -221,9 +223,9 @@ func (m *extMap) len() int { return m.count }
 
 // all calls fn for every entry, in table order.
 func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
-	for i, c := range m.ctrl {
-		if c >= ctrlFull {
-			fn(m.slots[i].key, unpack(m.slots[i].val))
+	for _, s := range m.slots {
+		if live(s.val) {
+			fn(s.key, unpack(s.val))
 		}
 	}
 }
@@ -231,9 +233,9 @@ func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
 // reset empties the map and releases a large table.
 func (m *extMap) reset() {
 	if len(m.slots) > 1024 {
-		m.ctrl, m.slots = make([]uint8, extMapMinSlots), make([]extSlot, extMapMinSlots)
+		m.slots = make([]extSlot, extMapMinSlots)
 	} else {
-		clear(m.ctrl)
+		clear(m.slots)
 	}
 	m.count, m.used = 0, 0
 }

@@ -274,9 +274,8 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 }
 
 func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
-	var parent kvroute.SeqHash
-	hasParent := ev.HasParent
-	if hasParent {
+	st := storer{ix: ix, ws: ws, tier: ev.Tier}
+	if ev.HasParent {
 		e, ok := ws.blocks.get(ev.Parent)
 		if !ok {
 			ix.stats.unknownParents.Add(1)
@@ -284,17 +283,12 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 			ix.log.Debug("stored event rejected", "err", err)
 			return err
 		}
-		parent = ix.seqOf(e)
+		r, pos := ix.place(e)
+		st.at(r.seqs[pos], r, pos)
 	}
 	h := ix.hasher
 	if ev.LoRA != "" {
 		h = h.WithLoRA(ev.LoRA)
-	}
-	st := storer{ix: ix, ws: ws, tier: ev.Tier}
-	if hasParent {
-		e, _ := ws.blocks.get(ev.Parent)
-		r, pos := ix.place(e)
-		st.at(parent, r, pos)
 	}
 	for i := range ev.Blocks {
 		b := &ev.Blocks[i]
@@ -775,14 +769,18 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 // release drops ws's hold of the block at pos of r in tier t, unless
 // another of its engine hashes still holds it.
 func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
-	dk := dupKey{r.seqs[pos], t}
-	if c := ws.dups[dk]; c > 0 {
-		if c == 1 {
-			delete(ws.dups, dk)
-		} else {
-			ws.dups[dk] = c - 1
+	if len(ws.dups) > 0 {
+		// Reading the block's hash costs a cache miss; duplicates are
+		// rare, so look only when the worker has any.
+		dk := dupKey{r.seqs[pos], t}
+		if c := ws.dups[dk]; c > 0 {
+			if c == 1 {
+				delete(ws.dups, dk)
+			} else {
+				ws.dups[dk] = c - 1
+			}
+			return
 		}
-		return
 	}
 	s := r.seg(pos)
 	if s == nil {
@@ -962,7 +960,7 @@ const (
 	runHeaderBytes = 160 // run struct, rounded to its size class
 	segmentBytes   = 64  // segment struct, rounded
 	chunkBytes     = 48  // one extra holder chunk
-	entryBytes     = 30  // engine-hash map slot and control byte (17 bytes) at its average load
+	entryBytes     = 30  // engine-hash map slot (16 bytes) at its average load
 	workerBytes    = 512
 )
 
