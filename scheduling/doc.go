@@ -3,7 +3,8 @@
 //
 // It holds the parts of a KV-cache-aware router that do not depend on the
 // index: cost functions ([CostFunc]: [DynamoCost], [WeightedScore],
-// [StalenessCost] and the baselines [Random], [RoundRobin], [LeastLoaded]),
+// [StalenessCost], [BoundedLoad], kvroute's default [NewDefaultCost] and the
+// baselines [Random], [RoundRobin], [LeastLoaded]),
 // the [Selector] (argmin with a fair tie-break, or softmax with a
 // temperature), [BusyThresholds], the active-request load [Tracker] and the
 // admission [Queue] with FCFS, LCFS and WSPT policies and strict priority
@@ -15,7 +16,7 @@
 //
 // A host routes each request in these steps:
 //
-//  1. Once: build a cost function (for example [NewDynamoCost]), a
+//  1. Once: build a cost function (for example [NewDefaultCost]), a
 //     [Selector], a [Tracker], and optionally a [Queue] and
 //     [BusyThresholds].
 //  2. Per request: hash the prompt into sequence hashes, ask the index how
@@ -37,7 +38,7 @@
 //
 // The wiring, with the index lookup left to the host:
 //
-//	cost, _ := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
+//	cost, _ := scheduling.NewDefaultCost(16)
 //	sel, _ := scheduling.NewSelector(scheduling.SelectorConfig{})
 //	tracker, _ := scheduling.NewTracker(scheduling.TrackerConfig{BlockSize: 16})
 //	busy := scheduling.BusyThresholds{PrefillTokens: 2}

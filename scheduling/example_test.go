@@ -73,6 +73,32 @@ func ExampleStalenessCost() {
 	// Output: [11 15] 0.5
 }
 
+// The default cost sends a prompt to the worker holding its prefix until
+// that worker is 1.5 times as busy as the mean.
+func ExampleNewDefaultCost() {
+	cost, _ := scheduling.NewDefaultCost(16)
+	sel, _ := scheduling.NewSelector(scheduling.SelectorConfig{})
+	req := scheduling.Request{PromptTokens: 1600, Blocks: 100, BlockSize: 16}
+	cands := []scheduling.Candidate{
+		{Worker: kvroute.WorkerKey{ID: 1}, Cached: [kvroute.NumTiers]int{94}, Load: scheduling.Load{ActiveRequests: 2, PotentialDecodeBlocks: 300}},
+		{Worker: kvroute.WorkerKey{ID: 2}, Load: scheduling.Load{ActiveRequests: 2, PotentialDecodeBlocks: 300}},
+		{Worker: kvroute.WorkerKey{ID: 3}, Load: scheduling.Load{ActiveRequests: 2, PotentialDecodeBlocks: 300}},
+		{Worker: kvroute.WorkerKey{ID: 4}, Load: scheduling.Load{ActiveRequests: 1, PotentialDecodeBlocks: 200}},
+	}
+	costs := make([]float64, len(cands))
+	i, _ := scheduling.Choose(cost, sel, &req, cands, costs)
+	fmt.Println("holder within the bound:", cands[i].Worker.ID)
+	// A third request on the holder while another worker has none is over
+	// ⌈1.5 · (7 + 1) / 4⌉ = 3.
+	cands[0].Load.ActiveRequests = 3
+	cands[3].Load = scheduling.Load{PotentialDecodeBlocks: 100}
+	i, _ = scheduling.Choose(cost, sel, &req, cands, costs)
+	fmt.Println("holder over the bound:", cands[i].Worker.ID)
+	// Output:
+	// holder within the bound: 1
+	// holder over the bound: 4
+}
+
 type fixedClock time.Time
 
 func (c fixedClock) Now() time.Time { return time.Time(c) }

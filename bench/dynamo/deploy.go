@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/dynamotest"
 )
 
 // dynamoPackages are what the benchmark installs into its venv: Dynamo
@@ -204,18 +202,18 @@ func Deploy(ctx context.Context, cfg deployConfig, log *slog.Logger) (*Deploymen
 // modelName is the served model name.
 const modelName = "tiny"
 
-// waitReady waits until every worker has registered in the file store and
-// the frontend serves the model.
+// waitReady waits until the frontend sees every worker and serves the
+// model.
 func (d *Deployment) waitReady(ctx context.Context, cfg deployConfig) error {
 	ctx, cancel := context.WithTimeout(ctx, 120*time.Second)
 	defer cancel()
-	url := fmt.Sprintf("http://127.0.0.1:%d/v1/models", cfg.httpPort)
+	base := fmt.Sprintf("http://127.0.0.1:%d", cfg.httpPort)
 	for {
 		if err := d.exited(); err != nil {
 			return err
 		}
-		ids, _ := Instances(filepath.Join(cfg.dir, "kv"))
-		if len(ids) == cfg.workers && modelListed(ctx, url) {
+		ids, _ := dynamotest.Instances(ctx, base)
+		if len(ids) == cfg.workers && dynamotest.Serves(ctx, base, modelName) {
 			return nil
 		}
 		select {
@@ -224,71 +222,6 @@ func (d *Deployment) waitReady(ctx context.Context, cfg deployConfig) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-func modelListed(ctx context.Context, url string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return false
-	}
-	for _, m := range v.Data {
-		if m.ID == modelName {
-			return true
-		}
-	}
-	return false
-}
-
-// instance is a worker's generate endpoint as registered in the file store.
-type instance struct {
-	ID uint64
-	// RPC is its request-plane address, host:port.
-	RPC string
-}
-
-// Instances returns the workers' generate endpoints registered in the file
-// store under kvDir (DYN_FILE_KV).
-func Instances(kvDir string) ([]instance, error) {
-	root := filepath.Join(kvDir, "v1", "instances")
-	var out []instance
-	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil // removed meanwhile
-		}
-		var v struct {
-			Endpoint   string `json:"endpoint"`
-			InstanceID uint64 `json:"instance_id"`
-			Transport  struct {
-				TCP string `json:"tcp"`
-			} `json:"transport"`
-		}
-		if json.Unmarshal(b, &v) == nil && v.Endpoint == "generate" {
-			rpc, _, _ := strings.Cut(v.Transport.TCP, "/")
-			out = append(out, instance{ID: v.InstanceID, RPC: rpc})
-		}
-		return nil
-	})
-	if errors.Is(err, fs.ErrNotExist) {
-		err = nil
-	}
-	return out, err
 }
 
 // freePort returns a loopback TCP port that is free now.
