@@ -108,3 +108,15 @@ func TestSplit(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, split(" a, ,b "))
 	require.Nil(t, split(""))
 }
+
+func TestLibPolicies(t *testing.T) {
+	for _, name := range libPolicyNames() {
+		cfg, err := libConfig(name)
+		require.NoError(t, err, name)
+		if name != "default" {
+			require.NotNil(t, cfg.Cost, name)
+		}
+	}
+	_, err := libConfig("nope")
+	require.Error(t, err)
+}

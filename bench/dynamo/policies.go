@@ -8,34 +8,34 @@ import (
 	"github.com/kvroute/kvroute/scheduling"
 )
 
-// libPolicies are the router configurations the kvroute-lib arm can run.
+// libPolicies are the router configurations the kvroute-lib arm can run:
+// kvroute's default, Dynamo's default cost, the default's cost without its
+// load bound, and variants of the bound and of the cost it wraps.
 var libPolicies = map[string]func() (router.Config, error){
 	"default": func() (router.Config, error) { return router.Config{}, nil },
-	"dynamo": func() (router.Config, error) {
-		c, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
+	"dynamo":  plain(dynamoCost(scheduling.DynamoCostConfig{})),
+	"tuned":   plain(dynamoCost(scheduling.DefaultCostConfig)),
+	// The default cost bounded by distinct KV blocks instead of requests.
+	"tuned-kvblocks": bounded(dynamoCost(scheduling.DefaultCostConfig), 0, scheduling.MeasureKVBlocks),
+	// Dynamo's cost with overlap weight 2 (prefill load scale 1) under the
+	// default bound.
+	"ow2-bounded": bounded(dynamoCost(scheduling.DynamoCostConfig{OverlapWeight: scheduling.Float(2)}), 0, scheduling.MeasureRequests),
+	// Dynamo's default cost under the default bound.
+	"dynamo-bounded": bounded(dynamoCost(scheduling.DynamoCostConfig{}), 0, scheduling.MeasureRequests),
+}
+
+func dynamoCost(cfg scheduling.DynamoCostConfig) func() (scheduling.CostFunc, error) {
+	return func() (scheduling.CostFunc, error) { return scheduling.NewDynamoCost(cfg) }
+}
+
+func plain(cost func() (scheduling.CostFunc, error)) func() (router.Config, error) {
+	return func() (router.Config, error) {
+		c, err := cost()
 		return router.Config{Cost: c}, err
-	},
-	"tuned": func() (router.Config, error) {
-		c, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{
-			OverlapWeight: scheduling.Float(2), PrefillLoadScale: scheduling.Float(16), ActiveRequestWeight: 16,
-		})
-		return router.Config{Cost: c}, err
-	},
+	}
 }
 
-// tuned is Dynamo's cost with overlap weight 2, prefill load scale 16 and
-// 16 blocks per active request.
-func tuned() (scheduling.CostFunc, error) {
-	return scheduling.NewDynamoCost(scheduling.DynamoCostConfig{
-		OverlapWeight: scheduling.Float(2), PrefillLoadScale: scheduling.Float(16), ActiveRequestWeight: 16,
-	})
-}
-
-func bounded(inner func() (scheduling.CostFunc, error), factor float64) func() (router.Config, error) {
-	return boundedBy(inner, factor, scheduling.MeasureKVBlocks)
-}
-
-func boundedBy(inner func() (scheduling.CostFunc, error), factor float64, m scheduling.LoadMeasure) func() (router.Config, error) {
+func bounded(inner func() (scheduling.CostFunc, error), factor float64, m scheduling.LoadMeasure) func() (router.Config, error) {
 	return func() (router.Config, error) {
 		c, err := inner()
 		if err != nil {
@@ -44,27 +44,6 @@ func boundedBy(inner func() (scheduling.CostFunc, error), factor float64, m sche
 		b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Factor: factor, Measure: m})
 		return router.Config{Cost: b}, err
 	}
-}
-
-func dynamoDefault() (scheduling.CostFunc, error) {
-	return scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
-}
-
-func dynamoOW(ow, pls float64) func() (scheduling.CostFunc, error) {
-	return func() (scheduling.CostFunc, error) {
-		return scheduling.NewDynamoCost(scheduling.DynamoCostConfig{OverlapWeight: scheduling.Float(ow), PrefillLoadScale: scheduling.Float(pls)})
-	}
-}
-
-func init() {
-	libPolicies["tuned-b1.25"] = bounded(tuned, 1.25)
-	libPolicies["tuned-b1.5"] = bounded(tuned, 1.5)
-	libPolicies["tuned-req1.5"] = boundedBy(tuned, 1.5, scheduling.MeasureRequests)
-	libPolicies["tuned-kv1"] = boundedBy(tuned, 1, scheduling.MeasureKVBlocks)
-	libPolicies["ow2-kv1"] = boundedBy(dynamoOW(2, 1), 1, scheduling.MeasureKVBlocks)
-	libPolicies["dynamo-b1.5"] = bounded(dynamoDefault, 1.5)
-	libPolicies["ow2-b1.5"] = bounded(dynamoOW(2, 1), 1.5)
-	libPolicies["ow2-pls4-b1.5"] = bounded(dynamoOW(2, 4), 1.5)
 }
 
 func libPolicyNames() []string {
