@@ -3,8 +3,12 @@ package dynamo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
@@ -55,6 +59,9 @@ type Stats struct {
 	// applied them.
 	Queries, QueryErrs, Restored, Recovered uint64
 	EventGaps, LostEvents, StaleEvents      uint64
+	// Abandoned are workers whose recovery was given up: their queries
+	// kept failing for Config.RecoveryGiveUp (see Subscriber).
+	Abandoned uint64
 }
 
 // counters are Stats as atomics.
@@ -63,7 +70,7 @@ type counters struct {
 	applied, stored, removed, cleared, applyErrs, unknownParents   atomic.Uint64
 	resets, loadReports, loadErrs, reconnects                      atomic.Uint64
 	queries, queryErrs, restored, recovered, eventGaps             atomic.Uint64
-	lostEvents, staleEvents                                        atomic.Uint64
+	lostEvents, staleEvents, abandoned                             atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -76,7 +83,7 @@ func (c *counters) snapshot() Stats {
 		Reconnects: c.reconnects.Load(),
 		Queries:    c.queries.Load(), QueryErrs: c.queryErrs.Load(), Restored: c.restored.Load(),
 		Recovered: c.recovered.Load(), EventGaps: c.eventGaps.Load(), LostEvents: c.lostEvents.Load(),
-		StaleEvents: c.staleEvents.Load(),
+		StaleEvents: c.staleEvents.Load(), Abandoned: c.abandoned.Load(),
 	}
 }
 
@@ -116,23 +123,34 @@ type core struct {
 	log   *slog.Logger
 	stats *counters
 
-	ctx     context.Context // bounds recovery queries
-	querier *Querier
+	// Recovery queries run on goroutines of their own (wg), bounded by
+	// ctx, and hand their answers back on results; the owner of the core
+	// calls answered with each.
+	ctx       context.Context
+	querier   *Querier
+	giveUp    time.Duration
+	wg        sync.WaitGroup
+	results   chan queryResult
+	lastQuery uint64
 
-	pubs    map[uint64]*pubState
-	ids     map[kvroute.WorkerKey]uint64 // last event ID given to the sink per worker
-	cursors map[kvroute.WorkerKey]uint64 // last Dynamo event_id per worker with a recovery target
-	loads   map[kvroute.WorkerKey]*workerLoad
-	devs    []kvevents.DynamoEvent
-	ev      kvroute.Event
+	pubs  map[uint64]*pubState
+	ids   map[kvroute.WorkerKey]uint64 // last event ID given to the sink per worker
+	recs  map[kvroute.WorkerKey]*recovery
+	loads map[kvroute.WorkerKey]*workerLoad
+	devs  []kvevents.DynamoEvent
+	ev    kvroute.Event
 }
 
-func newCore(ctx context.Context, sink kvevents.Sink, load LoadReporter, querier *Querier, log *slog.Logger, stats *counters) *core {
+func newCore(ctx context.Context, sink kvevents.Sink, load LoadReporter, querier *Querier, giveUp time.Duration, log *slog.Logger, stats *counters) *core {
+	if giveUp <= 0 {
+		giveUp = DefaultRecoveryGiveUp
+	}
 	return &core{
-		ctx: ctx, sink: sink, load: load, querier: querier, log: log, stats: stats,
+		ctx: ctx, sink: sink, load: load, querier: querier, giveUp: giveUp, log: log, stats: stats,
+		results: make(chan queryResult, 16),
 		pubs:    make(map[uint64]*pubState),
 		ids:     make(map[kvroute.WorkerKey]uint64),
-		cursors: make(map[kvroute.WorkerKey]uint64),
+		recs:    make(map[kvroute.WorkerKey]*recovery),
 		loads:   make(map[kvroute.WorkerKey]*workerLoad),
 	}
 }
@@ -214,82 +232,273 @@ func (c *core) kvEvents(e *Envelope, src source) {
 		d := &c.devs[i]
 		w := kvroute.WorkerKey{ID: kvroute.WorkerID(d.WorkerID), Rank: kvroute.DPRank(d.DPRank)}
 		p.workers[w] = struct{}{}
-		if t := src.recovery; t != nil && t.WorkerID == d.WorkerID && t.DPRank == d.DPRank && !c.recover(w, d, t) {
-			continue // already applied, from a recovery
+		if t := src.recovery; t != nil && t.WorkerID == d.WorkerID && t.DPRank == d.DPRank {
+			c.live(c.recoveryOf(w, t), d)
+			continue
 		}
 		c.apply(d)
 	}
 }
 
-// recover keeps worker w's event-id cursor, as Dynamo's router does, and
-// reports whether live event d is to be applied: on first sight of the
-// worker it restores the worker's whole cache from its local indexer (a
-// dump), on a jump in event ids it fetches the missing events, and it
-// skips events the recovery already applied.
-func (c *core) recover(w kvroute.WorkerKey, d *kvevents.DynamoEvent, t *RecoveryTarget) bool {
-	cur, known := c.cursors[w]
-	if d.Kind == kvevents.DynamoCleared {
+// Recovery timing: a failed query is retried as a dump in the
+// background, after recoveryBackoff doubling up to maxRecoveryBackoff,
+// until the subscriber's give-up time has passed since the first failure.
+// Up to maxKept events of a worker wait for (or are kept during) a query.
+const (
+	recoveryBackoff    = 500 * time.Millisecond
+	maxRecoveryBackoff = 10 * time.Second
+	maxKept            = 1 << 14
+)
+
+// recovery is the recovery state of a worker whose publisher has a
+// recovery target. It is owned by the core's goroutine.
+type recovery struct {
+	key    kvroute.WorkerKey
+	target RecoveryTarget
+	// cursor is the last event id applied, when known.
+	cursor uint64
+	known  bool
+	// query is the id of the query under way (0: none): a dump, or the
+	// events [from, upto] of a gap.
+	query      uint64
+	dump       bool
+	from, upto uint64
+	// hold makes the worker's live events wait in held until the query
+	// answers (a first attempt); otherwise (a retry in the background)
+	// they are applied and copies kept, to be applied again after the
+	// dump.
+	hold bool
+	held []kvevents.DynamoEvent
+	kept []kvevents.DynamoEvent
+	// failing is when the current run of failed queries began (zero
+	// after a success), backoff the wait before the next retry, gaveUp
+	// whether the retries were given up.
+	failing time.Time
+	backoff time.Duration
+	gaveUp  bool
+}
+
+// queryResult is a query's answer, handed back to the core's goroutine.
+type queryResult struct {
+	key  kvroute.WorkerKey
+	id   uint64
+	resp *QueryResponse
+	err  error
+}
+
+// recoveryOf returns worker w's recovery state, created for target t.
+func (c *core) recoveryOf(w kvroute.WorkerKey, t *RecoveryTarget) *recovery {
+	r := c.recs[w]
+	if r == nil {
+		r = &recovery{key: w, target: *t}
+		c.recs[w] = r
+	}
+	return r
+}
+
+// added is called when a publisher is added: with a recovery target, the
+// worker's cache is asked for at once, so that a worker that publishes
+// nothing for a while is known from the start.
+func (c *core) added(src source) {
+	t := src.recovery
+	if t == nil || c.sink == nil {
+		return
+	}
+	r := c.recoveryOf(kvroute.WorkerKey{ID: kvroute.WorkerID(t.WorkerID), Rank: kvroute.DPRank(t.DPRank)}, t)
+	if !r.known && r.query == 0 && !r.gaveUp {
+		c.startQuery(r, nil, nil, true, 0)
+	}
+}
+
+// live handles a live event of a worker with a recovery target, in order:
+// it waits behind a query under way that holds the worker's events, or
+// goes through step.
+func (c *core) live(r *recovery, d *kvevents.DynamoEvent) {
+	if !r.hold {
+		c.step(r, d)
+		return
+	}
+	if len(r.held) < maxKept {
+		r.held = append(r.held, cloneEvent(d))
+		return
+	}
+	// Too many events waiting: stop waiting for the query, apply them as
+	// without it, and retry in the background.
+	c.stats.queryErrs.Add(1)
+	c.log.Warn("dynamo: worker KV query outrun by live events", "worker", r.key.String())
+	c.settle(r, &queryResult{key: r.key, id: r.query, err: fmt.Errorf("%w: %d events waiting", ErrQuery, len(r.held))})
+	c.live(r, d)
+}
+
+// step keeps worker r's event-id cursor, as Dynamo's router does, and
+// applies d or starts a query: on first sight of the worker it asks for a
+// dump of its whole cache, on a jump in event ids for the missing events,
+// holding the worker's events until the answer; it skips events a
+// recovery already applied.
+func (c *core) step(r *recovery, d *kvevents.DynamoEvent) {
+	canQuery := r.query == 0 && !r.gaveUp
+	switch {
+	case d.Kind == kvevents.DynamoCleared:
 		// A clear is a barrier: what came before it no longer matters.
-		c.cursors[w] = d.EventID
-		return true
+	case !r.known:
+		if canQuery {
+			c.startQuery(r, nil, d, true, 0)
+			return
+		}
+	case d.EventID <= r.cursor:
+		c.stats.staleEvents.Add(1)
+		return
+	case d.EventID > r.cursor+1:
+		c.stats.eventGaps.Add(1)
+		if canQuery {
+			from := r.cursor + 1
+			c.startQuery(r, &from, d, true, 0)
+			return
+		}
+		if r.query == 0 {
+			c.stats.lostEvents.Add(d.EventID - r.cursor - 1)
+		} // else the dump under way covers them
+	}
+	r.cursor, r.known = d.EventID, true
+	c.apply(d)
+	if r.query != 0 {
+		if len(r.kept) == maxKept {
+			// The oldest are the likeliest to be in the dump; should
+			// they not be, their loss shows as a gap after it.
+			r.kept = append(r.kept[:0], r.kept[maxKept/2:]...)
+		}
+		r.kept = append(r.kept, cloneEvent(d))
+	}
+}
+
+// startQuery starts a query for worker r: a dump (from nil) or the events
+// from *from up to d's. With hold, d and the worker's next live events
+// wait for the answer. The query runs on its own goroutine after delay;
+// its answer comes back through c.results.
+func (c *core) startQuery(r *recovery, from *uint64, d *kvevents.DynamoEvent, hold bool, delay time.Duration) {
+	c.lastQuery++
+	r.query, r.dump, r.hold = c.lastQuery, from == nil, hold
+	r.held, r.kept = r.held[:0], r.kept[:0]
+	var start *uint64
+	if from != nil {
+		r.from, r.upto = *from, d.EventID-1
+		v := *from
+		start = &v
+	}
+	if d != nil {
+		r.held = append(r.held, cloneEvent(d))
+	}
+	res := queryResult{key: r.key, id: r.query}
+	t := r.target
+	c.wg.Go(func() {
+		if delay > 0 {
+			timer := time.NewTimer(delay)
+			defer timer.Stop()
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-timer.C:
+			}
+		}
+		c.stats.queries.Add(1)
+		res.resp, res.err = c.querier.Query(c.ctx, t, start, nil)
+		select {
+		case c.results <- res:
+		case <-c.ctx.Done():
+		}
+	})
+}
+
+// answered applies a query's answer, if its worker still waits for it,
+// then the worker's events that waited or were kept.
+func (c *core) answered(res *queryResult) {
+	r := c.recs[res.key]
+	if r == nil || r.query != res.id {
+		return // the worker was removed, or stopped waiting
+	}
+	c.settle(r, res)
+}
+
+func (c *core) settle(r *recovery, res *queryResult) {
+	pending := r.held
+	if !r.hold {
+		pending = r.kept
+	}
+	r.held, r.kept, r.query, r.hold = nil, nil, 0, false
+	resp, err := res.resp, res.err
+	want := "Events"
+	if r.dump {
+		want = "TreeDump"
 	}
 	switch {
-	case !known:
-		resp, err := c.query(t, nil)
-		if err != nil || resp.Kind != "TreeDump" {
-			c.recoveryFailed(w, resp, err)
-			c.cursors[w] = d.EventID
-			return true
-		}
-		c.resetWorker(w)
+	case err == nil && resp.Kind == want && r.dump:
+		r.failing, r.backoff = time.Time{}, 0
+		c.resetWorker(r.key)
 		for i := range resp.Events {
 			c.apply(&resp.Events[i])
 		}
 		c.stats.restored.Add(1)
 		c.stats.recovered.Add(uint64(len(resp.Events)))
-		c.cursors[w] = resp.LastEventID
-		cur = resp.LastEventID
-		if d.EventID <= cur {
-			c.stats.staleEvents.Add(1)
-			return false // in the dump
-		}
-		if d.EventID == cur+1 {
-			c.cursors[w] = d.EventID
-			return true
-		}
-		fallthrough
-	case d.EventID > cur+1:
-		from := cur + 1
-		c.stats.eventGaps.Add(1)
-		resp, err := c.query(t, &from)
-		if err != nil || resp.Kind != "Events" {
-			c.recoveryFailed(w, resp, err)
-			c.stats.lostEvents.Add(d.EventID - from)
-		} else {
-			n := uint64(0)
-			for i := range resp.Events {
-				r := &resp.Events[i]
-				if r.EventID >= from && r.EventID < d.EventID {
-					c.apply(r)
-					n++
-				}
-			}
-			c.stats.recovered.Add(n)
-			if want := d.EventID - from; n < want {
-				c.stats.lostEvents.Add(want - n)
+		r.cursor, r.known = resp.LastEventID, true
+	case err == nil && resp.Kind == want:
+		r.failing, r.backoff = time.Time{}, 0
+		n := uint64(0)
+		for i := range resp.Events {
+			if e := &resp.Events[i]; e.EventID >= r.from && e.EventID <= r.upto {
+				c.apply(e)
+				n++
 			}
 		}
-	case d.EventID <= cur:
-		c.stats.staleEvents.Add(1)
-		return false
+		c.stats.recovered.Add(n)
+		if want := r.upto - r.from + 1; n < want {
+			c.stats.lostEvents.Add(want - n)
+		}
+		r.cursor = r.upto
+	default:
+		c.recoveryFailed(r.key, resp, err)
+		if !r.dump {
+			c.stats.lostEvents.Add(r.upto - r.from + 1)
+			r.cursor = r.upto
+		}
+		c.retry(r)
 	}
-	c.cursors[w] = d.EventID
-	return true
+	for i := range pending {
+		c.live(r, &pending[i])
+	}
 }
 
-func (c *core) query(t *RecoveryTarget, start *uint64) (*QueryResponse, error) {
-	c.stats.queries.Add(1)
-	return c.querier.Query(c.ctx, *t, start, nil)
+// retry schedules a background dump of worker r after a failed query, or
+// gives up when its queries have failed for longer than c.giveUp: the
+// worker's events are then applied as without recovery until its
+// publisher is added again.
+func (c *core) retry(r *recovery) {
+	now := time.Now()
+	if r.failing.IsZero() {
+		r.failing = now
+	}
+	if now.Sub(r.failing) >= c.giveUp {
+		r.gaveUp = true
+		c.stats.abandoned.Add(1)
+		c.log.Warn("dynamo: giving up recovering a worker", "worker", r.key.String(), "failing_for", now.Sub(r.failing))
+		return
+	}
+	r.backoff = min(max(2*r.backoff, recoveryBackoff), maxRecoveryBackoff)
+	c.startQuery(r, nil, nil, false, r.backoff)
+}
+
+// cloneEvent copies d and the slices it holds.
+func cloneEvent(d *kvevents.DynamoEvent) kvevents.DynamoEvent {
+	out := *d
+	out.Blocks = slices.Clone(d.Blocks)
+	for i := range out.Blocks {
+		mm := slices.Clone(out.Blocks[i].MMObjects)
+		for j := range mm {
+			mm[j].Offsets = slices.Clone(mm[j].Offsets)
+		}
+		out.Blocks[i].MMObjects = mm
+	}
+	out.Removed = slices.Clone(d.Removed)
+	return out
 }
 
 func (c *core) recoveryFailed(w kvroute.WorkerKey, resp *QueryResponse, err error) {
@@ -388,9 +597,14 @@ func (c *core) loadReport(topic string, e *Envelope, src source) {
 }
 
 // forget drops the state of publishers whose endpoint was removed (their
-// sequences and the load reports they made), so that they start afresh if
-// they come back.
-func (c *core) forget(ids map[uint64]struct{}) {
+// sequences and the load reports they made) and the recovery state of the
+// worker src recovers (its events waiting for a query are dropped, the
+// answer of a query under way ignored), so that they start afresh if they
+// come back.
+func (c *core) forget(ids map[uint64]struct{}, src source) {
+	if t := src.recovery; t != nil {
+		delete(c.recs, kvroute.WorkerKey{ID: kvroute.WorkerID(t.WorkerID), Rank: kvroute.DPRank(t.DPRank)})
+	}
 	for id := range ids {
 		if p := c.pubs[id]; p != nil {
 			for w := range p.loaded {

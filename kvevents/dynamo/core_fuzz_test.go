@@ -41,7 +41,7 @@ func FuzzCore(f *testing.F) {
 			t.Fatal(err)
 		}
 		var st counters
-		c := newCore(context.Background(), ix, nopLoad{}, &Querier{}, slog.New(slog.DiscardHandler), &st)
+		c := newCore(context.Background(), ix, nopLoad{}, &Querier{}, 0, slog.New(slog.DiscardHandler), &st)
 		c.handle(TopicKVEvents, &Envelope{Topic: TopicKVEvents, PublisherID: guardPub, Sequence: 3, Payload: validPayload}, source{})
 		topics := []string{TopicKVEvents, TopicKVMetrics, TopicForwardPassMetrics, TopicActiveSequences}
 		name := topics[int(topic)%len(topics)]

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -482,8 +483,10 @@ func TestLiveZMQ(t *testing.T) {
 // TestLiveRecovery checks the recovery from the worker's local indexer
 // (Dynamo's KvEventPublisher with enable_local_indexer, queried on
 // Dynamo's TCP request plane): a subscriber that joins after the worker
-// cached prompts restores them from a dump, and events it misses while
-// not following the publisher are fetched on the next event's gap.
+// cached prompts restores them from a dump as soon as the publisher is
+// added, events it misses (dropped by a proxy) are fetched on the next
+// event's gap, and a publisher removed and added again is restored from a
+// dump again.
 func TestLiveRecovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
@@ -522,13 +525,20 @@ func TestLiveRecovery(t *testing.T) {
 	r.publish(part1, stored)
 	relayHas(r.storeOne(91000))
 
+	// The subscriber follows the relay through a proxy that can drop
+	// messages.
+	proxy := startProxy(t, ctx, r.chans[dynamo.TopicKVEvents])
 	sub, err := dynamo.New(dynamo.Config{Sink: r.viaDynamo, Query: q})
 	require.NoError(t, err)
-	pub := dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVEvents], Topic: dynamo.TopicKVEvents, Recovery: &tgt}
+	pub := dynamo.Publisher{Endpoint: proxy.ep, Topic: dynamo.TopicKVEvents, Recovery: &tgt}
 	require.NoError(t, sub.AddPublisher(pub))
 	r.run(sub.Run)
-	// Stores of fresh blocks until the subscriber hears one: it then
-	// restores the worker from a dump.
+	// Added with its recovery target, the worker is restored from a dump
+	// before it publishes anything.
+	waitFor(t, ctx, "the dump", func() bool { return sub.Stats().Restored == 1 }, nil)
+	r.compare(part1)
+	// Stores of fresh blocks until the subscriber hears one through the
+	// proxy.
 	base := 92000
 	probe := r.storeOne(base)
 	base += liveBlock
@@ -540,14 +550,14 @@ func TestLiveRecovery(t *testing.T) {
 	require.Equal(t, uint64(1), st.Restored, "%+v", st)
 	r.compare(part1)
 
-	// Part 2 is published while the subscriber does not follow the
-	// publisher; the next live event shows a gap in event ids.
-	sub.RemovePublisher(pub.Endpoint)
-	time.Sleep(100 * time.Millisecond) // the connection closes
+	// Part 2 is published while the proxy drops every message; the next
+	// live event shows a gap in event ids, and the missing events are
+	// fetched from the worker.
+	proxy.drop.Store(true)
 	part2 := prompts(2, 9)
 	r.publish(part2, stored)
 	relayHas(r.storeOne(93000))
-	require.NoError(t, sub.AddPublisher(pub))
+	proxy.drop.Store(false)
 	probe = r.storeOne(base)
 	base += liveBlock
 	waitFor(t, ctx, "a live event after the gap", func() bool {
@@ -557,11 +567,52 @@ func TestLiveRecovery(t *testing.T) {
 	st = sub.Stats()
 	t.Logf("subscriber: %+v", st)
 	require.NotZero(t, st.EventGaps)
-	require.NotZero(t, st.Recovered)
+	require.Greater(t, st.Recovered, uint64(14), "%+v", st)
 	require.Zero(t, st.LostEvents)
 	require.Zero(t, st.QueryErrs)
 	require.Zero(t, st.ApplyErrs)
 	r.compare(append(part1, part2...))
+
+	// Removed and added again, the worker is restored from a dump at once.
+	sub.RemovePublisher(pub.Endpoint)
+	part3 := prompts(3, 9)
+	r.publish(part3, stored)
+	relayHas(r.storeOne(94000))
+	require.NoError(t, sub.AddPublisher(pub))
+	waitFor(t, ctx, "the second dump", func() bool { return sub.Stats().Restored == 2 }, nil)
+	waitFor(t, ctx, "the direct path to catch up", holds(r.direct, liveHasher.AppendSeqHashes(nil, tokens(94000, liveBlock))), nil)
+	r.compare(append(append(part1, part2...), part3...))
+	t.Logf("subscriber: %+v", sub.Stats())
+}
+
+// zmqProxy forwards a PUB socket's messages to a PUB socket of its own,
+// dropping them while drop is set.
+type zmqProxy struct {
+	ep   string
+	drop atomic.Bool
+}
+
+func startProxy(t *testing.T, ctx context.Context, upstream string) *zmqProxy {
+	p := &zmqProxy{ep: freeEndpoint(t)}
+	in, out := zmq4.NewSub(ctx), zmq4.NewPub(ctx)
+	require.NoError(t, out.Listen(p.ep))
+	require.NoError(t, in.Dial(upstream))
+	require.NoError(t, in.SetOption(zmq4.OptionSubscribe, ""))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := in.Recv()
+			if err != nil {
+				return
+			}
+			if !p.drop.Load() {
+				_ = out.Send(m)
+			}
+		}
+	}()
+	t.Cleanup(func() { in.Close(); out.Close(); <-done })
+	return p
 }
 
 // TestLiveNATS is TestLiveZMQ on Dynamo's NATS event plane (an in-process

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -22,8 +23,9 @@ type NATSConfig struct {
 	Sink   kvevents.Sink
 	Load   LoadReporter
 	Logger *slog.Logger
-	// Query is as in Config.
-	Query Querier
+	// Query and RecoveryGiveUp are as in Config.
+	Query          Querier
+	RecoveryGiveUp time.Duration
 }
 
 // NATSChannel is one Dynamo event channel on NATS: a v1/event_channels
@@ -155,7 +157,9 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		release(s.removed.take())
 		s.mu.Unlock()
 	}()
-	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.log, &s.stats)
+	ctx, cancel := context.WithCancel(ctx)
+	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.cfg.RecoveryGiveUp, s.log, &s.stats)
+	defer func() { cancel(); c.wg.Wait() }()
 	msgs := make(chan *nats.Msg, queueLen)
 	subs := make(map[string]*natsSub)
 	defer func() {
@@ -175,7 +179,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		for subj, ns := range subs {
 			if ch, ok := want[subj]; !ok || !samePublisher(ch.publisher(), ns.ch.publisher()) {
 				_ = ns.sub.Unsubscribe()
-				c.forget(ns.ids)
+				c.forget(ns.ids, ns.src)
 				delete(subs, subj)
 			}
 		}
@@ -191,6 +195,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 			s.stats.reconnects.Add(1)
 			p := ch.publisher()
 			subs[subj] = &natsSub{ch: ch, src: sourceOf(&p), sub: sub, ids: make(map[uint64]struct{})}
+			c.added(subs[subj].src)
 		}
 		return nil
 	}
@@ -206,6 +211,8 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 			if err := reconcile(); err != nil {
 				return err
 			}
+		case res := <-c.results:
+			c.answered(&res)
 		case m := <-msgs:
 			ns := subs[m.Subject]
 			if ns == nil || m.Sub != ns.sub {

@@ -24,10 +24,11 @@ var (
 
 // Defaults of Config's durations.
 const (
-	DefaultIdleTimeout = 2 * time.Minute
 	DefaultDialTimeout = 2 * time.Second
 	DefaultMaxBackoff  = 5 * time.Second
-	minBackoff         = 50 * time.Millisecond
+	// DefaultRecoveryGiveUp is Config.RecoveryGiveUp's default.
+	DefaultRecoveryGiveUp = time.Minute
+	minBackoff            = 50 * time.Millisecond
 	// queueLen is the number of received messages buffered between the
 	// sockets and the loop that applies them.
 	queueLen = 1024
@@ -47,14 +48,15 @@ type Config struct {
 	// Logger receives records of gaps, restarts, malformed messages and
 	// reconnects. Nil discards.
 	Logger *slog.Logger
-	// IdleTimeout is how long a connection may stay silent before the
-	// subscriber reconnects it, in case the publisher's host went away
-	// without closing the connection (a publisher that exits closes it,
-	// and the subscriber reconnects at once, with backoff). A reconnect
-	// may lose the messages sent while it happens (they show as a gap),
-	// and a worker's kv-events are silent while it serves nothing, hence
-	// a long default. Zero means DefaultIdleTimeout; negative never
-	// reconnects an idle connection.
+	// IdleTimeout, when positive, is how long a connection may stay
+	// silent before the subscriber reconnects it. Zero or negative never
+	// reconnects an idle connection, the default: a publisher that exits
+	// closes its connection, and the subscriber reconnects at once (with
+	// backoff), and connections are dialed with TCP keep-alive (Go's
+	// defaults: probes after 15 s of silence, every 15 s, 9 of them), which
+	// ends a connection whose host went away without closing it. A
+	// reconnect may lose the messages sent while it happens (they show as
+	// a gap), and a worker's kv-events are silent while it serves nothing.
 	IdleTimeout time.Duration
 	// DialTimeout bounds each connection attempt. Zero means
 	// DefaultDialTimeout.
@@ -65,6 +67,10 @@ type Config struct {
 	// Query configures the worker KV queries of publishers with a
 	// Recovery target.
 	Query Querier
+	// RecoveryGiveUp is how long the subscriber retries the recovery of a
+	// worker whose queries fail (see Subscriber) before it gives up on it
+	// (Stats.Abandoned). Zero means DefaultRecoveryGiveUp.
+	RecoveryGiveUp time.Duration
 }
 
 // Publisher is one ZMQ PUB socket of Dynamo's event plane: a
@@ -126,9 +132,20 @@ type Publisher struct {
 // worker's whole cache (reset, then applied), skipping the live events the
 // dump already holds; on a jump in event ids it asks for the events from
 // the first missing one and applies those before the live event; a clear
-// is a barrier. A query that fails is counted (Stats.QueryErrs) and the
-// live stream applied as without recovery. Queries run on Run's goroutine
-// and hold up the stream for at most Config.Query.Timeout each.
+// is a barrier. When a publisher with a recovery target is added, the
+// subscriber asks for the dump at once, so that a worker idle since then is
+// known before it publishes again. Queries run on goroutines of their own:
+// while a worker's query is under way, that worker's live events wait
+// (for at most Config.Query.Timeout) and are applied in order after its
+// answer; other workers' events are applied meanwhile. A query that fails
+// is counted (Stats.QueryErrs), the waiting events are applied as without
+// recovery (the events of a gap counted in Stats.LostEvents), and the
+// subscriber retries in the background with a dump (after 0.5 s, doubling
+// up to 10 s; the worker's events are applied meanwhile and applied again
+// after the dump), until the queries have failed for
+// Config.RecoveryGiveUp: it then gives up on the worker
+// (Stats.Abandoned), which is followed as without recovery until its
+// publisher is added again.
 //
 // Without recovery, what lost messages carried is lost until the worker
 // reports those blocks again: blocks they stored are missing from the
@@ -164,11 +181,8 @@ func New(cfg Config) (*Subscriber, error) {
 	if cfg.Sink == nil && cfg.Load == nil {
 		return nil, fmt.Errorf("%w: neither Sink nor Load", ErrConfig)
 	}
-	if cfg.DialTimeout < 0 || cfg.MaxBackoff < 0 {
-		return nil, fmt.Errorf("%w: negative DialTimeout or MaxBackoff", ErrConfig)
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
+	if cfg.DialTimeout < 0 || cfg.MaxBackoff < 0 || cfg.RecoveryGiveUp < 0 {
+		return nil, fmt.Errorf("%w: negative DialTimeout, MaxBackoff or RecoveryGiveUp", ErrConfig)
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
@@ -291,7 +305,8 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		s.mu.Unlock()
 	}()
 
-	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.log, &s.stats)
+	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.cfg.RecoveryGiveUp, s.log, &s.stats)
+	defer func() { cancel(); c.wg.Wait() }()
 	msgs := make(chan inbound, queueLen)
 	conns := make(map[string]*conn)
 	reconcile := func() {
@@ -306,7 +321,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		for ep, cn := range conns {
 			if p, ok := want[ep]; !ok || !samePublisher(p, cn.pub) {
 				cn.cancel()
-				c.forget(cn.ids)
+				c.forget(cn.ids, sourceOf(&cn.pub))
 				delete(conns, ep)
 			}
 		}
@@ -317,6 +332,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			cctx, ccancel := context.WithCancel(ctx)
 			cn := &conn{pub: p, cancel: ccancel, ids: make(map[uint64]struct{})}
 			conns[ep] = cn
+			c.added(sourceOf(&cn.pub))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -332,6 +348,8 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			return nil
 		case <-s.wake:
 			reconcile()
+		case res := <-c.results:
+			c.answered(&res)
 		case in := <-msgs:
 			if conns[in.conn.pub.Endpoint] != in.conn {
 				continue // from a connection removed since

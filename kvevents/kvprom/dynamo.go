@@ -56,6 +56,7 @@ func NewDynamo(namespace string) *DynamoCollector {
 			d("event_gaps_total", "Jumps in a worker's event ids."),
 			d("events_lost_total", "Events of such jumps no query recovered."),
 			d("events_stale_total", "Live events skipped because a recovery had applied them."),
+			d("workers_abandoned_total", "Workers whose recovery was given up after its queries kept failing."),
 		},
 		appliedKind: d("events_applied_by_kind_total", "RouterEvents applied to the index, per kind.", "kind"),
 	}
@@ -64,7 +65,7 @@ func NewDynamo(namespace string) *DynamoCollector {
 func dynamoValues(st *dynamo.Stats) []uint64 {
 	return []uint64{st.Received, st.Malformed, st.Skipped, st.Gaps, st.Lost, st.Duplicates, st.Restarts,
 		st.Applied, st.ApplyErrs, st.UnknownParents, st.Resets, st.LoadReports, st.LoadErrs, st.Reconnects,
-		st.Queries, st.QueryErrs, st.Restored, st.Recovered, st.EventGaps, st.LostEvents, st.StaleEvents}
+		st.Queries, st.QueryErrs, st.Restored, st.Recovered, st.EventGaps, st.LostEvents, st.StaleEvents, st.Abandoned}
 }
 
 // Add starts exporting s under the subscriber label name, replacing any

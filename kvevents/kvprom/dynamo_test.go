@@ -18,7 +18,7 @@ func (f fixedDynamo) Stats() dynamo.Stats { return dynamo.Stats(f) }
 
 func TestDynamoCollector(t *testing.T) {
 	c := kvprom.NewDynamo("kvroute")
-	c.Add("zmq", fixedDynamo{Received: 10, Gaps: 2, Lost: 5, Malformed: 1, LoadReports: 7, AppliedStored: 3})
+	c.Add("zmq", fixedDynamo{Received: 10, Gaps: 2, Lost: 5, Malformed: 1, LoadReports: 7, AppliedStored: 3, Abandoned: 1})
 	c.Add("gone", fixedDynamo{})
 	c.Remove("gone")
 	reg := prometheus.NewPedanticRegistry()
@@ -33,6 +33,9 @@ kvroute_dynamo_events_messages_lost_total{subscriber="zmq"} 5
 # HELP kvroute_dynamo_events_messages_malformed_total Messages or payloads that did not decode and were skipped (no reset).
 # TYPE kvroute_dynamo_events_messages_malformed_total counter
 kvroute_dynamo_events_messages_malformed_total{subscriber="zmq"} 1
+# HELP kvroute_dynamo_events_workers_abandoned_total Workers whose recovery was given up after its queries kept failing.
+# TYPE kvroute_dynamo_events_workers_abandoned_total counter
+kvroute_dynamo_events_workers_abandoned_total{subscriber="zmq"} 1
 # HELP kvroute_dynamo_events_load_reports_total Heartbeats sent to the router from kv_metrics and forward-pass-metrics.
 # TYPE kvroute_dynamo_events_load_reports_total counter
 kvroute_dynamo_events_load_reports_total{subscriber="zmq"} 7
@@ -43,8 +46,8 @@ kvroute_dynamo_events_events_applied_by_kind_total{kind="removed",subscriber="zm
 kvroute_dynamo_events_events_applied_by_kind_total{kind="stored",subscriber="zmq"} 3
 `), "kvroute_dynamo_events_gaps_total", "kvroute_dynamo_events_messages_lost_total",
 		"kvroute_dynamo_events_messages_malformed_total", "kvroute_dynamo_events_load_reports_total",
-		"kvroute_dynamo_events_events_applied_by_kind_total"))
+		"kvroute_dynamo_events_events_applied_by_kind_total", "kvroute_dynamo_events_workers_abandoned_total"))
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 21+3, n)
+	require.Equal(t, 22+3, n)
 }
