@@ -147,9 +147,8 @@ func TestLiveFileStore(t *testing.T) {
 	require.Positive(t, l.sub.Stats().AppliedStored)
 
 	// A router started now learns what the worker cached before from its
-	// KV query endpoint (the recovery target discovery found), when it
-	// first hears from the worker: after another, different chat, it holds
-	// the first chat's blocks too.
+	// KV query endpoint (the recovery target discovery found) as soon as
+	// it registers the worker, which stays idle: no request is sent.
 	keyA := kvroute.WorkerKey{ID: kvroute.WorkerID(idA)}
 	before := l.r.Index().AppendWorkerBlocks(keyA, nil)
 	late := newLiveRouter(t, ctx)
@@ -158,8 +157,7 @@ func TestLiveFileStore(t *testing.T) {
 		lateDone <- (&dynamo.FileWatcher{Dir: store, Resync: 200 * time.Millisecond}).Run(ctx, late.sink)
 	}()
 	waitFor(t, a, "late router registered worker a", func() bool { return slices.Equal(late.workers(), []uint64{idA}) })
-	chat(t, fe, port, "a different question about another topic entirely. ")
-	waitFor(t, a, "late router recovered worker a's earlier blocks", func() bool {
+	waitFor(t, a, "late router recovered idle worker a's blocks", func() bool {
 		got := late.r.Index().AppendWorkerBlocks(keyA, nil)
 		for _, h := range before {
 			if !slices.Contains(got, h) {
@@ -168,7 +166,10 @@ func TestLiveFileStore(t *testing.T) {
 		}
 		return true
 	})
-	require.Positive(t, late.sub.Stats().Restored, "restored from a dump of the worker's cache")
+	lst := late.sub.Stats()
+	require.Positive(t, lst.Restored, "restored from a dump of the worker's cache")
+	require.Equal(t, lst.AppliedStored, lst.Recovered, "every block from the dump, none from a live event: %+v", lst)
+	chat(t, fe, port, "a different question about another topic entirely. ")
 	fe.Stop(syscall.SIGTERM)
 
 	b := startMocker(t, model, dynEnv{backend: "file", store: store})

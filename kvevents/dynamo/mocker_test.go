@@ -132,6 +132,25 @@ func TestLiveMocker(t *testing.T) {
 	}, nil)
 	t.Logf("%d blocks in both indexes", len(a))
 
+	// A subscriber started now, while the worker is idle, holds the same
+	// blocks as soon as the publisher is added: it asks the worker for a
+	// dump then, without waiting for an event.
+	lateIx, err := indexer.New(indexer.Config{Hasher: h})
+	require.NoError(t, err)
+	late, err := dynamo.New(dynamo.Config{Sink: lateIx})
+	require.NoError(t, err)
+	require.NoError(t, late.AddPublisher(dynamo.Publisher{Endpoint: chans[dynamo.TopicKVEvents], Topic: dynamo.TopicKVEvents, Recovery: tgt}))
+	r.run(late.Run)
+	var c []string
+	waitFor(t, ctx, "the late subscriber to hold the idle worker's blocks", func() bool {
+		c = indexContent(t, lateIx)
+		return slices.Equal(a, c)
+	}, nil)
+	lst := late.Stats()
+	t.Logf("late subscriber: %+v", lst)
+	require.Equal(t, uint64(1), lst.Restored)
+	require.Equal(t, lst.Applied, lst.Recovered, "every block from the dump, none from a live event")
+
 	w := kvroute.WorkerKey{ID: worker}
 	waitFor(t, ctx, "a forward-pass heartbeat", func() bool {
 		l, ok := loads.get(w)
