@@ -21,8 +21,9 @@
 //	w := &etcd.Watcher{Client: client, Prefix: "/kvroute/pool-a/"}
 //	return w.Run(ctx, pool) // a *discovery.Pool
 //
-// A value that is not a valid description is logged and left out; the
-// other engines stay. When the watch breaks (compaction, a lost
+// A value that is not a valid description (or that names an engine another
+// key already describes) is logged and left out: the engines already
+// known stay as they were, the key's own last valid description included. When the watch breaks (compaction, a lost
 // connection) the Watcher lists the prefix again.
 package etcd
 
@@ -96,11 +97,11 @@ func (w *Watcher) session(ctx context.Context, sink discovery.Sink, log *slog.Lo
 	if err != nil {
 		return err
 	}
-	state := map[string]discovery.Engine{}
+	set := newEngineSet(w.Prefix)
 	for _, kv := range resp.Kvs {
-		w.put(ctx, state, string(kv.Key), kv.Value, log)
+		w.put(ctx, set, string(kv.Key), kv.Value, log)
 	}
-	sink.Sync(ctx, sorted(state))
+	sink.Sync(ctx, set.engines())
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range w.Client.Watch(wctx, w.Prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
@@ -110,25 +111,71 @@ func (w *Watcher) session(ctx context.Context, sink discovery.Sink, log *slog.Lo
 		for _, ev := range wr.Events {
 			key := string(ev.Kv.Key)
 			if ev.Type == clientv3.EventTypeDelete {
-				delete(state, key)
+				set.delete(key)
 			} else {
-				w.put(ctx, state, key, ev.Kv.Value, log)
+				w.put(ctx, set, key, ev.Kv.Value, log)
 			}
 		}
-		sink.Sync(ctx, sorted(state))
+		sink.Sync(ctx, set.engines())
 	}
 	return errors.New("etcd: watch channel closed")
 }
 
-// put decodes one value into state; an invalid one removes the key.
-func (w *Watcher) put(ctx context.Context, state map[string]discovery.Engine, key string, value []byte, log *slog.Logger) {
-	e, err := Decode(strings.TrimPrefix(key, w.Prefix), value)
-	if err != nil {
-		delete(state, key)
-		log.WarnContext(ctx, "etcd: invalid engine description", "key", key, "err", err)
-		return
+// put stores one value in set and logs a refused one.
+func (w *Watcher) put(ctx context.Context, set *engineSet, key string, value []byte, log *slog.Logger) {
+	if err := set.put(key, value); err != nil {
+		log.WarnContext(ctx, "etcd: invalid engine description left out", "key", key, "err", err)
 	}
-	state[key] = e
+}
+
+// engineSet holds the engines registered under a prefix, by key, as the
+// listing and the watch events describe them.
+type engineSet struct {
+	prefix string
+	byKey  map[string]discovery.Engine
+	names  map[string]string // engine name to its key
+}
+
+func newEngineSet(prefix string) *engineSet {
+	return &engineSet{prefix: prefix, byKey: map[string]discovery.Engine{}, names: map[string]string{}}
+}
+
+// put decodes key's new value. A value that is not a valid description,
+// or that names an engine another key describes, is refused with an error
+// wrapping discovery.ErrEngine and changes nothing: the key keeps its last
+// valid description, if it had one, until it is deleted.
+func (s *engineSet) put(key string, value []byte) error {
+	e, err := Decode(strings.TrimPrefix(key, s.prefix), value)
+	if err != nil {
+		if old, ok := s.byKey[key]; ok {
+			return fmt.Errorf("%w (keeping the last valid description of %s)", err, old.Name)
+		}
+		return err
+	}
+	if other, ok := s.names[e.Name]; ok && other != key {
+		return fmt.Errorf("%w: %s: the name is key %q's already", discovery.ErrEngine, e.Name, other)
+	}
+	s.delete(key)
+	s.byKey[key] = e
+	s.names[e.Name] = key
+	return nil
+}
+
+// delete removes key's engine.
+func (s *engineSet) delete(key string) {
+	if old, ok := s.byKey[key]; ok {
+		delete(s.names, old.Name)
+		delete(s.byKey, key)
+	}
+}
+
+// engines returns the engines in key order.
+func (s *engineSet) engines() []discovery.Engine {
+	out := make([]discovery.Engine, 0, len(s.byKey))
+	for _, k := range slices.Sorted(maps.Keys(s.byKey)) {
+		out = append(out, s.byKey[k])
+	}
+	return out
 }
 
 // Decode reads an engine description stored under name. The name is the
@@ -143,14 +190,6 @@ func Decode(name string, value []byte) (discovery.Engine, error) {
 		e.Name = name
 	}
 	return e, e.Validate()
-}
-
-func sorted(state map[string]discovery.Engine) []discovery.Engine {
-	out := make([]discovery.Engine, 0, len(state))
-	for _, k := range slices.Sorted(maps.Keys(state)) {
-		out = append(out, state[k])
-	}
-	return out
 }
 
 // Register puts prefix+e.Name with e's JSON description under a lease of

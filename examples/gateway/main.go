@@ -14,6 +14,10 @@
 //	{"listen": ":8080", "block_size": 16, "tokenize_url": "http://10.0.0.7:8000",
 //	 "engines": [{"id": 1, "url": "http://10.0.0.7:8000", "events": "tcp://10.0.0.7:5557"}]}
 //
+// The file is checked as it is read: a field the gateway does not know, a
+// value of the wrong type or range, an invalid engine or two engines with
+// one id is an error naming the setting, such as "engines[1]: ...".
+//
 // Engines may share one URL and be told apart by headers: for workers
 // behind NVIDIA Dynamo's frontend started with --router-mode direct, give
 // each worker's instance id and the frontend's URL with preset=dynamo:
@@ -62,7 +66,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -166,28 +169,25 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *cfgPath != "" {
 		raw, err := os.ReadFile(*cfgPath)
 		if err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(raw, &o.file); err != nil {
+		fc, err := decodeConfig(raw)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", *cfgPath, err)
 		}
-		for _, d := range []struct {
-			s   string
-			dst *time.Duration
-		}{{o.file.HealthInterval, &o.interval}, {o.file.RemoveAfter, &o.remove}} {
-			if d.s == "" {
-				continue
-			}
-			if *d.dst, err = time.ParseDuration(d.s); err != nil {
-				return nil, fmt.Errorf("%s: %w", *cfgPath, err)
-			}
+		o.file = fc.file
+		if fc.interval != 0 && !set["health-interval"] {
+			o.interval = fc.interval
+		}
+		if fc.remove != 0 && !set["remove-after"] {
+			o.remove = fc.remove
 		}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	override := func(name string, apply func()) {
 		if set[name] {
 			apply()

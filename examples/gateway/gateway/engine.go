@@ -125,11 +125,12 @@ func ParseEngine(spec string) (Engine, error) {
 			}
 		}
 	}
-	return e, e.validate()
+	return e, e.Validate()
 }
 
-// validate checks the engine's fields.
-func (e *Engine) validate() error {
+// Validate checks the engine's fields as New and AddEngine do. Errors
+// wrap ErrEngineConfig.
+func (e *Engine) Validate() error {
 	u, err := url.Parse(e.URL)
 	if err != nil {
 		return fmt.Errorf("%w: engine %d: url: %w", ErrEngineConfig, e.ID, err)

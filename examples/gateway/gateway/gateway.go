@@ -178,7 +178,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Frontend != nil {
 		f := *cfg.Frontend
 		f.Events, f.Replay = "", ""
-		if err := f.validate(); err != nil {
+		if err := f.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: frontend: %w", ErrConfig, err)
 		}
 		target, _ := url.Parse(f.URL) // validated
@@ -232,7 +232,7 @@ func (g *Gateway) Router() *router.Router { return g.r }
 // invalid description, ErrDuplicateEngine for an id already added, and the
 // router's error when it rejects the worker.
 func (g *Gateway) AddEngine(e Engine) error {
-	if err := e.validate(); err != nil {
+	if err := e.Validate(); err != nil {
 		return err
 	}
 	target, _ := url.Parse(e.URL) // validated
