@@ -127,7 +127,6 @@ func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []
 		heap.Push(&a.queue, approxItem{at: now, depth: uint32(i), key: k})
 	}
 	st.flush()
-	ix.flushHeads()
 	ix.mu.Unlock()
 	a.expireLocked(now)
 	if len(a.stamps) > a.max {
@@ -196,7 +195,6 @@ func (a *Approx) dropLocked(it approxItem) bool {
 	ix.mu.Lock()
 	if ws := ix.worker(it.key.w, false); ws != nil {
 		ix.removeBlock(ws, kvroute.ExternalHash(it.key.seq), kvroute.TierDevice)
-		ix.flushHeads()
 	}
 	ix.mu.Unlock()
 	return true

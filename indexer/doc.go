@@ -48,8 +48,7 @@
 // comparing its sequence hashes with the run's in contiguous memory and
 // reloading holder words only where the segment changes. The block table
 // (sequence hash to run and position) holds only heads, the blocks a walk
-// cannot reach from their parent's position: run starts and blocks after a
-// dead position. Match takes no lock: positions are written once before
+// cannot reach from their parent's position: run starts. Match takes no lock: positions are written once before
 // they are published, holder words are atomics, and a segment's words
 // change in place only when all of its positions change together (other
 // changes move the positions concerned to another segment).
@@ -61,8 +60,11 @@
 // chain drops that one position, and the blocks after it stay indexed (and
 // become reachable again when the evicted block is stored again), which is
 // exactly what the engine holds. Dead positions come back to life in place
-// when their block is stored again under the same parent; dead run starts
-// stay in the table for that until there are many.
+// when their block is stored again under the same parent (a dead position
+// is found from its live parent, or at a run start from the table, so an
+// eviction mid-chain changes no table entry); dead run starts stay in the
+// table for that while their run has live positions, and otherwise until
+// there are many.
 //
 // Engines' own block hashes are opaque: each worker's map from engine
 // hashes to blocks is an open-addressing table of pointer-free slots (key

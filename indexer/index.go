@@ -77,12 +77,13 @@ type Index struct {
 	// runs are the runs with live blocks by id; entries name runs by id.
 	runs     []*run
 	freeRuns []uint32
-	// pendingHeads are positions that may have become heads during the
-	// current write (see flushHeads).
-	pendingHeads []place
-	// deadHeads counts the positions of the runs whose dead starts were
-	// left in the table since the last sweep.
-	deadHeads int
+	// deadHeads counts the positions of the runs whose dead starts are
+	// in the table; keptHeads is how many of them the last sweep kept
+	// (the starts of runs with live positions stay).
+	deadHeads, keptHeads int
+	// sweepMin is the number of positions of dead runs kept for revival
+	// below which they are never swept (minSweep; tests lower it).
+	sweepMin int
 
 	runCount    atomic.Int64 // runs with live blocks
 	runBytes    atomic.Int64 // memory of those runs' arrays
@@ -158,12 +159,13 @@ func New(cfg Config) (*Index, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ix := &Index{
-		hasher:  h,
-		log:     log,
-		clock:   kvroute.ClockOrSystem(cfg.Clock),
-		blocks:  newBlockTable(cfg.SizeHint / 16),
-		workers: xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
-		parents: newParentFilter(0),
+		hasher:   h,
+		log:      log,
+		clock:    kvroute.ClockOrSystem(cfg.Clock),
+		blocks:   newBlockTable(cfg.SizeHint / 16),
+		workers:  xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
+		parents:  newParentFilter(0),
+		sweepMin: minSweep,
 	}
 	empty := []slotKey{}
 	ix.slotKeys.Store(&empty)
@@ -223,7 +225,6 @@ func (ix *Index) freeSlot(slot int) {
 func (ix *Index) Apply(ev *kvroute.Event) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	defer ix.flushHeads()
 	if err := ev.Validate(); err != nil {
 		ix.stats.invalid.Add(1)
 		// A malformed event in sequence is consumed, like one with an
@@ -361,7 +362,6 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 				ix.release(ws, r, pos, tt)
 			}
 		}
-		ix.flushHeads()
 	default:
 		old = unpack(*p)
 		if old.tiers&(1<<t) != 0 {
@@ -627,11 +627,8 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 	r.live++
 	bump(&ix.blockCount, 1)
 	bump(&ix.pairCount, 1)
-	if before == nil {
-		ix.addHead(r, i)
-	}
-	if after != nil {
-		ix.dropHead(r, i+1)
+	if i == 0 {
+		ix.addHead(r, 0)
 	}
 }
 
@@ -649,7 +646,7 @@ func (ix *Index) register(r *run) {
 	bump(&ix.runBytes, runHeaderBytes+24*int64(len(r.seqs)))
 }
 
-// addHead records that the live block at i of r is a head.
+// addHead records that the live block at i of r, a run start, is a head.
 func (ix *Index) addHead(r *run, i int) {
 	ix.blocks.put(r.seqs[i], r, i)
 	if p, ok := r.parentOf(i); ok {
@@ -658,11 +655,6 @@ func (ix *Index) addHead(r *run, i int) {
 			ix.rebuildParents()
 		}
 	}
-}
-
-// dropHead records that the block at i of r is no longer a head.
-func (ix *Index) dropHead(r *run, i int) {
-	ix.blocks.delIf(r.seqs[i], r, i)
 }
 
 // rebuildParents rebuilds the parent filter from the heads in the table.
@@ -680,23 +672,18 @@ func (ix *Index) rebuildParents() {
 func (ix *Index) died(r *run, i int) {
 	r.live--
 	bump(&ix.blockCount, -1)
-	switch {
-	case i == 0:
+	if i == 0 {
 		// A dead run start stays in the table, so that storing the chain
 		// again (engines evict prefixes and recompute them) brings the run
-		// back to life instead of building a new one. Sweeps drop such
-		// entries once the dead runs they keep hold a quarter as many
-		// positions as there are live blocks.
-		if ix.deadHeads += len(r.seqs); ix.deadHeads > max(minSweep, int(ix.blockCount.Load())/4) {
+		// back to life instead of building a new one: a dead position is
+		// found from its live parent, or from the table at a run start,
+		// so no live block needs a table entry of its own when its
+		// predecessor dies. Sweeps drop the entries of runs with no live
+		// position once they hold a quarter as many positions as there
+		// are live blocks.
+		if ix.deadHeads += len(r.seqs); ix.deadHeads > ix.keptHeads+max(ix.sweepMin, int(ix.blockCount.Load())/4) {
 			ix.sweepDeadHeads()
 		}
-	case !r.alive(i - 1):
-		ix.dropHead(r, i)
-	}
-	if r.alive(i + 1) {
-		// The next block becomes a head unless it dies too before the
-		// write ends (an engine evicting a chain in any order).
-		ix.pendingHeads = append(ix.pendingHeads, place{r, i + 1})
 	}
 	if r.live == 0 {
 		// No entry or head names the run any more: its id is free.
@@ -707,41 +694,30 @@ func (ix *Index) died(r *run, i int) {
 	}
 }
 
-// place is a run and a position.
-type place struct {
-	r   *run
-	pos int
-}
-
-// flushHeads records the heads that deaths during the current write left:
-// live positions whose predecessor is dead. Every write calls it before
-// it releases the lock (and before it looks heads up again).
-func (ix *Index) flushHeads() {
-	for _, p := range ix.pendingHeads {
-		if p.r.alive(p.pos) && !p.r.alive(p.pos-1) {
-			ix.addHead(p.r, p.pos)
-		}
-	}
-	clear(ix.pendingHeads)
-	ix.pendingHeads = ix.pendingHeads[:0]
-}
-
 // minSweep is the number of positions of dead runs kept for revival
 // below which they are never swept from the table.
 const minSweep = 1 << 16
 
-// sweepDeadHeads drops the table entries of dead run starts.
+// sweepDeadHeads drops the table entries of the dead starts of runs with
+// no live position. The starts of runs that still have live positions
+// stay: their live blocks are found through them when the chain is
+// stored again.
 func (ix *Index) sweepDeadHeads() {
 	var dead []kvroute.SeqHash
+	kept := 0
 	ix.blocks.each(func(r *run, i int) {
-		if !r.alive(i) {
+		switch {
+		case r.alive(i):
+		case r.live == 0:
 			dead = append(dead, r.seqs[i])
+		default:
+			kept += len(r.seqs)
 		}
 	})
 	for _, s := range dead {
 		ix.blocks.del(s)
 	}
-	ix.deadHeads = 0
+	ix.deadHeads, ix.keptHeads = kept, kept
 }
 
 // removeBlock drops tier t of the block ws holds as ext.
@@ -825,7 +801,6 @@ func (ix *Index) ResetWorker(w kvroute.WorkerKey) {
 		return
 	}
 	ix.clearWorker(ws)
-	ix.flushHeads()
 	ws.lastID, ws.sequenced = 0, false
 }
 
@@ -839,7 +814,6 @@ func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
 		return false
 	}
 	ix.clearWorker(ws)
-	ix.flushHeads()
 	ix.workers.Delete(w)
 	ix.freeSlot(ws.slot)
 	return true

@@ -185,6 +185,7 @@ func TestRandomizedAgainstModel(t *testing.T) {
 		readers = 2
 	)
 	ix := newIndex(t)
+	indexer.SetSweepMin(ix, 1) // sweep dead run starts often
 	models := make([]*model, workers)
 	rngs := make([]*rand.Rand, workers)
 	nexts := make([]kvroute.ExternalHash, workers)
@@ -327,6 +328,7 @@ func FuzzApply(f *testing.F) {
 	rec(nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ix, _ := indexer.New(indexer.Config{Hasher: testHasher})
+		indexer.SetSweepMin(ix, 1)
 		models := map[kvroute.WorkerKey]*model{}
 		r := rand.New(rand.NewPCG(uint64(len(data)), 7))
 		for i := 0; i+3 <= len(data); i += 3 {

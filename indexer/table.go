@@ -10,11 +10,11 @@ import (
 )
 
 // blockTable maps the sequence hash of every head block to its place: the
-// run that holds it and its position there. A head is a live block that a
-// walk down a run cannot reach from its parent: the first block of a run,
-// or one whose predecessor in its run is dead. Match looks a head up when
-// a request leaves a run; writers look one up when a block branches off
-// its parent's run.
+// run that holds it and its position there. A head is the first block of a
+// run, the one block of it that a walk down its parent's run cannot reach;
+// dead run starts stay while their run has live positions (see
+// Index.died). Match looks a head up when a request leaves a run; writers
+// look one up when a block branches off its parent's run.
 //
 // It is an open-addressing table with linear probing. Reads take no lock:
 // a reader loads the slot array through an atomic pointer, finds the key
@@ -176,13 +176,6 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 		if i++; i == len(a.slots) {
 			i = 0
 		}
-	}
-}
-
-// delIf removes k when it names position pos of r. Writer only.
-func (t *blockTable) delIf(k kvroute.SeqHash, r *run, pos int) {
-	if s := t.find(k); s != nil && s.run.Load() == r && int(s.pos.Load()) == pos {
-		t.delSlot(k, s)
 	}
 }
 
