@@ -122,20 +122,22 @@ func (b *BoundedLoad) Costs(req *Request, cands []Candidate, costs []float64) {
 	}
 }
 
-// DefaultCostConfig is the cost NewDefaultCost bounds: Dynamo's cost with
+// DefaultCostConfig returns the cost NewDefaultCost bounds: Dynamo's cost with
 // the cache weighed twice as much (OverlapWeight 2), the prefill term
 // scaled 16 times (PrefillLoadScale 16) so that the work a request would
 // still have to prefill dominates the count of active KV blocks, and 16
 // blocks of cost per active request.
-var DefaultCostConfig = DynamoCostConfig{
-	OverlapWeight:       Float(2),
-	PrefillLoadScale:    Float(16),
-	ActiveRequestWeight: 16,
+func DefaultCostConfig() DynamoCostConfig {
+	return DynamoCostConfig{
+		OverlapWeight:       Float(2),
+		PrefillLoadScale:    Float(16),
+		ActiveRequestWeight: 16,
+	}
 }
 
 // NewDefaultCost returns kvroute's default routing cost for workers of the
 // given block size (zero means DefaultBlockSize): DynamoCost with
-// DefaultCostConfig inside a BoundedLoad with DefaultLoadBoundFactor.
+// DefaultCostConfig() inside a BoundedLoad with DefaultLoadBoundFactor.
 //
 // The cache-heavy cost sends each prompt to the worker that already holds
 // most of its prefix, so a shared prefix stays on few workers and the
@@ -147,7 +149,7 @@ var DefaultCostConfig = DynamoCostConfig{
 // Dynamo's mocker engines against Dynamo's default KV router: see
 // BENCHMARKS.md.
 func NewDefaultCost(blockSize int) (*BoundedLoad, error) {
-	cfg := DefaultCostConfig
+	cfg := DefaultCostConfig()
 	cfg.BlockSize = blockSize
 	inner, err := NewDynamoCost(cfg)
 	if err != nil {

@@ -67,7 +67,7 @@ func TestBoundedLoadIgnoresQueueDepth(t *testing.T) {
 }
 
 func TestBoundedLoadKVBlocks(t *testing.T) {
-	inner, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig)
+	inner, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
 	require.NoError(t, err)
 	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Measure: scheduling.MeasureKVBlocks})
 	require.NoError(t, err)

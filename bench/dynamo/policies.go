@@ -14,9 +14,9 @@ import (
 var libPolicies = map[string]func() (router.Config, error){
 	"default": func() (router.Config, error) { return router.Config{}, nil },
 	"dynamo":  plain(dynamoCost(scheduling.DynamoCostConfig{})),
-	"tuned":   plain(dynamoCost(scheduling.DefaultCostConfig)),
+	"tuned":   plain(dynamoCost(scheduling.DefaultCostConfig())),
 	// The default cost bounded by distinct KV blocks instead of requests.
-	"tuned-kvblocks": bounded(dynamoCost(scheduling.DefaultCostConfig), 0, scheduling.MeasureKVBlocks),
+	"tuned-kvblocks": bounded(dynamoCost(scheduling.DefaultCostConfig()), 0, scheduling.MeasureKVBlocks),
 	// Dynamo's cost with overlap weight 2 (prefill load scale 1) under the
 	// default bound.
 	"ow2-bounded": bounded(dynamoCost(scheduling.DynamoCostConfig{OverlapWeight: scheduling.Float(2)}), 0, scheduling.MeasureRequests),
