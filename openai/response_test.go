@@ -2,6 +2,8 @@ package openai_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -88,4 +90,55 @@ func FuzzEventScanner(f *testing.F) {
 		require.Equal(t, string(in), string(raw))
 		require.Equal(t, len(want), len(got))
 	})
+}
+
+// FuzzParseUsage checks ParseUsage against a generic JSON decode of the
+// same body: a usage is reported only for a valid JSON object whose "usage"
+// is an object, counts are never negative, and CachedKnown says whether
+// prompt_tokens_details.cached_tokens was present and not null.
+func FuzzParseUsage(f *testing.F) {
+	f.Add([]byte(`{"usage":{"prompt_tokens":40,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":32}}}`))
+	f.Add([]byte(`{"choices":[{"text":"a"}],"usage":{"prompt_tokens":-1,"prompt_tokens_details":{"cached_tokens":null}}}`))
+	f.Add([]byte(`{"usage":null}`))
+	f.Add([]byte(`{"usage":{"prompt_tokens":1e400}}`))
+	f.Add([]byte(`[1,2]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		u, ok := openai.ParseUsage(body)
+		if !ok {
+			require.Equal(t, openai.Usage{}, u)
+			return
+		}
+		require.True(t, json.Valid(body), "usage reported for invalid JSON")
+		require.GreaterOrEqual(t, u.PromptTokens, 0)
+		require.GreaterOrEqual(t, u.CompletionTokens, 0)
+		require.GreaterOrEqual(t, u.CachedTokens, 0)
+		var generic struct {
+			Usage map[string]json.RawMessage `json:"usage"`
+		}
+		require.NoError(t, json.Unmarshal(body, &generic))
+		require.NotNil(t, generic.Usage, "usage reported for a body without a usage object")
+		var details map[string]json.RawMessage
+		if raw, has := generic.Usage["prompt_tokens_details"]; has {
+			_ = json.Unmarshal(raw, &details)
+		}
+		if caseFolded(generic.Usage, "prompt_tokens_details") || caseFolded(details, "cached_tokens") {
+			return // encoding/json matches keys case-insensitively; the model does not
+		}
+		raw, has := details["cached_tokens"]
+		require.Equal(t, has && string(bytes.TrimSpace(raw)) != "null", u.CachedKnown)
+		if !u.CachedKnown {
+			require.Zero(t, u.CachedTokens)
+		}
+	})
+}
+
+// caseFolded reports whether m has a key that equals name only under case
+// folding.
+func caseFolded(m map[string]json.RawMessage, name string) bool {
+	for k := range m {
+		if k != name && strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }
