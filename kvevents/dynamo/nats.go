@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,11 +56,7 @@ type NATSSubscriber struct {
 	stats   counters
 	running atomic.Bool
 
-	// mu protects chans and removed.
-	mu      sync.Mutex
-	chans   map[string]NATSChannel
-	removed removals
-	wake    chan struct{}
+	chans followed[NATSChannel] // by subject
 }
 
 // NewNATS returns a NATSSubscriber for cfg, or an error wrapping ErrConfig
@@ -77,7 +72,7 @@ func NewNATS(cfg NATSConfig) (*NATSSubscriber, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &NATSSubscriber{cfg: cfg, log: log, chans: make(map[string]NATSChannel), wake: make(chan struct{}, 1)}, nil
+	return &NATSSubscriber{cfg: cfg, log: log, chans: newFollowed[NATSChannel]()}, nil
 }
 
 // AddChannel makes the subscriber follow ch (replacing an earlier channel
@@ -87,13 +82,10 @@ func (s *NATSSubscriber) AddChannel(ch NATSChannel) error {
 	if ch.Subject == "" || strings.ContainsAny(ch.Subject, "*> \t") {
 		return fmt.Errorf("%w: NATS subject %q", ErrConfig, ch.Subject)
 	}
-	if ch.KVCapacityBlocks < 0 || ch.BlockSize < 0 || ch.MaxRequests < 0 || ch.MaxBatchedTokens < 0 {
-		return fmt.Errorf("%w: negative capacity, block size or limit", ErrConfig)
+	if err := checkLimits(ch.KVCapacityBlocks, ch.BlockSize, ch.MaxRequests, ch.MaxBatchedTokens); err != nil {
+		return err
 	}
-	s.mu.Lock()
-	s.chans[ch.Subject] = ch
-	s.mu.Unlock()
-	s.notify()
+	s.chans.put(ch.Subject, ch)
 	return nil
 }
 
@@ -101,28 +93,12 @@ func (s *NATSSubscriber) AddChannel(ch NATSChannel) error {
 // its publishers. Like Subscriber.RemovePublisher it is synchronous: once
 // it returns, nothing received on subject reaches the sink or the load
 // reporter. It does not touch the index.
-func (s *NATSSubscriber) RemoveChannel(subject string) {
-	s.mu.Lock()
-	delete(s.chans, subject)
-	done := s.removed.wait()
-	s.mu.Unlock()
-	s.notify()
-	if done != nil {
-		<-done
-	}
-}
+func (s *NATSSubscriber) RemoveChannel(subject string) { s.chans.remove(subject) }
 
 // publisher is ch as a Publisher (its subject as the endpoint).
 func (ch NATSChannel) publisher() Publisher {
 	return Publisher{Endpoint: ch.Subject, KVCapacityBlocks: ch.KVCapacityBlocks, BlockSize: ch.BlockSize,
 		MaxRequests: ch.MaxRequests, MaxBatchedTokens: ch.MaxBatchedTokens, Recovery: ch.Recovery}
-}
-
-func (s *NATSSubscriber) notify() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Stats returns the subscriber's counters. Reconnects counts
@@ -148,15 +124,8 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer s.running.Store(false)
-	s.mu.Lock()
-	s.removed.running = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.removed.running = false
-		release(s.removed.take())
-		s.mu.Unlock()
-	}()
+	s.chans.start()
+	defer s.chans.stop()
 	ctx, cancel := context.WithCancel(ctx)
 	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.cfg.RecoveryGiveUp, s.log, &s.stats)
 	defer func() { cancel(); c.wg.Wait() }()
@@ -168,13 +137,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		}
 	}()
 	reconcile := func() error {
-		s.mu.Lock()
-		want := make(map[string]NATSChannel, len(s.chans))
-		for k, v := range s.chans {
-			want[k] = v
-		}
-		waiting := s.removed.take()
-		s.mu.Unlock()
+		want, waiting := s.chans.snapshot()
 		defer release(waiting)
 		for subj, ns := range subs {
 			if ch, ok := want[subj]; !ok || !samePublisher(ch.publisher(), ns.ch.publisher()) {
@@ -207,7 +170,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.wake:
+		case <-s.chans.wake:
 			if err := reconcile(); err != nil {
 				return err
 			}

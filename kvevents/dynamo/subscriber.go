@@ -167,11 +167,7 @@ type Subscriber struct {
 	stats   counters
 	running atomic.Bool
 
-	// mu protects pubs and removed.
-	mu      sync.Mutex
-	pubs    map[string]Publisher // the publishers to follow, by endpoint
-	removed removals
-	wake    chan struct{} // signals Run that pubs changed (capacity 1)
+	pubs followed[Publisher] // the publishers to follow, by endpoint
 }
 
 // New returns a Subscriber for cfg. It returns an error wrapping ErrConfig
@@ -197,8 +193,7 @@ func New(cfg Config) (*Subscriber, error) {
 	return &Subscriber{
 		cfg:  cfg,
 		log:  log,
-		pubs: make(map[string]Publisher),
-		wake: make(chan struct{}, 1),
+		pubs: newFollowed[Publisher](),
 	}, nil
 }
 
@@ -209,13 +204,10 @@ func (s *Subscriber) AddPublisher(p Publisher) error {
 	if p.Endpoint == "" {
 		return fmt.Errorf("%w: publisher without endpoint", ErrConfig)
 	}
-	if p.KVCapacityBlocks < 0 || p.BlockSize < 0 || p.MaxRequests < 0 || p.MaxBatchedTokens < 0 {
-		return fmt.Errorf("%w: negative capacity, block size or limit", ErrConfig)
+	if err := checkLimits(p.KVCapacityBlocks, p.BlockSize, p.MaxRequests, p.MaxBatchedTokens); err != nil {
+		return err
 	}
-	s.mu.Lock()
-	s.pubs[p.Endpoint] = p
-	s.mu.Unlock()
-	s.notify()
+	s.pubs.put(p.Endpoint, p)
 	return nil
 }
 
@@ -228,40 +220,16 @@ func (s *Subscriber) AddPublisher(p Publisher) error {
 // indexing its blocks again. It does not touch the index itself. While
 // Run runs, it waits for Run's loop, which never blocks on the network;
 // it must not be called from the Sink or the LoadReporter.
-func (s *Subscriber) RemovePublisher(endpoint string) {
-	s.mu.Lock()
-	delete(s.pubs, endpoint)
-	done := s.removed.wait()
-	s.mu.Unlock()
-	s.notify()
-	if done != nil {
-		<-done
-	}
-}
+func (s *Subscriber) RemovePublisher(endpoint string) { s.pubs.remove(endpoint) }
 
 // Publishers returns the publishers the subscriber follows.
-func (s *Subscriber) Publishers() []Publisher {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Publisher, 0, len(s.pubs))
-	for _, p := range s.pubs {
-		out = append(out, p)
-	}
-	return out
-}
+func (s *Subscriber) Publishers() []Publisher { return s.pubs.values() }
 
 // samePublisher reports whether a and b describe the same publisher.
 func samePublisher(a, b Publisher) bool {
 	ra, rb := a.Recovery, b.Recovery
 	a.Recovery, b.Recovery = nil, nil
 	return a == b && (ra == rb || ra != nil && rb != nil && *ra == *rb)
-}
-
-func (s *Subscriber) notify() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Stats returns the subscriber's counters.
@@ -295,28 +263,15 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 
-	s.mu.Lock()
-	s.removed.running = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.removed.running = false
-		release(s.removed.take())
-		s.mu.Unlock()
-	}()
+	s.pubs.start()
+	defer s.pubs.stop()
 
 	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.cfg.RecoveryGiveUp, s.log, &s.stats)
 	defer func() { cancel(); c.wg.Wait() }()
 	msgs := make(chan inbound, queueLen)
 	conns := make(map[string]*conn)
 	reconcile := func() {
-		s.mu.Lock()
-		want := make(map[string]Publisher, len(s.pubs))
-		for k, v := range s.pubs {
-			want[k] = v
-		}
-		waiting := s.removed.take()
-		s.mu.Unlock()
+		want, waiting := s.pubs.snapshot()
 		defer release(waiting)
 		for ep, cn := range conns {
 			if p, ok := want[ep]; !ok || !samePublisher(p, cn.pub) {
@@ -346,7 +301,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.wake:
+		case <-s.pubs.wake:
 			reconcile()
 		case res := <-c.results:
 			c.answered(&res)
