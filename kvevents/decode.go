@@ -479,24 +479,8 @@ func readTokens(p []byte, b *Batch) ([]byte, bool, error) {
 	b.tokens = grow(b.tokens, int(n))
 	start := len(b.tokens)
 	ts := b.tokens[start : start+int(n)]
-	for i := range ts {
-		// The widths token ids come in, decoded inline.
-		if len(p) >= 5 {
-			switch c := p[0]; {
-			case c <= 0x7f:
-				ts[i], p = uint32(c), p[1:]
-				continue
-			case c == 0xcd:
-				ts[i], p = uint32(binary.BigEndian.Uint16(p[1:3])), p[3:]
-				continue
-			case c == 0xce:
-				ts[i], p = binary.BigEndian.Uint32(p[1:5]), p[5:]
-				continue
-			case c == 0xcc:
-				ts[i], p = uint32(p[1]), p[2:]
-				continue
-			}
-		}
+	i, p := readTokenRun(p, ts)
+	for ; i < len(ts); i++ {
 		if ts[i], p, err = readToken(p); err != nil {
 			return p, false, err
 		}
@@ -504,6 +488,64 @@ func readTokens(p []byte, b *Batch) ([]byte, bool, error) {
 	b.tokens = b.tokens[:start+int(n)]
 	return p, false, nil
 }
+
+// readTokenRun decodes token ids into ts for as long as at least 8 bytes
+// remain, and returns how many it decoded and the rest of p. It decodes
+// the widths producers use for token ids (a positive fixint, uint8, uint16
+// or uint32); when it meets another lead byte it returns 0 and p, and the
+// caller decodes the whole list with readToken.
+//
+// Ids of mixed widths make a branch per width mispredict about every other
+// token, and decoding is a chain (where a token starts depends on the
+// width of the one before), so the loop has no branch on the data and
+// keeps the chain short: for a lead byte c of a valid width, hi = c>>7 is
+// 0 for a fixint and 1 for uint8, uint16, uint32, whose c&3 is 0, 1, 2 and
+// which take 1<<(c&3) bytes after c, so the width is 1 + hi<<(c&3); the
+// next lead byte is taken from the 8 bytes loaded for this token (a token
+// takes at most 5), and the shifts that extract the value come from
+// tokenShifts.
+func readTokenRun(p []byte, ts []uint32) (int, []byte) {
+	if len(ts) == 0 || len(p) < 8 {
+		return 0, p
+	}
+	off, i := 0, 0
+	c := uint64(p[0])
+	var bad uint16
+	for ; i < len(ts) && off+8 <= len(p); i++ {
+		x := binary.BigEndian.Uint64(p[off : off+8])
+		sh := tokenShifts[c]
+		bad |= sh
+		ts[i] = uint32((x << (sh & 63)) >> (sh >> 8 & 63))
+		w := 1 + (c>>7)<<(c&3)
+		c = (x << (w << 3 & 63)) >> 56
+		off += int(w)
+	}
+	if bad&badToken != 0 {
+		return 0, p
+	}
+	return i, p[off:]
+}
+
+// badToken marks the entries of tokenShifts for lead bytes readTokenRun
+// does not decode.
+const badToken = 0x8000
+
+// tokenShifts holds, for the lead byte of a token id, the left shift (low
+// byte) and right shift (high byte) that extract its value from the 8
+// bytes starting at the lead byte, read big-endian; badToken for a lead
+// byte of another type or width.
+var tokenShifts = func() (t [256]uint16) {
+	for c := range t {
+		t[c] = badToken
+	}
+	for c := range 0x80 {
+		t[c] = 56 << 8 // positive fixint: the lead byte itself
+	}
+	t[0xcc] = 8 | 56<<8 // uint8
+	t[0xcd] = 8 | 48<<8 // uint16
+	t[0xce] = 8 | 32<<8 // uint32
+	return t
+}()
 
 // readBigrams reads n [t, t+1] pairs (after the list header).
 func readBigrams(p []byte, b *Batch, n int) ([]byte, bool, error) {

@@ -1,0 +1,222 @@
+package kvevents_test
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/kvroute/kvroute/kvevents"
+)
+
+// storedPrefix returns a batch holding one array-layout BlockStored event
+// up to its token_ids.
+func storedPrefix() []byte {
+	p := msgp.AppendArrayHeader(nil, 3)
+	p = msgp.AppendFloat64(p, 1757500000)
+	p = msgp.AppendArrayHeader(p, 1)
+	p = msgp.AppendArrayHeader(p, 7)
+	p = msgp.AppendString(p, "BlockStored")
+	p = msgp.AppendArrayHeader(p, 1)
+	p = msgp.AppendUint64(p, 42)
+	return msgp.AppendNil(p)
+}
+
+// storedWithTokens returns a batch holding one array-layout BlockStored
+// event whose token_ids are the raw msgpack list, followed by the event's
+// remaining fields and the batch's rank.
+func storedWithTokens(list []byte) []byte {
+	p := append(storedPrefix(), list...)
+	p = msgp.AppendInt(p, 16)
+	p = msgp.AppendNil(p)
+	p = msgp.AppendString(p, "GPU")
+	return msgp.AppendInt(p, 0)
+}
+
+// referenceTokens decodes a token id list the generic way, one msgp call
+// per id. decoded reports that the header and every id decoded (ids below
+// 2^32), exact that no byte follows the last id; eagle reports a list of
+// pairs, which it does not decode. Nil is no ids.
+func referenceTokens(list []byte) (ids []uint32, decoded, exact, eagle bool) {
+	if msgp.IsNil(list) {
+		return nil, true, len(list) == 1, false
+	}
+	n, p, err := msgp.ReadArrayHeaderBytes(list)
+	if err != nil {
+		return nil, false, false, false
+	}
+	if n > 0 && msgp.NextType(p) == msgp.ArrayType {
+		return nil, false, false, true
+	}
+	for range n {
+		var v uint64
+		if v, p, err = msgp.ReadUint64Bytes(p); err != nil || v > math.MaxUint32 {
+			return nil, false, false, false
+		}
+		ids = append(ids, uint32(v))
+	}
+	return ids, true, len(p) == 0, false
+}
+
+// checkTokens decodes the batch around list and compares its token ids
+// with referenceTokens: the same ids when the list is exactly a list of
+// ids, an error when one of its ids does not decode. (Bytes after the last
+// id are read as the event's next fields.)
+func checkTokens(t *testing.T, b *kvevents.Batch, list []byte) {
+	t.Helper()
+	want, decoded, exact, eagle := referenceTokens(list)
+	err := kvevents.DecodeBatch(storedWithTokens(list), b)
+	switch {
+	case eagle || decoded && !exact:
+		return
+	case !decoded:
+		if err == nil {
+			t.Fatalf("list % x decoded, want an error", list)
+		}
+		if !errors.Is(err, kvevents.ErrMalformed) {
+			t.Fatalf("error %v does not wrap ErrMalformed", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("list % x: %v", list, err)
+	}
+	got := b.Events[0].TokenIDs
+	if len(got) != len(want) {
+		t.Fatalf("decoded %d ids, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("id %d: got %d, want %d (list % x)", i, got[i], want[i], list)
+		}
+	}
+}
+
+// appendToken encodes v in one of the msgpack integer forms that hold it.
+func appendToken(p []byte, v uint32, form int) []byte {
+	switch form % 8 {
+	case 0:
+		return msgp.AppendUint32(p, v) // the smallest width, as producers send
+	case 1:
+		return msgp.AppendInt64(p, int64(v))
+	case 2:
+		return append(p, 0xce, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	case 3:
+		return append(p, 0xcf, 0, 0, 0, 0, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	case 4:
+		return append(p, 0xd3, 0, 0, 0, 0, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	case 5:
+		if v <= math.MaxUint16 {
+			return append(p, 0xcd, byte(v>>8), byte(v))
+		}
+	case 6:
+		if v <= math.MaxInt32 {
+			return append(p, 0xd2, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+		}
+	}
+	return msgp.AppendUint32(p, v)
+}
+
+// TestDecodeTokenIDs: token ids in every width and integer form, mixed,
+// with lists of every length around the fast path's 8-byte window, decode
+// to the values a generic msgpack reader gives; ids out of range, of other
+// types or cut short give an error wrapping ErrMalformed.
+func TestDecodeTokenIDs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	values := func(n int) []uint32 {
+		out := make([]uint32, n)
+		for i := range out {
+			switch rng.IntN(5) {
+			case 0:
+				out[i] = rng.Uint32N(128)
+			case 1:
+				out[i] = rng.Uint32N(256)
+			case 2:
+				out[i] = rng.Uint32N(65536)
+			case 3:
+				out[i] = rng.Uint32N(128256)
+			default:
+				out[i] = rng.Uint32()
+			}
+		}
+		return out
+	}
+	var b kvevents.Batch
+	tests := []struct {
+		name  string
+		forms func(i int) int // the encoding of the i-th id
+	}{
+		{"smallest width", func(int) int { return 0 }},
+		{"signed", func(int) int { return 1 }},
+		{"uint32", func(int) int { return 2 }},
+		{"uint64", func(int) int { return 3 }},
+		{"one uint64 among smallest", func(i int) int { return map[bool]int{true: 3}[i == 5] }},
+		{"mixed", func(int) int { return rng.IntN(8) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for n := range 40 {
+				vs := values(n)
+				list := msgp.AppendArrayHeader(nil, uint32(n))
+				for i, v := range vs {
+					list = appendToken(list, v, tt.forms(i))
+				}
+				checkTokens(t, &b, list)
+				for cut := range len(list) {
+					// A payload that ends inside the list is malformed.
+					err := kvevents.DecodeBatch(append(storedPrefix(), list[:cut]...), &b)
+					if !errors.Is(err, kvevents.ErrMalformed) {
+						t.Fatalf("%d ids cut at byte %d: error %v, want ErrMalformed", n, cut, err)
+					}
+				}
+			}
+		})
+	}
+	bad := []struct {
+		name string
+		id   []byte
+	}{
+		{"negative fixint", []byte{0xff}},
+		{"negative int8", []byte{0xd0, 0x80}},
+		{"above 2^32", []byte{0xcf, 0, 0, 0, 1, 0, 0, 0, 0}},
+		{"float", []byte{0xca, 0x3f, 0x80, 0, 0}},
+		{"string", []byte{0xa1, 'x'}},
+		{"nil", []byte{0xc0}},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			for at := range 12 {
+				list := msgp.AppendArrayHeader(nil, 12)
+				for i := range 12 {
+					if i == at {
+						list = append(list, tt.id...)
+						continue
+					}
+					list = msgp.AppendUint32(list, 70000+uint32(i))
+				}
+				err := kvevents.DecodeBatch(storedWithTokens(list), &b)
+				if err == nil || !errors.Is(err, kvevents.ErrMalformed) {
+					t.Fatalf("id %d %s: error %v, want ErrMalformed", at, tt.name, err)
+				}
+			}
+		})
+	}
+}
+
+// FuzzTokenIDs: a token_ids list of arbitrary bytes decodes to exactly the
+// ids a generic msgpack reader gives, or fails when one of them does not
+// decode.
+func FuzzTokenIDs(f *testing.F) {
+	f.Add([]byte{0x93, 0x01, 0xcd, 0x12, 0x34, 0xce, 0x00, 0x01, 0x00, 0x00})
+	f.Add([]byte{0x9a, 0x7f, 0xcc, 0x80, 0xcd, 0xff, 0xff, 0xce, 0xff, 0xff, 0xff, 0xff, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06})
+	f.Add([]byte{0x94, 0xcf, 0, 0, 0, 0, 0, 0, 0, 1, 0xd3, 0, 0, 0, 0, 0, 0, 0, 2, 0x05, 0xd0, 0x7f})
+	f.Add([]byte{0x92, 0x05, 0xff})
+	f.Add([]byte{0xc0})
+	f.Add([]byte{0x92, 0x92, 0x01, 0x02, 0x92, 0x02, 0x03})
+	var b kvevents.Batch
+	f.Fuzz(func(t *testing.T, list []byte) {
+		checkTokens(t, &b, list)
+	})
+}
