@@ -366,24 +366,24 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 			if !c.reusable(ev, rank, false) {
 				continue
 			}
-			first := len(c.removed)
+			first, end := len(c.removed), len(c.removed)+len(ev.BlockHashes)
+			rm := c.removed[first:end] // sized above
+			for j := range rm {
+				rm[j] = ev.BlockHashes[j].External()
+			}
+			c.removed = c.removed[:end]
 			// Chain state follows the device copy: a block evicted from a
 			// lower tier may still be extended on the device.
-			device := out.Tier == kvroute.TierDevice
-			for _, hh := range ev.BlockHashes {
-				x := hh.External()
-				c.removed = append(c.removed, x)
-				if device && len(c.salts) != 0 {
+			if out.Tier == kvroute.TierDevice && len(c.salts)+len(c.tails) != 0 {
+				for _, x := range rm {
 					delete(c.salts, chainKey{rank, x})
-				}
-				if device && len(c.tails) != 0 {
 					if t, ok := c.tails[chainKey{rank, x}]; ok {
 						c.freeTail(chainKey{rank, x}, t)
 					}
 				}
 			}
 			out.Kind = kvroute.EventRemoved
-			out.Removed = c.removed[first:len(c.removed):len(c.removed)]
+			out.Removed = rm[:len(rm):len(rm)]
 		case AllBlocksCleared:
 			out.Kind = kvroute.EventCleared
 			out.Tier = kvroute.TierDevice
@@ -526,11 +526,18 @@ func (c *Converter) whole(ev *EngineEvent, h kvroute.Hasher) {
 	n := min(len(ev.BlockHashes), h.Blocks(len(ev.TokenIDs)))
 	c.stats.DroppedBlocks += uint64(len(ev.BlockHashes) - n)
 	if len(c.extra.MM) == 0 {
-		for j := range n {
-			c.blocks = append(c.blocks, kvroute.StoredBlock{
-				External: ev.BlockHashes[j].External(),
-				Hash:     h.HashBlock(ev.TokenIDs[j*bs : j*bs+win]),
-			})
+		first := len(c.blocks)
+		c.blocks = slices.Grow(c.blocks, n)[:first+n] // Convert sized it
+		bl, hs, ts := c.blocks[first:], ev.BlockHashes[:n], ev.TokenIDs
+		for j := range bl {
+			// Field by field: storing the whole struct writes its Tokens
+			// pointer (with the write barrier's check), which is nil
+			// unless a caller set it in an earlier event's Blocks.
+			bl[j].External = hs[j].External()
+			bl[j].Hash = h.HashBlock(ts[j*bs : j*bs+win])
+			if bl[j].Tokens != nil {
+				bl[j].Tokens = nil
+			}
 		}
 		return
 	}

@@ -186,6 +186,38 @@ func TestConvertRules(t *testing.T) {
 	require.ErrorIs(t, err, kvevents.ErrConfig)
 }
 
+// TestConvertReusesArenas: the events of one Convert call are the same
+// when its arenas were used before, also when a caller changed an earlier
+// event's blocks (the converter hands out Hash, never Tokens).
+func TestConvertReusesArenas(t *testing.T) {
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4})
+	require.NoError(t, err)
+	h4 := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	batch := func(base uint32) *kvevents.Batch {
+		return &kvevents.Batch{Events: []kvevents.EngineEvent{
+			{Type: kvevents.BlockRemoved, BlockHashes: []kvevents.Hash{kvevents.UintHash(uint64(base)), kvevents.UintHash(uint64(base + 1))}},
+			{Type: kvevents.BlockStored, BlockSize: 4, TokenIDs: seq(8, base),
+				BlockHashes: []kvevents.Hash{kvevents.UintHash(uint64(base)), kvevents.UintHash(uint64(base + 1))}},
+		}}
+	}
+	want := func(base uint32) []kvroute.Event {
+		return []kvroute.Event{
+			{Kind: kvroute.EventRemoved, Removed: []kvroute.ExternalHash{kvroute.ExternalHash(base), kvroute.ExternalHash(base + 1)}},
+			{Kind: kvroute.EventStored, Blocks: []kvroute.StoredBlock{
+				{External: kvroute.ExternalHash(base), Hash: h4.HashBlock(seq(4, base))},
+				{External: kvroute.ExternalHash(base + 1), Hash: h4.HashBlock(seq(4, base+4))}}},
+		}
+	}
+	evs, err := c.Convert(nil, batch(10))
+	require.NoError(t, err)
+	require.Equal(t, want(10), evs)
+	evs[1].Blocks[0].Tokens = seq(4, 99)
+	evs[1].Blocks[1].Tokens = seq(4, 99)
+	evs, err = c.Convert(evs[:0], batch(20))
+	require.NoError(t, err)
+	require.Equal(t, want(20), evs)
+}
+
 // TestConvertIntoIndex feeds the current map layout into the indexer and
 // checks the prefix it ends up with.
 func TestConvertIntoIndex(t *testing.T) {
