@@ -127,7 +127,7 @@ func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []
 		heap.Push(&a.queue, approxItem{at: now, depth: uint32(i), key: k})
 	}
 	st.flush()
-	ix.mu.Unlock()
+	ix.unlock()
 	a.expireLocked(now)
 	if len(a.stamps) > a.max {
 		a.pruneLocked(a.target)
@@ -196,7 +196,7 @@ func (a *Approx) dropLocked(it approxItem) bool {
 	if ws := ix.worker(it.key.w, false); ws != nil {
 		ix.removeBlock(ws, kvroute.ExternalHash(it.key.seq), kvroute.TierDevice)
 	}
-	ix.mu.Unlock()
+	ix.unlock()
 	return true
 }
 

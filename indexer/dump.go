@@ -64,7 +64,7 @@ func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) 
 // remove after them (deepest first).
 func (ix *Index) snapshotWorker(w kvroute.WorkerKey) ([]dumpStored, []kvroute.ExternalHash) {
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
+	defer ix.unlock()
 	ws := ix.worker(w, false)
 	if ws == nil {
 		return nil, nil

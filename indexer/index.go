@@ -85,14 +85,46 @@ type Index struct {
 	// below which they are never swept (minSweep; tests lower it).
 	sweepMin int
 
-	runCount    atomic.Int64 // runs with live blocks
-	runBytes    atomic.Int64 // memory of those runs' arrays
-	segCount    atomic.Int64 // live segments
-	blockCount  atomic.Int64 // live blocks
-	pairCount   atomic.Int64
-	extraChunks atomic.Int64
-	entryCount  atomic.Int64
-	stats       counters
+	// sz is the writer's count of what the index holds, kept in plain
+	// fields under mu and published to pub when the lock is released, so
+	// that a write costs no atomic store per block.
+	sz    sizes
+	pub   publishedSizes
+	stats counters
+}
+
+// sizes are the index's size counters.
+type sizes struct {
+	runs     int64 // runs with live blocks
+	runBytes int64 // memory of those runs' arrays
+	segs     int64 // live segments
+	blocks   int64 // live blocks
+	pairs    int64 // (block, worker) pairs
+	chunks   int64 // holder chunks after the embedded ones
+	entries  int64 // (engine hash, worker) entries
+}
+
+// publishedSizes are the counters as of the last write, for the
+// lock-free readers (Size).
+type publishedSizes struct {
+	last                                                 sizes
+	runs, runBytes, segs, blocks, pairs, chunks, entries atomic.Int64
+}
+
+// unlock publishes the size counters and releases the write lock.
+func (ix *Index) unlock() {
+	if p := &ix.pub; p.last != ix.sz {
+		z := ix.sz
+		p.runs.Store(z.runs)
+		p.runBytes.Store(z.runBytes)
+		p.segs.Store(z.segs)
+		p.blocks.Store(z.blocks)
+		p.pairs.Store(z.pairs)
+		p.chunks.Store(z.chunks)
+		p.entries.Store(z.entries)
+		p.last = z
+	}
+	ix.mu.Unlock()
 }
 
 // slotKey is the worker a slot belongs to; ok is false for a free slot.
@@ -224,7 +256,7 @@ func (ix *Index) freeSlot(slot int) {
 // an error. Apply does not retain ev or its slices.
 func (ix *Index) Apply(ev *kvroute.Event) error {
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
+	defer ix.unlock()
 	if err := ev.Validate(); err != nil {
 		ix.stats.invalid.Add(1)
 		// A malformed event in sequence is consumed, like one with an
@@ -351,7 +383,7 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 	var old entry
 	switch {
 	case !had:
-		bump(&ix.entryCount, 1)
+		ix.sz.entries += 1
 	case ix.seqOf(unpack(*p)) != seq:
 		// The engine reused its hash for other content: forget the old block.
 		st.flush()
@@ -478,7 +510,7 @@ func (ix *Index) holdRange(r *run, a, b, slot int, t kvroute.Tier) {
 		if had := s.tiersOf(slot); had&(1<<t) == 0 {
 			ix.regroup(r, a, y, s, slot, t, true)
 			if had == 0 {
-				bump(&ix.pairCount, int64(y-a))
+				ix.sz.pairs += int64(y - a)
 			}
 		}
 		a = y
@@ -496,7 +528,7 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 	if int(s.count) == n {
 		if add {
 			_, added := s.setTier(slot, t)
-			bump(&ix.extraChunks, int64(added))
+			ix.sz.chunks += int64(added)
 		} else {
 			s.clearTier(slot, t)
 		}
@@ -525,11 +557,11 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 			return nil
 		}
 		target = &segment{}
-		bump(&ix.segCount, 1)
-		bump(&ix.extraChunks, int64(target.copyHolders(s)))
+		ix.sz.segs += 1
+		ix.sz.chunks += int64(target.copyHolders(s))
 		if add {
 			_, added := target.setTier(slot, t)
-			bump(&ix.extraChunks, int64(added))
+			ix.sz.chunks += int64(added)
 		} else {
 			target.clearTier(slot, t)
 		}
@@ -548,8 +580,8 @@ func (ix *Index) repoint(r *run, a, b int, s, target *segment) {
 		target.count += int32(b - a)
 	}
 	if s.count -= int32(b - a); s.count == 0 {
-		bump(&ix.segCount, -1)
-		bump(&ix.extraChunks, -int64(s.extraChunks()))
+		ix.sz.segs += -1
+		ix.sz.chunks += -int64(s.extraChunks())
 	}
 }
 
@@ -615,9 +647,9 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 		s = after
 	default:
 		s = &segment{}
-		bump(&ix.segCount, 1)
+		ix.sz.segs += 1
 		_, added := s.setTier(slot, t)
-		bump(&ix.extraChunks, int64(added))
+		ix.sz.chunks += int64(added)
 	}
 	s.count++
 	r.segs[i].Store(s)
@@ -625,8 +657,8 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 		ix.register(r)
 	}
 	r.live++
-	bump(&ix.blockCount, 1)
-	bump(&ix.pairCount, 1)
+	ix.sz.blocks += 1
+	ix.sz.pairs += 1
 	if i == 0 {
 		ix.addHead(r, 0)
 	}
@@ -642,8 +674,8 @@ func (ix *Index) register(r *run) {
 		r.id = uint32(len(ix.runs))
 		ix.runs = append(ix.runs, r)
 	}
-	bump(&ix.runCount, 1)
-	bump(&ix.runBytes, runHeaderBytes+24*int64(len(r.seqs)))
+	ix.sz.runs += 1
+	ix.sz.runBytes += runHeaderBytes + 24*int64(len(r.seqs))
 }
 
 // addHead records that the live block at i of r, a run start, is a head.
@@ -671,7 +703,7 @@ func (ix *Index) rebuildParents() {
 // died records that position i of r lost its last holder.
 func (ix *Index) died(r *run, i int) {
 	r.live--
-	bump(&ix.blockCount, -1)
+	ix.sz.blocks += -1
 	if i == 0 {
 		// A dead run start stays in the table, so that storing the chain
 		// again (engines evict prefixes and recompute them) brings the run
@@ -681,7 +713,7 @@ func (ix *Index) died(r *run, i int) {
 		// predecessor dies. Sweeps drop the entries of runs with no live
 		// position once they hold a quarter as many positions as there
 		// are live blocks.
-		if ix.deadHeads += len(r.seqs); ix.deadHeads > ix.keptHeads+max(ix.sweepMin, int(ix.blockCount.Load())/4) {
+		if ix.deadHeads += len(r.seqs); ix.deadHeads > ix.keptHeads+max(ix.sweepMin, int(ix.sz.blocks)/4) {
 			ix.sweepDeadHeads()
 		}
 	}
@@ -689,8 +721,8 @@ func (ix *Index) died(r *run, i int) {
 		// No entry or head names the run any more: its id is free.
 		ix.runs[r.id] = nil
 		ix.freeRuns = append(ix.freeRuns, r.id)
-		bump(&ix.runCount, -1)
-		bump(&ix.runBytes, -(runHeaderBytes + 24*int64(len(r.seqs))))
+		ix.sz.runs += -1
+		ix.sz.runBytes += -(runHeaderBytes + 24*int64(len(r.seqs)))
 	}
 }
 
@@ -734,7 +766,7 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 	}
 	if e.tiers&^(1<<t) == 0 {
 		ws.blocks.delAt(i)
-		bump(&ix.entryCount, -1)
+		ix.sz.entries += -1
 	} else {
 		ws.blocks.slots[i].val = entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)}.pack()
 	}
@@ -767,7 +799,7 @@ func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
 		return
 	}
 	if had == 1<<t {
-		bump(&ix.pairCount, -1)
+		ix.sz.pairs += -1
 	}
 	if ix.regroup(r, pos, pos+1, s, ws.slot, t, false) == nil {
 		ix.died(r, pos)
@@ -784,7 +816,7 @@ func (ix *Index) clearWorker(ws *workerState) {
 			}
 		}
 	})
-	bump(&ix.entryCount, -int64(ws.blocks.len()))
+	ix.sz.entries += -int64(ws.blocks.len())
 	ws.blocks.reset()
 	clear(ws.dups)
 }
@@ -795,7 +827,7 @@ func (ix *Index) clearWorker(ws *workerState) {
 // known to the index. Unknown workers are ignored.
 func (ix *Index) ResetWorker(w kvroute.WorkerKey) {
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
+	defer ix.unlock()
 	ws := ix.worker(w, false)
 	if ws == nil {
 		return
@@ -808,7 +840,7 @@ func (ix *Index) ResetWorker(w kvroute.WorkerKey) {
 // whether it was known. Events for w that arrive later register it anew.
 func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
+	defer ix.unlock()
 	ws := ix.worker(w, false)
 	if ws == nil {
 		return false
@@ -824,7 +856,7 @@ func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
 // added or reset.
 func (ix *Index) LastEventID(w kvroute.WorkerKey) (uint64, bool) {
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
+	defer ix.unlock()
 	ws := ix.worker(w, false)
 	if ws == nil {
 		return 0, false
@@ -870,7 +902,7 @@ func compareKeys(a, b kvroute.WorkerKey) int {
 // any tier, to dst, in no particular order.
 func (ix *Index) AppendWorkerBlocks(w kvroute.WorkerKey, dst []kvroute.SeqHash) []kvroute.SeqHash {
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
+	defer ix.unlock()
 	ws := ix.worker(w, false)
 	if ws == nil {
 		return dst
@@ -884,11 +916,6 @@ func (ix *Index) AppendWorkerBlocks(w kvroute.WorkerKey, dst []kvroute.SeqHash) 
 	})
 	return dst
 }
-
-// bump adds d to a size counter. Only the writer, under the index's
-// lock, changes the counters, so a load and a store suffice: readers load
-// them atomically without the cost of an atomic add on every block.
-func bump(c *atomic.Int64, d int64) { c.Store(c.Load() + d) }
 
 func hasKey[K comparable, V any](m map[K]V, k K) bool {
 	_, ok := m[k]
@@ -942,11 +969,11 @@ const (
 func (ix *Index) Size() Size {
 	s := Size{
 		Workers: ix.workers.Size(),
-		Blocks:  int(ix.blockCount.Load()),
-		Pairs:   int(ix.pairCount.Load()),
-		Entries: int(ix.entryCount.Load()),
+		Blocks:  int(ix.pub.blocks.Load()),
+		Pairs:   int(ix.pub.pairs.Load()),
+		Entries: int(ix.pub.entries.Load()),
 	}
-	s.Bytes = ix.runBytes.Load() + ix.segCount.Load()*segmentBytes + ix.blocks.bytes() + ix.extraChunks.Load()*chunkBytes +
+	s.Bytes = ix.pub.runBytes.Load() + ix.pub.segs.Load()*segmentBytes + ix.blocks.bytes() + ix.pub.chunks.Load()*chunkBytes +
 		int64(s.Entries)*entryBytes + int64(s.Workers)*workerBytes
 	return s
 }
