@@ -11,14 +11,15 @@ import (
 // is an open-addressing table with linear probing over slots of a key and
 // its packed entry: looking a key up, inserting one and deleting one touch
 // one slot, and so usually one cache line (a table with control bytes kept
-// apart would touch two). A slot's state is in its entry word: zero for
-// empty, a word with no tiers for a tombstone (a live entry always has a
-// tier).
+// apart would touch two). A slot is empty when its entry word is zero (a
+// live entry always has a tier).
 //
-// Deleted slots become tombstones, reused by later inserts, or cleared
-// when they end a probe run; the table is rebuilt without them when live
-// entries and tombstones fill three quarters of it, doubling when live
-// entries alone fill half and halving when they fill less than an eighth.
+// Deletion shifts the entries after the deleted one back (backward-shift
+// deletion), so the table never holds tombstones: under steady churn, as
+// when an engine evicts as much as it stores, probe sequences stay as
+// short as at insertion and no rebuild is needed to clean them. The table
+// doubles when live entries would fill more than maxLoadNum/maxLoadDen of
+// it and halves when they fill less than an eighth.
 // Its slots hold no pointers, so the garbage collector never scans them.
 // An extMap is not safe for concurrent use; the index's write lock
 // protects it.
@@ -26,26 +27,25 @@ type extMap struct {
 	sink  uint64 // keeps prefetch loads from being optimised away
 	slots []extSlot
 	count int // live entries
-	used  int // live entries and tombstones
 	seed  uint64
 }
 
 // extSlot is one slot of an extMap: a key and its entry packed into a
-// word (extEmpty, extDeleted, or an entry with at least one tier).
+// word (extEmpty, or an entry with at least one tier).
 type extSlot struct {
 	key kvroute.ExternalHash
 	val uint64
 }
 
-// Slot states other than a live entry: an entry word whose tiers byte is
-// zero.
-const (
-	extEmpty   = 0
-	extDeleted = 1 << 8
-)
+// extEmpty is the entry word of an empty slot.
+const extEmpty = 0
 
-// live reports whether a slot's word is a live entry.
-func live(v uint64) bool { return uint8(v) != 0 }
+// The table grows when live entries would fill more than
+// maxLoadNum/maxLoadDen of its slots.
+const (
+	maxLoadNum = 5
+	maxLoadDen = 8
+)
 
 // pack packs e into a word: run id, position, tiers.
 func (e entry) pack() uint64 { return uint64(e.id)<<32 | uint64(uint32(e.pos))<<8 | uint64(e.tiers) }
@@ -78,7 +78,7 @@ func (m *extMap) find(k kvroute.ExternalHash) int {
 		switch {
 		case s.val == extEmpty:
 			return -1
-		case s.key == k && live(s.val):
+		case s.key == k:
 			return i
 		}
 		if i++; i == len(m.slots) {
@@ -135,26 +135,17 @@ func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 // the map.
 func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 	i := m.hash(k)
-	dead := -1
 	for {
 		s := &m.slots[i]
 		switch {
 		case s.val == extEmpty:
-			if dead < 0 {
-				if (m.used+1)*4 > len(m.slots)*3 {
-					m.rebuild()
-					return m.upsert(k)
-				}
-				m.used++
-				dead = i
+			if (m.count+1)*maxLoadDen > len(m.slots)*maxLoadNum {
+				m.resize(2 * len(m.slots))
+				return m.upsert(k)
 			}
-			m.slots[dead] = extSlot{key: k}
+			s.key = k
 			m.count++
-			return &m.slots[dead].val, false
-		case !live(s.val):
-			if dead < 0 {
-				dead = i
-			}
+			return &s.val, false
 		case s.key == k:
 			return &s.val, true
 		}
@@ -171,40 +162,39 @@ func (m *extMap) del(k kvroute.ExternalHash) {
 	}
 }
 
-// delAt removes the entry in slot i, which find returned. When the slot
-// after it is empty, no probe needs to pass it, so it becomes empty, and so
-// do the tombstones right before it: under steady churn the table then
-// rarely fills with tombstones.
+// delAt removes the entry in slot i, which find returned, and moves back
+// into the hole each later entry of the probe run that may live there (one
+// whose home is not between the hole and its slot), so that every entry
+// stays reachable from its home without tombstones.
 func (m *extMap) delAt(i int) {
 	m.count--
-	if m.slots[m.next(i)].val != extEmpty {
-		m.slots[i].val = extDeleted
-	} else {
-		m.slots[i].val = extEmpty
-		m.used--
-		for j := m.prev(i); m.slots[j].val == extDeleted; j = m.prev(j) {
-			m.slots[j].val = extEmpty
-			m.used--
+	n := len(m.slots)
+	for j := m.next(i); m.slots[j].val != extEmpty; j = m.next(j) {
+		// The entry at j stays when its home h is cyclically in (i, j].
+		h := m.hash(m.slots[j].key)
+		if i < j {
+			if i < h && h <= j {
+				continue
+			}
+		} else if h > i || h <= j {
+			continue
 		}
+		m.slots[i] = m.slots[j]
+		i = j
 	}
-	if len(m.slots) > extMapMinSlots && m.count*8 < len(m.slots) {
-		m.rebuild()
+	m.slots[i] = extSlot{}
+	if n > extMapMinSlots && m.count*8 < n {
+		m.resize(n / 2)
 	}
 }
 
-// rebuild rehashes the live entries into a table without tombstones.
-func (m *extMap) rebuild() {
-	n := len(m.slots)
-	switch {
-	case (m.count+1)*2 > n:
-		n *= 2
-	case m.count*8 < n:
-		n = max(extMapMinSlots, n/2)
-	}
+// resize rehashes the entries into a table of n slots.
+func (m *extMap) resize(n int) {
 	slots := m.slots
-	m.slots = make([]extSlot, n)
+	m.slots = make([]extSlot, max(extMapMinSlots, n))
+	n = len(m.slots)
 	for _, s := range slots {
-		if !live(s.val) {
+		if s.val == extEmpty {
 			continue
 		}
 		j := m.hash(s.key)
@@ -215,7 +205,6 @@ func (m *extMap) rebuild() {
 		}
 		m.slots[j] = s
 	}
-	m.used = m.count // no tombstones left
 }
 
 // len returns the number of entries.
@@ -224,7 +213,7 @@ func (m *extMap) len() int { return m.count }
 // all calls fn for every entry, in table order.
 func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
 	for _, s := range m.slots {
-		if live(s.val) {
+		if s.val != extEmpty {
 			fn(s.key, unpack(s.val))
 		}
 	}
@@ -237,5 +226,5 @@ func (m *extMap) reset() {
 	} else {
 		clear(m.slots)
 	}
-	m.count, m.used = 0, 0
+	m.count = 0
 }
