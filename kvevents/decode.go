@@ -409,8 +409,12 @@ func readHashes(p []byte, b *Batch) ([]byte, error) {
 	start := len(b.hashes)
 	hs := b.hashes[start : start+int(n)]
 	for i := range hs {
-		if len(p) >= 9 && p[0] == 0xcf {
-			hs[i] = Hash{Kind: HashUint, Key: binary.BigEndian.Uint64(p[1:9])}
+		// The 64-bit forms engines send, uint64 (0xcf: vLLM, SGLang's
+		// non-negative hashes) and int64 (0xd3: SGLang's negative ones),
+		// decoded without a branch on which: a negative int64 is HashInt.
+		if len(p) >= 9 && (p[0]-0xcf)&^4 == 0 {
+			k := binary.BigEndian.Uint64(p[1:9])
+			hs[i] = Hash{Kind: HashUint + HashKind(k>>63&uint64(p[0]>>4&1)), Key: k}
 			p = p[9:]
 			continue
 		}

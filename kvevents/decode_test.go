@@ -220,3 +220,61 @@ func FuzzTokenIDs(f *testing.F) {
 		checkTokens(t, &b, list)
 	})
 }
+
+// TestDecodeHashForms: block hashes in every msgpack integer form and as
+// byte strings, mixed in one list, decode to their Hash.
+func TestDecodeHashForms(t *testing.T) {
+	be := func(lead byte, v uint64) []byte {
+		return append([]byte{lead}, byte(v>>56), byte(v>>48), byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	}
+	tests := []struct {
+		name string
+		wire []byte
+		want kvevents.Hash
+	}{
+		{"fixint", []byte{0x05}, kvevents.UintHash(5)},
+		{"uint8", []byte{0xcc, 0xf0}, kvevents.UintHash(0xf0)},
+		{"uint16", []byte{0xcd, 0x12, 0x34}, kvevents.UintHash(0x1234)},
+		{"uint32", []byte{0xce, 0x12, 0x34, 0x56, 0x78}, kvevents.UintHash(0x12345678)},
+		{"uint64", be(0xcf, 0xfedcba9876543210), kvevents.UintHash(0xfedcba9876543210)},
+		{"uint64 small", be(0xcf, 7), kvevents.UintHash(7)},
+		{"negative fixint", []byte{0xff}, kvevents.IntHash(-1)},
+		{"int8", []byte{0xd0, 0x80}, kvevents.IntHash(-128)},
+		{"int16", []byte{0xd1, 0x80, 0x00}, kvevents.IntHash(-32768)},
+		{"int32", []byte{0xd2, 0x80, 0, 0, 0}, kvevents.IntHash(math.MinInt32)},
+		{"int64 negative", be(0xd3, 0x8000000000000001), kvevents.IntHash(math.MinInt64 + 1)},
+		{"int64 minus one", be(0xd3, math.MaxUint64), kvevents.IntHash(-1)},
+		{"int64 non-negative", be(0xd3, 0x7fffffffffffffff), kvevents.UintHash(math.MaxInt64)},
+		{"int64 zero", be(0xd3, 0), kvevents.UintHash(0)},
+		{"bytes", []byte{0xc4, 3, 1, 2, 3}, kvevents.BytesHash([]byte{1, 2, 3})},
+	}
+	// One list with every form, each form also after each other form.
+	var list []byte
+	var want []kvevents.Hash
+	for _, a := range tests {
+		for _, b := range tests {
+			list = append(append(list, a.wire...), b.wire...)
+			want = append(want, a.want, b.want)
+		}
+	}
+	p := msgp.AppendArrayHeader(nil, 3)
+	p = msgp.AppendFloat64(p, 1757500000)
+	p = msgp.AppendArrayHeader(p, 1)
+	p = msgp.AppendArrayHeader(p, 2)
+	p = msgp.AppendString(p, "BlockRemoved")
+	p = msgp.AppendArrayHeader(p, uint32(len(want)))
+	p = append(append(p, list...), 0xc0)
+	var b kvevents.Batch
+	if err := kvevents.DecodeBatch(p, &b); err != nil {
+		t.Fatal(err)
+	}
+	got := b.Events[0].BlockHashes
+	if len(got) != len(want) {
+		t.Fatalf("decoded %d hashes, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Kind != want[i].Kind || got[i].Key != want[i].Key || string(got[i].Bytes) != string(want[i].Bytes) {
+			t.Fatalf("hash %d (of the pair %s, %s): got %+v, want %+v", i, tests[i/2/len(tests)].name, tests[i/2%len(tests)].name, got[i], want[i])
+		}
+	}
+}
