@@ -88,8 +88,15 @@ type Index struct {
 	// sz is the writer's count of what the index holds, kept in plain
 	// fields under mu and published to pub when the lock is released, so
 	// that a write costs no atomic store per block.
-	sz    sizes
-	pub   publishedSizes
+	sz  sizes
+	pub publishedSizes
+	// unpub are the runs with positions written since the lock was taken
+	// and not yet published (see run).
+	unpub []*run
+	// taken is removeBlocks' scratch space; sink keeps its touching
+	// loads from being optimised away.
+	taken []entry
+	sink  int32
 	stats counters
 }
 
@@ -111,8 +118,14 @@ type publishedSizes struct {
 	runs, runBytes, segs, blocks, pairs, chunks, entries atomic.Int64
 }
 
-// unlock publishes the size counters and releases the write lock.
+// unlock publishes the positions written and the size counters, and
+// releases the write lock.
 func (ix *Index) unlock() {
+	for _, r := range ix.unpub {
+		r.pub.Store(r.written)
+	}
+	clear(ix.unpub)
+	ix.unpub = ix.unpub[:0]
 	if p := &ix.pub; p.last != ix.sz {
 		z := ix.sz
 		p.runs.Store(z.runs)
@@ -294,11 +307,10 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 		}
 		return ix.applyStored(ws, ev)
 	case kvroute.EventRemoved:
-		if len(ev.Removed) > 1 {
-			ws.blocks.prefetch(len(ev.Removed), func(i int) kvroute.ExternalHash { return ev.Removed[i] })
-		}
-		for _, h := range ev.Removed {
-			ix.removeBlock(ws, h, ev.Tier)
+		if len(ev.Removed) == 1 {
+			ix.removeBlock(ws, ev.Removed[0], ev.Tier)
+		} else {
+			ix.removeBlocks(ws, ev.Removed, ev.Tier)
 		}
 	case kvroute.EventCleared:
 		ix.clearWorker(ws)
@@ -442,6 +454,9 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 		return dead, 0
 	case pr != nil && j == int(pr.written) && j < len(pr.seqs):
 		pr.seqs[j], pr.locals[j] = seq, local
+		if pr.written == pr.pub.Load() {
+			ix.unpub = append(ix.unpub, pr)
+		}
 		pr.written++
 		ix.bringToLife(pr, j, slot, t)
 		return pr, j
@@ -456,6 +471,7 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 	r.up, r.upPos = pr, int32(st.pp)
 	r.seqs[0], r.locals[0] = seq, local
 	r.written = 1
+	ix.unpub = append(ix.unpub, r)
 	ix.bringToLife(r, 0, slot, t)
 	return r, 0
 }
@@ -574,7 +590,7 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 // they die).
 func (ix *Index) repoint(r *run, a, b int, s, target *segment) {
 	for i := a; i < b; i++ {
-		r.segs[i].Store(target)
+		r.setSeg(i, target)
 	}
 	if target != nil {
 		target.count += int32(b - a)
@@ -652,7 +668,7 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 		ix.sz.chunks += int64(added)
 	}
 	s.count++
-	r.segs[i].Store(s)
+	r.setSeg(i, s)
 	if r.live == 0 {
 		ix.register(r)
 	}
@@ -754,24 +770,61 @@ func (ix *Index) sweepDeadHeads() {
 
 // removeBlock drops tier t of the block ws holds as ext.
 func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvroute.Tier) {
+	if e, ok := ix.takeEntry(ws, ext, t); ok {
+		r, pos := ix.place(e)
+		ix.release(ws, r, pos, t)
+	}
+}
+
+// removeBlocks drops tier t of the blocks ws holds as exts, in three
+// passes whose memory accesses are independent from block to block, so
+// that the CPU overlaps their cache misses: the engine hashes' map slots
+// are touched, then the entries taken out of the map, then the blocks'
+// segments touched, and only then are the blocks released.
+func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kvroute.Tier) {
+	ws.blocks.prefetch(len(exts), func(i int) kvroute.ExternalHash { return exts[i] })
+	taken := ix.taken[:0]
+	for _, h := range exts {
+		if e, ok := ix.takeEntry(ws, h, t); ok {
+			taken = append(taken, e)
+		}
+	}
+	var sum int32
+	for _, e := range taken {
+		if s := ix.runs[e.id].segs[e.pos].Load(); s != nil {
+			sum += s.count
+		}
+	}
+	ix.sink += sum
+	for _, e := range taken {
+		r, pos := ix.place(e)
+		ix.release(ws, r, pos, t)
+	}
+	clear(taken)
+	ix.taken = taken[:0]
+}
+
+// takeEntry takes tier t off the entry of ext in ws's map, deleting the
+// entry when it has no tier left, and returns the entry as it was; false
+// when ws does not hold ext in t (counted in Stats).
+func (ix *Index) takeEntry(ws *workerState, ext kvroute.ExternalHash, t kvroute.Tier) (entry, bool) {
 	i := ws.blocks.find(ext)
 	if i < 0 {
 		ix.stats.unknownRemoved.Add(1)
-		return
+		return entry{}, false
 	}
 	e := unpack(ws.blocks.slots[i].val)
 	if e.tiers&(1<<t) == 0 {
 		ix.stats.unknownRemoved.Add(1)
-		return
+		return entry{}, false
 	}
 	if e.tiers&^(1<<t) == 0 {
 		ws.blocks.delAt(i)
-		ix.sz.entries += -1
+		ix.sz.entries--
 	} else {
 		ws.blocks.slots[i].val = entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)}.pack()
 	}
-	r, pos := ix.place(e)
-	ix.release(ws, r, pos, t)
+	return e, true
 }
 
 // release drops ws's hold of the block at pos of r in tier t, unless

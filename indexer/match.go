@@ -90,9 +90,13 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 	r, pos, ok := ix.blocks.read(seqs[0])
 	for stuck := 0; ok && stuck <= maxStuck; stuck++ {
 		from := depth
+		n := int(r.pub.Load())
+		if pos >= n {
+			break // a run start not yet published: nobody holds the block yet
+		}
 		// Walk the run from pos while it holds the request's blocks, a
 		// stretch of one segment at a time.
-		for pos < len(r.segs) && depth < len(seqs) {
+		for pos < n && depth < len(seqs) {
 			s := r.segs[pos].Load()
 			if s == nil {
 				if depth == from {
@@ -120,7 +124,7 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 			// the request follows. A live position was written before its
 			// segment was set, so its hash can be read once the segment is
 			// seen.
-			segs := r.segs[pos:min(len(r.segs), pos+len(seqs)-depth)]
+			segs := r.segs[pos:min(n, pos+len(seqs)-depth)]
 			e := 1
 			for e < len(segs) && segs[e].Load() == s {
 				e++

@@ -38,6 +38,11 @@ func (c *chunk) any() uint64 {
 // block table point at (run, position) and are never updated when holders
 // change.
 //
+// Positions appended by a write become visible to readers together, when
+// the write ends: pub is the number of positions readers may look at, and
+// the writer fills positions at or after it with plain stores (no atomic
+// store per block) before raising it.
+//
 // Who holds a position is its segment: segs[i] points at the holder set of
 // position i, shared by every position with exactly the same holders in
 // the same tiers (typically a long stretch), or is nil when nobody holds
@@ -48,6 +53,7 @@ type run struct {
 	seqs   []kvroute.SeqHash   // chained hashes; positions < written are set
 	locals []kvroute.BlockHash // the blocks' own hashes, for Dump
 	segs   []atomic.Pointer[segment]
+	pub    atomic.Int32 // positions readers may look at
 
 	// Fields below are the writer's, under the index's write lock.
 	parent    kvroute.SeqHash // parent of seqs[0]
@@ -105,6 +111,16 @@ func (r *run) seg(i int) *segment {
 		return nil
 	}
 	return r.segs[i].Load()
+}
+
+// setSeg sets the segment of position i: with a plain store when readers
+// cannot see the position yet (i at or after pub), atomically otherwise.
+func (r *run) setSeg(i int, s *segment) {
+	if i >= int(r.pub.Load()) {
+		*(*unsafe.Pointer)(unsafe.Pointer(&r.segs[i])) = unsafe.Pointer(s)
+		return
+	}
+	r.segs[i].Store(s)
 }
 
 // alive reports whether someone holds position i.
