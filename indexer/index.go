@@ -81,6 +81,9 @@ type Index struct {
 	// in the table; keptHeads is how many of them the last sweep kept
 	// (the starts of runs with live positions stay).
 	deadHeads, keptHeads int
+	// sweepDue is set when the dead run starts are to be swept when the
+	// write ends.
+	sweepDue bool
 	// sweepMin is the number of positions of dead runs kept for revival
 	// below which they are never swept (minSweep; tests lower it).
 	sweepMin int
@@ -121,6 +124,10 @@ type publishedSizes struct {
 // unlock publishes the positions written and the size counters, and
 // releases the write lock.
 func (ix *Index) unlock() {
+	if ix.sweepDue {
+		ix.sweepDue = false
+		ix.sweepDeadHeads()
+	}
 	for _, r := range ix.unpub {
 		r.pub.Store(r.written)
 	}
@@ -728,9 +735,13 @@ func (ix *Index) died(r *run, i int) {
 		// so no live block needs a table entry of its own when its
 		// predecessor dies. Sweeps drop the entries of runs with no live
 		// position once they hold a quarter as many positions as there
-		// are live blocks.
+		// are live blocks. A sweep runs when the write ends, not here: a
+		// Stored event that reuses an engine hash may release a block it
+		// just placed and go on placing its children after it, which
+		// brings the run back to life, so only the end of the write
+		// tells which runs are dead.
 		if ix.deadHeads += len(r.seqs); ix.deadHeads > ix.keptHeads+max(ix.sweepMin, int(ix.sz.blocks)/4) {
-			ix.sweepDeadHeads()
+			ix.sweepDue = true
 		}
 	}
 	if r.live == 0 {

@@ -468,3 +468,35 @@ func TestLastUpdate(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, time.Unix(500, 0), at)
 }
+
+// TestReusedHashInOneEventKeepsRunStart stores a chain whose engine hash
+// names its first block and then, in the same event, the second: the first
+// block dies and its child goes on the run right after it. The run's start
+// must stay findable, so that storing the chain again brings the first
+// block back in place instead of indexing the second twice.
+func TestReusedHashInOneEventKeepsRunStart(t *testing.T) {
+	ix := newIndex(t)
+	indexer.SetSweepMin(ix, 1) // sweep dead run starts at once
+	w := wk(1)
+	toks := prompt(1, 2)
+	require.NoError(t, ix.Apply(stored(w, 1, kvroute.TierDevice, 0, []H{5, 5}, toks)))
+	require.Equal(t, 1, ix.Size().Pairs)
+	require.NoError(t, ix.Apply(stored(w, 2, kvroute.TierDevice, 0, []H{7, 8}, toks)))
+	size := ix.Size()
+	require.Equal(t, 2, size.Blocks)
+	require.Equal(t, 2, size.Pairs)
+	require.Equal(t, 3, size.Entries)
+
+	var res indexer.MatchResult
+	ix.Match(seqsOf(toks), &res)
+	m, ok := res.Find(w)
+	require.True(t, ok)
+	require.Equal(t, 2, m.Blocks)
+
+	// Removing one engine hash of the second block keeps it held.
+	require.NoError(t, ix.Apply(removed(w, 3, kvroute.TierDevice, 8)))
+	ix.Match(seqsOf(toks), &res)
+	m, _ = res.Find(w)
+	require.Equal(t, 2, m.Blocks)
+	require.Equal(t, 2, ix.Size().Pairs)
+}
