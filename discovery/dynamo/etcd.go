@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvroute/kvroute/internal/etcdwatch"
 )
 
 // EtcdWatcher follows Dynamo's etcd store (--discovery-backend etcd) and
@@ -46,62 +47,36 @@ func (w *EtcdWatcher) Run(ctx context.Context, sink Sink) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	backoff := w.Backoff
-	if backoff <= 0 {
-		backoff = time.Second
-	}
-	var last *Deployment
-	sync := func(d Deployment) {
-		if last == nil || !reflect.DeepEqual(*last, d) {
-			logDeployment(ctx, log, d)
-			sink.Sync(ctx, d)
-			last = &d
-		}
-	}
-	for {
-		err := w.session(ctx, sync, log)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		log.WarnContext(ctx, "dynamo: etcd watch broke, listing again", "prefix", w.Prefix, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+	f := &etcdFollower{w: w, sink: sink, log: log}
+	return etcdwatch.Follow(ctx, w.Client, w.Prefix+"v1/", w.Backoff, log, "dynamo: etcd", f)
 }
 
-// session lists the buckets once and follows them until the watch fails.
-func (w *EtcdWatcher) session(ctx context.Context, sync func(Deployment), log *slog.Logger) error {
-	root := w.Prefix + "v1/"
-	resp, err := w.Client.Get(ctx, root, clientv3.WithPrefix())
-	if err != nil {
-		return err
-	}
-	var st State
-	for _, kv := range resp.Kvs {
-		w.put(ctx, &st, string(kv.Key), kv.Value, kv.Lease, log)
-	}
-	sync(st.Deployment(w.Selector))
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range w.Client.Watch(wctx, root, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-		if err := wr.Err(); err != nil {
-			return err
+// etcdFollower keeps the store of one listing and the watch after it, and
+// syncs the sink when the selected deployment changes.
+type etcdFollower struct {
+	w    *EtcdWatcher
+	sink Sink
+	log  *slog.Logger
+	st   State
+	last *Deployment
+}
+
+func (f *etcdFollower) Relisted() { f.st = State{} }
+
+func (f *etcdFollower) Changed(ctx context.Context, changes []etcdwatch.Change) {
+	for _, c := range changes {
+		if c.Deleted {
+			f.st.Delete(strings.TrimPrefix(c.Key, f.w.Prefix))
+		} else {
+			f.w.put(ctx, &f.st, c.Key, c.Value, c.Lease, f.log)
 		}
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				st.Delete(strings.TrimPrefix(string(ev.Kv.Key), w.Prefix))
-			} else {
-				w.put(ctx, &st, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.Lease, log)
-			}
-		}
-		sync(st.Deployment(w.Selector))
 	}
-	return errors.New("dynamo: etcd watch channel closed")
+	d := f.st.Deployment(f.w.Selector)
+	if f.last == nil || !reflect.DeepEqual(*f.last, d) {
+		logDeployment(ctx, f.log, d)
+		f.sink.Sync(ctx, d)
+		f.last = &d
+	}
 }
 
 func (w *EtcdWatcher) put(ctx context.Context, st *State, key string, value []byte, lease int64, log *slog.Logger) {

@@ -41,6 +41,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/internal/etcdwatch"
 )
 
 // ErrConfig is wrapped by errors about a Watcher's or Register's
@@ -71,54 +72,30 @@ func (w *Watcher) Run(ctx context.Context, sink discovery.Sink) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	backoff := w.Backoff
-	if backoff <= 0 {
-		backoff = time.Second
-	}
-	for {
-		err := w.session(ctx, sink, log)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		log.WarnContext(ctx, "etcd: watch broke, listing again", "prefix", w.Prefix, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+	f := &follower{w: w, sink: sink, log: log}
+	return etcdwatch.Follow(ctx, w.Client, w.Prefix, w.Backoff, log, "etcd", f)
 }
 
-// session lists the prefix once and follows it until the watch fails.
-func (w *Watcher) session(ctx context.Context, sink discovery.Sink, log *slog.Logger) error {
-	resp, err := w.Client.Get(ctx, w.Prefix, clientv3.WithPrefix())
-	if err != nil {
-		return err
-	}
-	set := newEngineSet(w.Prefix)
-	for _, kv := range resp.Kvs {
-		w.put(ctx, set, string(kv.Key), kv.Value, log)
-	}
-	sink.Sync(ctx, set.engines())
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range w.Client.Watch(wctx, w.Prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-		if err := wr.Err(); err != nil {
-			return err
+// follower keeps the engines of one listing and the watch after it, and
+// syncs the sink after each change.
+type follower struct {
+	w    *Watcher
+	sink discovery.Sink
+	log  *slog.Logger
+	set  *engineSet
+}
+
+func (f *follower) Relisted() { f.set = newEngineSet(f.w.Prefix) }
+
+func (f *follower) Changed(ctx context.Context, changes []etcdwatch.Change) {
+	for _, c := range changes {
+		if c.Deleted {
+			f.set.delete(c.Key)
+		} else {
+			f.w.put(ctx, f.set, c.Key, c.Value, f.log)
 		}
-		for _, ev := range wr.Events {
-			key := string(ev.Kv.Key)
-			if ev.Type == clientv3.EventTypeDelete {
-				set.delete(key)
-			} else {
-				w.put(ctx, set, key, ev.Kv.Value, log)
-			}
-		}
-		sink.Sync(ctx, set.engines())
 	}
-	return errors.New("etcd: watch channel closed")
+	f.sink.Sync(ctx, f.set.engines())
 }
 
 // put stores one value in set and logs a refused one.
