@@ -89,7 +89,9 @@ func jsonError(err error, offset int64) error {
 		if n, uerr := strconv.Unquote(name); uerr == nil {
 			name = n
 		}
-		return &configError{Field: name, Err: errors.New("unknown field")}
+		// The decoder names the key but not its path; an empty or odd key
+		// is still named, quoted, by the message.
+		return &configError{Field: name, Offset: offset, Err: fmt.Errorf("unknown field %q", name)}
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return &configError{Offset: offset, Err: errors.New("unexpected end of the JSON")}
