@@ -171,11 +171,17 @@ func rankEndpoint(ep string, r int) (string, error) {
 		return ep, nil
 	}
 	i := strings.LastIndexByte(ep, ':')
-	port, err := strconv.Atoi(ep[i+1:])
-	if i < 0 || err != nil || port+r > 65535 {
+	if i < 0 {
 		return "", fmt.Errorf("endpoint %q has no port to offset for rank %d", ep, r)
 	}
-	return ep[:i+1] + strconv.Itoa(port+r), nil
+	port, err := strconv.ParseUint(ep[i+1:], 10, 16)
+	if err != nil || port == 0 {
+		return "", fmt.Errorf("endpoint %q has no port to offset for rank %d: %q is not 1 to 65535", ep, r, ep[i+1:])
+	}
+	if int(port)+r > 65535 {
+		return "", fmt.Errorf("endpoint %q has no port to offset for rank %d: %d + %d is beyond 65535", ep, r, port, r)
+	}
+	return ep[:i+1] + strconv.Itoa(int(port)+r), nil
 }
 
 // PresetDynamo is the Preset of a worker behind NVIDIA Dynamo's frontend

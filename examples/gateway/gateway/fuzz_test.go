@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,7 +33,8 @@ func FuzzParseEngine(f *testing.F) {
 			}
 			return
 		}
-		if !strings.HasPrefix(e.URL, "http://") && !strings.HasPrefix(e.URL, "https://") {
+		// Schemes are case-insensitive (RFC 3986 3.1): "HTTP://e" is http.
+		if u, err := url.Parse(e.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			t.Fatalf("accepted URL %q", e.URL)
 		}
 		if e.Ranks < 0 || e.MaxRequests < 0 || e.MaxBatchedTokens < 0 || e.KVCapacityBlocks < 0 {
@@ -41,8 +44,15 @@ func FuzzParseEngine(f *testing.F) {
 			t.Fatalf("accepted replay without events: %+v", e)
 		}
 		if e.Events != "" {
-			if _, err := rankEndpoint(e.Events, max(e.Ranks, 1)-1); err != nil {
+			last, err := rankEndpoint(e.Events, max(e.Ranks, 1)-1)
+			if err != nil {
 				t.Fatalf("accepted engine without an endpoint for its last rank: %v", err)
+			}
+			if e.Ranks > 1 {
+				port, err := strconv.Atoi(last[strings.LastIndexByte(last, ':')+1:])
+				if err != nil || port < e.Ranks || port > 65535 {
+					t.Fatalf("last rank's endpoint %q has no valid port", last)
+				}
 			}
 		}
 	})
