@@ -342,16 +342,95 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 	if ev.LoRA != "" {
 		h = h.WithLoRA(ev.LoRA)
 	}
-	for i := range ev.Blocks {
+	for i := 0; i < len(ev.Blocks); {
+		if st.hasPrev {
+			if i += st.appendNew(ev.Blocks[i:], h); i == len(ev.Blocks) {
+				break
+			}
+		}
 		b := &ev.Blocks[i]
 		local := b.Hash
 		if len(b.Tokens) > 0 {
 			local = h.HashBlock(b.Tokens)
 		}
 		st.store(b.External, local, len(ev.Blocks)-i)
+		i++
 	}
 	st.flush()
 	return nil
+}
+
+// appendNew is store's fast path for the common case of an event's blocks
+// that nobody holds yet, following their parent at the end of its run: it
+// appends as many of blocks as it can to the parent's run, with one
+// segment for all of them, and returns how many it stored. It stops at the
+// first block that may exist already (the worker holds its engine hash,
+// or a head may follow the parent), at the end of the run's room, or
+// when the parent is not a live position of the worker's, and leaves that
+// block to store.
+func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int {
+	ix, ws, t := st.ix, st.ws, st.tier
+	r, j := st.pr, st.pp+1
+	if r == nil || j != int(r.written) || j >= len(r.seqs) || r.live == 0 {
+		return 0
+	}
+	before := r.seg(j - 1)
+	if before == nil {
+		return 0
+	}
+	room := min(len(blocks), len(r.seqs)-j)
+	prev := st.prev
+	var s *segment
+	n := 0
+	for n < room {
+		if ix.parents.mayHave(prev) {
+			break // the block may be a head already
+		}
+		b := &blocks[n]
+		p, had := ws.blocks.upsert(b.External)
+		if had {
+			break // store looks the hash up again and handles it
+		}
+		local := b.Hash
+		if len(b.Tokens) > 0 {
+			local = h.HashBlock(b.Tokens)
+		}
+		if s == nil {
+			// The first new block: the pending range goes first, then
+			// the new positions get the parent's segment when the
+			// worker alone holds it in this tier only, else their own.
+			st.flush()
+			if before.heldOnlyBy(ws.slot, t) {
+				s = before
+			} else {
+				s = &segment{}
+				ix.sz.segs += 1
+				_, added := s.setTier(ws.slot, t)
+				ix.sz.chunks += int64(added)
+			}
+			if r.written == r.pub.Load() {
+				ix.unpub = append(ix.unpub, r)
+			}
+		}
+		seq := kvroute.NextSeqHash(prev, local)
+		i := j + n
+		r.seqs[i], r.locals[i] = seq, local
+		r.setSeg(i, s)
+		*p = entry{id: r.id, pos: int32(i), tiers: 1 << t}.pack()
+		prev = seq
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	s.count += int32(n)
+	r.written += int32(n)
+	r.live += int32(n)
+	ix.sz.entries += int64(n)
+	ix.sz.blocks += int64(n)
+	ix.sz.pairs += int64(n)
+	st.at(prev, r, j+n-1)
+	return n
 }
 
 // storer stores the blocks of one Stored event, a chain, for one worker in
