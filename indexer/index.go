@@ -802,11 +802,11 @@ func (ix *Index) rebuildParents() {
 	ix.parents = f
 }
 
-// died records that position i of r lost its last holder.
-func (ix *Index) died(r *run, i int) {
-	r.live--
-	ix.sz.blocks += -1
-	if i == 0 {
+// died records that the positions [a, b) of r lost their last holder.
+func (ix *Index) died(r *run, a, b int) {
+	r.live -= int32(b - a)
+	ix.sz.blocks -= int64(b - a)
+	if a == 0 {
 		// A dead run start stays in the table, so that storing the chain
 		// again (engines evict prefixes and recompute them) brings the run
 		// back to life instead of building a new one: a dead position is
@@ -886,9 +886,34 @@ func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kv
 		}
 	}
 	ix.sink += sum
-	for _, e := range taken {
-		r, pos := ix.place(e)
-		ix.release(ws, r, pos, t)
+	for k := 0; k < len(taken); {
+		r, pos := ix.place(taken[k])
+		a, b := pos, pos+1
+		k++
+		if len(ws.dups) == 0 {
+			// Engines evict a chain from its tail or its head: collect
+			// the positions next to the range, in either order, that
+			// share its segment, and release them together.
+			s := r.seg(pos)
+		collect:
+			for k < len(taken) && taken[k].id == r.id && s != nil {
+				p := int(taken[k].pos)
+				switch {
+				case p == a-1 && r.seg(p) == s:
+					a = p
+				case p == b && r.seg(p) == s:
+					b++
+				default:
+					break collect
+				}
+				k++
+			}
+		}
+		if b-a == 1 {
+			ix.release(ws, r, a, t)
+		} else {
+			ix.releaseRange(ws, r, a, b, t)
+		}
 	}
 	clear(taken)
 	ix.taken = taken[:0]
@@ -945,7 +970,23 @@ func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
 		ix.sz.pairs += -1
 	}
 	if ix.regroup(r, pos, pos+1, s, ws.slot, t, false) == nil {
-		ix.died(r, pos)
+		ix.died(r, pos, pos+1)
+	}
+}
+
+// releaseRange drops ws's hold in tier t of the positions [a, b) of r,
+// which share one segment; ws has no duplicate engine hashes.
+func (ix *Index) releaseRange(ws *workerState, r *run, a, b int, t kvroute.Tier) {
+	s := r.seg(a)
+	had := s.tiersOf(ws.slot)
+	if had&(1<<t) == 0 {
+		return
+	}
+	if had == 1<<t {
+		ix.sz.pairs -= int64(b - a)
+	}
+	if ix.regroup(r, a, b, s, ws.slot, t, false) == nil {
+		ix.died(r, a, b)
 	}
 }
 
