@@ -18,6 +18,7 @@ type sectionResult struct {
 	Ops      int64         `json:"ops"`
 	BlockOps int64         `json:"block_ops"`
 	NS       int64         `json:"ns"`
+	CPUNS    int64         `json:"cpu_ns"` // the process's CPU time over the section, all threads
 	Errors   int64         `json:"errors"`
 	Samples  [][][2]uint64 `json:"samples"`
 	FirstErr string        `json:"-"`
@@ -142,6 +143,7 @@ func runKV(w *workload, procs int) (*sideResult, error) {
 		r.BlockOps *= int64(s.passes())
 		runtime.GC()
 
+		cpu0 := processCPU()
 		start := time.Now()
 		for pass := range s.passes() {
 			for j := range ops {
@@ -167,6 +169,9 @@ func runKV(w *workload, procs int) (*sideResult, error) {
 			}
 		}
 		r.NS = time.Since(start).Nanoseconds()
+		if cpu0 > 0 {
+			r.CPUNS = processCPU() - cpu0
+		}
 		out.Sections = append(out.Sections, r)
 	}
 	runtime.KeepAlive(ix)

@@ -62,6 +62,7 @@ type options struct {
 	trace     string
 	capacity  int
 	procs     int
+	clock     string
 	profile   string
 	memProf   string
 }
@@ -87,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.trace, "trace", filepath.Join(root, "bench/testdata/mooncake_sample.jsonl"), "Mooncake trace for the replay workloads")
 	fs.IntVar(&o.capacity, "capacity", defaultTrace(evictLRU).Capacity, "blocks per worker cache in the replay workloads")
 	fs.IntVar(&o.procs, "procs", 1, "GOMAXPROCS while kvroute runs (0: leave it); the Dynamo side is single-threaded")
+	fs.StringVar(&o.clock, "clock", clockWall, "what the ratios compare: wall (elapsed time) or cpu (each side's process CPU time, which other jobs on a busy machine inflate less)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of this process (the kvroute side and the driver) to the file")
 	fs.StringVar(&o.memProf, "memprofile", "", "write an allocation profile of this process to the file at the end")
 	if err := fs.Parse(args); err != nil {
@@ -113,6 +115,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.pairs < 1 || o.scale <= 0 || o.capacity < 1 {
 		return fmt.Errorf("peers: -pairs and -capacity must be at least 1 and -scale positive")
+	}
+	if o.clock != clockWall && o.clock != clockCPU {
+		return fmt.Errorf("peers: -clock must be %s or %s, not %q", clockWall, clockCPU, o.clock)
+	}
+	if o.clock == clockCPU && processCPU() == 0 {
+		return fmt.Errorf("peers: -clock %s: this system's process CPU time is not available", clockCPU)
 	}
 	names, err := selectWorkloads(o.workloads)
 	if err != nil {
@@ -278,6 +286,11 @@ func compare(ctx context.Context, name, file string, w *workload, o options, std
 			}
 			if len(res.Sections) != len(w.Sections) {
 				return nil, nil, fmt.Errorf("peers: %s returned %d sections for %d", sideNames[side], len(res.Sections), len(w.Sections))
+			}
+			if o.clock == clockCPU {
+				if err := useCPUTime(res); err != nil {
+					return nil, nil, err
+				}
 			}
 			for i := range w.Sections {
 				r, c := &res.Sections[i], &checks[i]

@@ -1,0 +1,36 @@
+package main
+
+import "fmt"
+
+// The clocks the ratios can compare (-clock).
+const (
+	// clockWall is the elapsed time of each timed section.
+	clockWall = "wall"
+	// clockCPU is the CPU time of each side's process over the section,
+	// all threads counted (kvroute's garbage collector included). Other
+	// jobs on a shared machine delay a side without adding to it, so it
+	// varies much less than the elapsed time on a busy machine; they
+	// still slow it through the caches they share.
+	clockCPU = "cpu"
+)
+
+// clockText names the clock for the report's header.
+func clockText(clock string) string {
+	if clock == clockCPU {
+		return "process CPU"
+	}
+	return "elapsed"
+}
+
+// useCPUTime makes res's sections report their CPU time instead of their
+// elapsed time.
+func useCPUTime(res *sideResult) error {
+	for i := range res.Sections {
+		r := &res.Sections[i]
+		if r.Timed && r.CPUNS <= 0 {
+			return fmt.Errorf("peers: %s reported no CPU time for section %s", res.Side, r.Name)
+		}
+		r.NS = r.CPUNS
+	}
+	return nil
+}
