@@ -23,6 +23,28 @@ type Policy struct {
 	// session key, so that conversations stick to a worker while it is not
 	// busy.
 	SessionAffinity bool
+	// OwnLoad has the router count only the requests it routed itself:
+	// engines' load reports reach it through OwnLoadReport, which keeps
+	// their capacities and drops their counts. A report lags the engine
+	// (the simulator delays it by Config.EventDelay; Dynamo's engines
+	// report about once a second when idle), and merged with the router's
+	// own counts by the larger of the two it makes an idle worker look
+	// busy. Only a router that sees every request of its workers may use
+	// it.
+	OwnLoad bool
+}
+
+// OwnLoadReport returns the part of an engine's load report that a router
+// counting only its own requests (Policy.OwnLoad) takes: the capacities
+// (KV blocks, request slots, batch budget, prefill throughput), not the
+// counts of requests, tokens and blocks in use.
+func OwnLoadReport(l scheduling.Load) scheduling.Load {
+	return scheduling.Load{
+		MaxRequests:            l.MaxRequests,
+		KVCapacityBlocks:       l.KVCapacityBlocks,
+		MaxBatchedTokens:       l.MaxBatchedTokens,
+		PrefillTokensPerSecond: l.PrefillTokensPerSecond,
+	}
 }
 
 // Policies returns the policies the comparison runs, in table order: the
@@ -71,9 +93,10 @@ func Policies() []Policy {
 	}
 }
 
-// PolicyByName returns the policy of Policies with the given name.
+// PolicyByName returns the policy of Policies or CandidatePolicies with
+// the given name.
 func PolicyByName(name string) (Policy, error) {
-	for _, p := range Policies() {
+	for _, p := range append(Policies(), CandidatePolicies()...) {
 		if p.Name == name {
 			return p, nil
 		}

@@ -368,7 +368,11 @@ func (s *sim) handle(ctx context.Context, ev *simEvent, arrivalsLeft bool) error
 	case evKVEvents:
 		s.deliver(ev)
 	case evHeartbeat:
-		if err := s.router.Heartbeat(kvroute.WorkerKey{ID: kvroute.WorkerID(ev.engine + 1)}, ev.load); err != nil {
+		load := ev.load
+		if s.policy.OwnLoad {
+			load = OwnLoadReport(load)
+		}
+		if err := s.router.Heartbeat(kvroute.WorkerKey{ID: kvroute.WorkerID(ev.engine + 1)}, load); err != nil {
 			return fmt.Errorf("bench: heartbeat: %w", err)
 		}
 	case evTick:

@@ -77,6 +77,44 @@ data: [DONE]
 	require.ErrorContains(t, readStream(strings.NewReader("data: {nope\n"), func(*chunk) {}), "bad chunk")
 }
 
+func TestUneven(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	res := func(w uint64, start, end int) Result {
+		return Result{Worker: w, Start: at(start), Latency: time.Duration(end-start) * time.Second}
+	}
+	tests := []struct {
+		name    string
+		workers int
+		results []Result
+		want    float64
+	}{
+		{"no requests", 2, nil, 0},
+		{"one each", 2, []Result{res(1, 0, 10), res(2, 0, 10)}, 0},
+		{
+			// Worker 1 holds two requests from 0 to 4 while worker 2 is
+			// idle: 4 of 10 seconds in flight.
+			"two on one, other idle", 2, []Result{res(1, 0, 4), res(1, 0, 10)}, 0.4,
+		},
+		{
+			// A third worker that never got a request counts as idle.
+			"unseen worker is idle", 3, []Result{res(1, 0, 10), res(1, 0, 10), res(2, 0, 10)}, 1,
+		},
+		{
+			// Gaps with nothing in flight do not count; a request that ends
+			// as another starts does not overlap it.
+			"gaps and back to back", 1, []Result{res(1, 0, 2), res(1, 2, 4), res(1, 10, 12)}, 0,
+		},
+		{"failed requests are left out", 2, []Result{res(1, 0, 10), res(1, 0, 10), {Err: errTest}}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			run := &Run{Results: tc.results}
+			require.InDelta(t, tc.want, run.uneven(tc.workers), 1e-9)
+		})
+	}
+}
+
 func TestSummarize(t *testing.T) {
 	run := &Run{Wall: 2 * time.Second}
 	for i := range 10 {
@@ -86,7 +124,7 @@ func TestSummarize(t *testing.T) {
 		})
 	}
 	run.Results = append(run.Results, Result{Err: errTest})
-	s := run.Summarize(16)
+	s := run.Summarize(3, 16)
 	require.Equal(t, 5*time.Millisecond, s.TTFTp50)
 	require.Equal(t, 10*time.Millisecond, s.TTFTp99)
 	require.InDelta(t, 5.0, s.Throughput, 1e-9)
@@ -111,12 +149,15 @@ func TestSplit(t *testing.T) {
 
 func TestLibPolicies(t *testing.T) {
 	for _, name := range libPolicyNames() {
-		cfg, err := libConfig(name)
+		cfg, own, err := libConfig(name)
 		require.NoError(t, err, name)
 		if name != "default" {
 			require.NotNil(t, cfg.Cost, name)
 		}
+		require.Equal(t, strings.Contains(name, "-own"), own, name)
+		_, ok := armSpecOf("kvroute-lib:" + name)
+		require.True(t, ok, name)
 	}
-	_, err := libConfig("nope")
+	_, _, err := libConfig("nope")
 	require.Error(t, err)
 }

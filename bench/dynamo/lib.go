@@ -116,7 +116,7 @@ func setupLibPolicy(ctx context.Context, b *bench, d *Deployment, policy string)
 		b.lib.tokens[s.Name] = toks
 		b.lib.mu.Unlock()
 	}
-	cfg, err := libConfig(policy)
+	cfg, own, err := libConfig(policy)
 	if err != nil {
 		return "", nil, err
 	}
@@ -124,9 +124,13 @@ func setupLibPolicy(ctx context.Context, b *bench, d *Deployment, policy string)
 	if err != nil {
 		return "", nil, err
 	}
+	var load kvdynamo.LoadReporter = r
+	if own {
+		load = ownLoad{r}
+	}
 	// The workers, their KV events and their load come from Dynamo's own
 	// discovery store and event plane, as in the gateway's Dynamo mode.
-	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
+	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: load})
 	if err != nil {
 		return "", nil, err
 	}

@@ -215,10 +215,10 @@ func (b *bench) one(ctx context.Context, s *Scenario, arm string, rep int) error
 	if err := run.WriteJSONL(filepath.Join(dir, "requests.jsonl")); err != nil {
 		return err
 	}
-	sum := run.Summarize(16)
+	sum := run.Summarize(b.o.workers, 16)
 	b.sums[s.Name+"/"+arm] = append(b.sums[s.Name+"/"+arm], sum)
-	fmt.Fprintf(b.out, "%-13s %-12s rep %d: TTFT p50 %6.1f ms p99 %6.1f ms, %5.2f req/s, cached %.3f, per worker %v%s\n",
-		s.Name, arm, rep+1, ms(sum.TTFTp50), ms(sum.TTFTp99), sum.Throughput, sum.CachedFraction, sum.PerWorker, accuracy(sum))
+	fmt.Fprintf(b.out, "%-13s %-12s rep %d: TTFT p50 %6.1f ms p99 %6.1f ms, %5.2f req/s, cached %.3f, per worker %v, uneven %.0f%% of the time%s\n",
+		s.Name, arm, rep+1, ms(sum.TTFTp50), ms(sum.TTFTp99), sum.Throughput, sum.CachedFraction, sum.PerWorker, 100*sum.Uneven, accuracy(sum))
 	return nil
 }
 
@@ -242,7 +242,7 @@ var arms = map[string]armSpec{
 // in-process arm with a policy other than -lib-policy's.
 func armSpecOf(name string) (armSpec, bool) {
 	if p, ok := strings.CutPrefix(name, "kvroute-lib:"); ok {
-		if _, known := libPolicies[p]; !known {
+		if !knownLibPolicy(p) {
 			return armSpec{}, false
 		}
 		return armSpec{routerMode: "direct", setup: func(ctx context.Context, b *bench, d *Deployment, port int) (string, Chooser, error) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/kvroute/kvroute"
+	kvbench "github.com/kvroute/kvroute/bench"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -46,19 +48,44 @@ func bounded(inner func() (scheduling.CostFunc, error), factor float64, m schedu
 	}
 }
 
+// libPolicyNames returns the names of libPolicies and of the simulator's
+// candidate policies (kvbench.CandidatePolicies), sorted.
 func libPolicyNames() []string {
 	var n []string
 	for k := range libPolicies {
 		n = append(n, k)
 	}
+	for _, p := range kvbench.CandidatePolicies() {
+		n = append(n, p.Name)
+	}
 	slices.Sort(n)
 	return n
 }
 
-func libConfig(name string) (router.Config, error) {
-	f, ok := libPolicies[name]
-	if !ok {
-		return router.Config{}, fmt.Errorf("unknown -lib-policy %q", name)
+// knownLibPolicy reports whether name is a policy of libPolicyNames.
+func knownLibPolicy(name string) bool { return slices.Contains(libPolicyNames(), name) }
+
+// libConfig returns the router configuration of the named policy and
+// whether its router counts only its own requests (kvbench.Policy.OwnLoad:
+// load reports then pass through kvbench.OwnLoadReport).
+func libConfig(name string) (router.Config, bool, error) {
+	if f, ok := libPolicies[name]; ok {
+		cfg, err := f()
+		return cfg, false, err
 	}
-	return f()
+	for _, p := range kvbench.CandidatePolicies() {
+		if p.Name == name {
+			cfg, err := p.Configure(kvroute.SystemClock{})
+			return cfg, p.OwnLoad, err
+		}
+	}
+	return router.Config{}, false, fmt.Errorf("unknown -lib-policy %q", name)
+}
+
+// ownLoad passes load reports to a router through kvbench.OwnLoadReport.
+type ownLoad struct{ r *router.Router }
+
+// Heartbeat implements kvdynamo.LoadReporter.
+func (o ownLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
+	return o.r.Heartbeat(w, kvbench.OwnLoadReport(l))
 }

@@ -11,8 +11,8 @@ import (
 // repetitions of every arm, and kvroute's ratios to Dynamo's KV router.
 func (b *bench) table(scens []*Scenario) {
 	fmt.Fprintf(b.out, "\nMedians over %d repetitions (min–max in brackets):\n\n", b.o.reps)
-	fmt.Fprintln(b.out, "| scenario | arm | TTFT p50 (ms) | TTFT p99 (ms) | throughput (req/s) | cached fraction | max requests on a worker | kvroute predictions within a block |")
-	fmt.Fprintln(b.out, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(b.out, "| scenario | arm | TTFT p50 (ms) | TTFT p99 (ms) | throughput (req/s) | cached fraction | max requests on a worker | uneven time | kvroute predictions within a block |")
+	fmt.Fprintln(b.out, "|---|---|---|---|---|---|---|---|---|")
 	for _, s := range scens {
 		for _, arm := range b.o.arms {
 			sums := b.sums[s.Name+"/"+arm]
@@ -23,12 +23,13 @@ func (b *bench) table(scens []*Scenario) {
 			if p, e := sumInt(sums, func(s Summary) int { return s.Predicted }), sumInt(sums, func(s Summary) int { return s.Exact }); p > 0 {
 				acc = fmt.Sprintf("%.1f%%", 100*float64(e)/float64(p))
 			}
-			fmt.Fprintf(b.out, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name, arm,
+			fmt.Fprintf(b.out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name, arm,
 				stat(sums, func(s Summary) float64 { return ms(s.TTFTp50) }, "%.1f"),
 				stat(sums, func(s Summary) float64 { return ms(s.TTFTp99) }, "%.1f"),
 				stat(sums, func(s Summary) float64 { return s.Throughput }, "%.2f"),
 				stat(sums, func(s Summary) float64 { return s.CachedFraction }, "%.3f"),
 				stat(sums, func(s Summary) float64 { return float64(s.PerWorker[0]) }, "%.0f"),
+				stat(sums, func(s Summary) float64 { return 100 * s.Uneven }, "%.0f%%"),
 				acc)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -118,14 +119,22 @@ type Summary struct {
 	// them.
 	Predicted, Exact              int
 	PredictedTokens, ActualTokens int
+	// Uneven is the share of the time with requests in flight during which
+	// one worker had two or more requests more than another (workers
+	// without any counting as idle): time-weighted, it says how often the
+	// router let a worker run ahead while another had room, which costs
+	// the mocker's decode steps throughput.
+	Uneven float64
 }
 
-// Summarize computes run's summary; blockSize bounds an exact prediction.
-func (run *Run) Summarize(blockSize int) Summary {
+// Summarize computes run's summary over a pool of workers (at least the
+// number of workers the requests went to); blockSize bounds an exact
+// prediction.
+func (run *Run) Summarize(workers, blockSize int) Summary {
 	var s Summary
 	ttft := make([]time.Duration, 0, len(run.Results))
 	var prompt, cached int
-	workers := map[uint64]int{}
+	perWorker := map[uint64]int{}
 	for _, r := range run.Results {
 		if r.Err != nil {
 			continue
@@ -133,7 +142,7 @@ func (run *Run) Summarize(blockSize int) Summary {
 		ttft = append(ttft, r.TTFT)
 		prompt += r.PromptTokens
 		cached += r.CachedTokens
-		workers[r.Worker]++
+		perWorker[r.Worker]++
 		if r.Predicted >= 0 {
 			s.Predicted++
 			s.PredictedTokens += r.Predicted
@@ -151,11 +160,60 @@ func (run *Run) Summarize(blockSize int) Summary {
 	if prompt > 0 {
 		s.CachedFraction = float64(cached) / float64(prompt)
 	}
-	for _, n := range workers {
+	for _, n := range perWorker {
 		s.PerWorker = append(s.PerWorker, n)
 	}
 	slices.SortFunc(s.PerWorker, func(a, b int) int { return b - a })
+	s.Uneven = run.uneven(workers)
 	return s
+}
+
+// uneven returns Summary.Uneven for a pool of the given number of workers.
+func (run *Run) uneven(workers int) float64 {
+	type change struct {
+		at     time.Time
+		worker uint64
+		delta  int
+	}
+	var ch []change
+	for _, r := range run.Results {
+		if r.Err == nil {
+			ch = append(ch, change{r.Start, r.Worker, 1}, change{r.Start.Add(r.Latency), r.Worker, -1})
+		}
+	}
+	// Ends before starts at the same instant: a request that ends as
+	// another starts does not overlap it.
+	slices.SortFunc(ch, func(a, b change) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	inFlight := map[uint64]int{}
+	var busy, uneven time.Duration
+	total := 0
+	for i, c := range ch {
+		if i > 0 && total > 0 {
+			d := c.at.Sub(ch[i-1].at)
+			busy += d
+			lo, hi := 0, 0
+			if len(inFlight) >= workers {
+				lo = math.MaxInt
+			}
+			for _, n := range inFlight {
+				lo, hi = min(lo, n), max(hi, n)
+			}
+			if hi-lo >= 2 {
+				uneven += d
+			}
+		}
+		inFlight[c.worker] += c.delta
+		total += c.delta
+	}
+	if busy == 0 {
+		return 0
+	}
+	return float64(uneven) / float64(busy)
 }
 
 // percentile returns the p-quantile of sorted by the nearest-rank method.

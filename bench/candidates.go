@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// CandidatePolicies returns configurations measured against kvroute's
+// default (KVRoutePolicy) as candidates to replace it; kvsim runs them by
+// name. Each is kvroute's default cost,
+//
+//	scheduling.DynamoCost with scheduling.DefaultCostConfig()
+//
+// under a different load rule:
+//
+//   - kvroute-own: the default's BoundedLoad, counting only the router's
+//     own requests (Policy.OwnLoad);
+//   - kvroute-spread: SpreadBound (no worker the mean number of requests
+//     or more ahead of the least loaded, one ahead always allowed) inside
+//     the default's BoundedLoad, load reports merged as by default;
+//   - kvroute-spread-own: the same, counting only the router's own
+//     requests;
+//   - kvroute-spread-own-holder: the same, and a worker caching at least
+//     80% of the prompt may take one request more;
+//   - kvroute-spread-kv-own: SpreadBound on distinct active KV blocks
+//     inside BoundedLoad on KV blocks, counting only the router's own
+//     requests: a request whose prefix is active on a worker adds only its
+//     own blocks there.
+func CandidatePolicies() []Policy {
+	return []Policy{
+		{
+			Name:        "kvroute-own",
+			Description: "kvroute's default counting only its own requests",
+			Configure:   func(kvroute.Clock) (router.Config, error) { return DefaultCostUnder(nil) },
+			OwnLoad:     true,
+		},
+		spreadPolicy("kvroute-spread", "kvroute's default cost, spread bound", SpreadBoundConfig{}, false),
+		spreadPolicy("kvroute-spread-own", "kvroute's default cost, spread bound, own requests only", SpreadBoundConfig{}, true),
+		spreadPolicy("kvroute-spread-own-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt, own requests only",
+			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, true),
+		spreadPolicy("kvroute-spread-kv-own", "kvroute's default cost, spread and load bounds on distinct active KV blocks, own requests only",
+			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks}, true),
+	}
+}
+
+func spreadPolicy(name, desc string, cfg SpreadBoundConfig, own bool) Policy {
+	return Policy{
+		Name:        name,
+		Description: desc,
+		Configure: func(kvroute.Clock) (router.Config, error) {
+			return DefaultCostUnder(&cfg)
+		},
+		OwnLoad: own,
+	}
+}
+
+// DefaultCostUnder returns a router configuration whose cost is kvroute's
+// default cost (scheduling.DynamoCost with scheduling.DefaultCostConfig())
+// inside a SpreadBound with spread, when spread is not nil, inside
+// scheduling.BoundedLoad with its default factor and spread's measure:
+// with nil spread, the zero router.Config's cost.
+func DefaultCostUnder(spread *SpreadBoundConfig) (router.Config, error) {
+	var c scheduling.CostFunc
+	c, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
+	if err != nil {
+		return router.Config{}, err
+	}
+	var m scheduling.LoadMeasure
+	if spread != nil {
+		if c, err = NewSpreadBound(c, *spread); err != nil {
+			return router.Config{}, err
+		}
+		m = spread.Measure
+	}
+	b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Measure: m})
+	if err != nil {
+		return router.Config{}, err
+	}
+	return router.Config{Cost: b}, nil
+}
