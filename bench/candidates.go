@@ -21,8 +21,10 @@ import (
 //     the default's BoundedLoad, load reports merged as by default;
 //   - kvroute-spread-own: the same, counting only the router's own
 //     requests;
-//   - kvroute-spread-own-holder: the same, and a worker caching at least
+//   - kvroute-spread-holder: kvroute-spread, and a worker caching at least
 //     80% of the prompt may take one request more;
+//   - kvroute-spread-own-holder: the same, counting only the router's own
+//     requests;
 //   - kvroute-spread-kv-own: SpreadBound on distinct active KV blocks
 //     inside BoundedLoad on KV blocks, counting only the router's own
 //     requests: a request whose prefix is active on a worker adds only its
@@ -37,6 +39,8 @@ func CandidatePolicies() []Policy {
 		},
 		spreadPolicy("kvroute-spread", "kvroute's default cost, spread bound", SpreadBoundConfig{}, false),
 		spreadPolicy("kvroute-spread-own", "kvroute's default cost, spread bound, own requests only", SpreadBoundConfig{}, true),
+		spreadPolicy("kvroute-spread-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt",
+			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, false),
 		spreadPolicy("kvroute-spread-own-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt, own requests only",
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, true),
 		spreadPolicy("kvroute-spread-kv-own", "kvroute's default cost, spread and load bounds on distinct active KV blocks, own requests only",
