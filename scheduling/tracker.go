@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kvroute/kvroute"
 )
@@ -63,8 +64,10 @@ type WorkerLoad struct {
 // Layout: requests live in 64 shards, each a map under its own mutex;
 // workers live in an immutable open-addressing table, replaced when a
 // worker appears or is removed and read with one atomic load. Each
-// worker has a reader-writer lock over its block reference counts and its
-// requests' mutable fields, and atomic counters, so Load takes no lock and
+// worker has a reader-writer lock over its active blocks (a compressed
+// trie of its requests' chains, so that Add and Free cost a few lookups
+// and a copy rather than one table update per block) and its requests'
+// mutable fields, and atomic counters, so Load takes no lock and
 // PotentialDecodeBlocks takes only the worker's read lock. Lock order is
 // request shard, then worker. All methods are safe for concurrent use.
 type Tracker struct {
@@ -93,13 +96,13 @@ type requestShard struct {
 	_  [48]byte
 }
 
-// trackedRequest is one active request. ws, id and blocks are set by Add
+// trackedRequest is one active request. ws, id and leaf are set by Add
 // and read only under the shard lock; the other fields are changed under
 // both the shard lock and ws.mu.
 type trackedRequest struct {
 	id            RequestID
 	ws            *workerState
-	blocks        []kvroute.SeqHash
+	leaf          int32 // the request's leaf segment in ws.blocks
 	prefillTokens int   // released by PrefillDone
 	prefillDone   bool  // PrefillDone was called
 	outputTokens  int   // reported by AddOutputTokens
@@ -107,15 +110,24 @@ type trackedRequest struct {
 	deadline      int64 // unix nanoseconds after which Expire drops it
 }
 
-// workerState is the tracked load of one worker.
+// workerState is the tracked load of one worker. Its size is a multiple
+// of 128 bytes (the allocator then aligns it to 128), so that a decision
+// reading the load of every candidate touches one line per worker with no
+// request and a write to one worker invalidates no other worker's lines.
 type workerState struct {
-	mu      sync.RWMutex // protects blocks and removed
-	blocks  blockCounts  // reference count per active prompt block
-	removed bool         // RemoveWorker dropped this state
+	workerFields
+	_ [128 - unsafe.Sizeof(workerFields{})%128]byte
+}
 
+// workerFields are the fields of a workerState.
+type workerFields struct {
 	requests atomic.Int64 // number of active requests
 	prefill  atomic.Int64 // active prefill tokens
-	unique   atomic.Int64 // len(blocks) + output blocks of all requests
+	unique   atomic.Int64 // blocks.len() + output blocks of all requests
+
+	mu      sync.RWMutex // protects blocks and removed
+	removed bool         // RemoveWorker dropped this state
+	blocks  chainSet     // the active prompt blocks
 }
 
 // NewTracker returns an empty Tracker. It returns an error wrapping
@@ -198,7 +210,6 @@ func (t *Tracker) Add(id RequestID, w kvroute.WorkerKey, blocks []kvroute.SeqHas
 	r := t.pool.Get().(*trackedRequest)
 	*r = trackedRequest{
 		id:            id,
-		blocks:        append(r.blocks[:0], blocks...),
 		prefillTokens: prefillTokens,
 		deadline:      t.clock.Now().UnixNano() + t.ttl,
 	}
@@ -209,13 +220,9 @@ func (t *Tracker) Add(id RequestID, w kvroute.WorkerKey, blocks []kvroute.SeqHas
 			ws.mu.Unlock()
 			continue
 		}
-		added := int64(0)
-		for _, b := range r.blocks {
-			if ws.blocks.inc(b) {
-				added++
-			}
-		}
-		ws.unique.Add(added)
+		leaf, added := ws.blocks.add(blocks)
+		r.leaf = leaf
+		ws.unique.Add(int64(added))
 		ws.prefill.Add(int64(prefillTokens))
 		ws.requests.Add(1)
 		ws.mu.Unlock()
@@ -303,22 +310,17 @@ func (ws *workerState) release(r *trackedRequest) {
 	if ws.removed {
 		return
 	}
-	removed := int64(0)
-	for _, b := range r.blocks {
-		if ws.blocks.dec(b) {
-			removed++
-		}
-	}
-	ws.unique.Add(-removed - int64(r.outputBlocks))
+	removed := ws.blocks.remove(r.leaf)
+	ws.unique.Add(-int64(removed) - int64(r.outputBlocks))
 	if !r.prefillDone {
 		ws.prefill.Add(-int64(r.prefillTokens))
 	}
 	ws.requests.Add(-1)
 }
 
-// recycle returns r to the pool, keeping its blocks array for reuse.
+// recycle returns r to the pool.
 func (t *Tracker) recycle(r *trackedRequest) {
-	*r = trackedRequest{blocks: r.blocks[:0]}
+	*r = trackedRequest{}
 	t.pool.Put(r)
 }
 
@@ -341,8 +343,8 @@ func (t *Tracker) Load(w kvroute.WorkerKey) WorkerLoad {
 // request's blocks not already active there. blocks must be a chain of
 // sequence hashes from the first block, as Add takes them; then the blocks
 // already active form a prefix of it (every tracked request holds its whole
-// chain), and the count takes O(log len(blocks)) hash lookups. It
-// allocates nothing.
+// chain), and the count takes one table lookup per run of blocks shared by
+// a different set of the worker's requests. It allocates nothing.
 func (t *Tracker) PotentialDecodeBlocks(w kvroute.WorkerKey, blocks []kvroute.SeqHash) int {
 	ws := t.worker(w)
 	if ws == nil {
@@ -350,7 +352,7 @@ func (t *Tracker) PotentialDecodeBlocks(w kvroute.WorkerKey, blocks []kvroute.Se
 	}
 	ws.mu.RLock()
 	active := int(ws.unique.Load())
-	overlap := ws.activePrefix(blocks, 1)
+	overlap := ws.blocks.prefix(blocks)
 	ws.mu.RUnlock()
 	return active + len(blocks) - overlap
 }
@@ -358,10 +360,9 @@ func (t *Tracker) PotentialDecodeBlocks(w kvroute.WorkerKey, blocks []kvroute.Se
 // FillLoad sets c.Load's ActiveRequests, ActivePrefillTokens,
 // ActiveDecodeBlocks and PotentialDecodeBlocks from the tracker, for a
 // request with the given prompt blocks (see PotentialDecodeBlocks). Other
-// fields of c.Load are left as they are. It uses c.Cached as its first
-// guess of the blocks already active, so it costs about two hash lookups
-// when Cached is filled from the index first; the result is exact either
-// way. It allocates nothing.
+// fields of c.Load are left as they are. A worker with no active request
+// costs one atomic load; otherwise the cost is that of
+// PotentialDecodeBlocks. It allocates nothing.
 func (t *Tracker) FillLoad(c *Candidate, blocks []kvroute.SeqHash) {
 	ws := t.worker(c.Worker)
 	if ws == nil || ws.requests.Load() == 0 {
@@ -371,46 +372,12 @@ func (t *Tracker) FillLoad(c *Candidate, blocks []kvroute.SeqHash) {
 	}
 	ws.mu.RLock()
 	active := int(ws.unique.Load())
-	overlap := ws.activePrefix(blocks, c.CachedBlocks())
+	overlap := ws.blocks.prefix(blocks)
 	c.Load.ActiveRequests = int(ws.requests.Load())
 	c.Load.ActivePrefillTokens = int(ws.prefill.Load())
 	ws.mu.RUnlock()
 	c.Load.ActiveDecodeBlocks = active
 	c.Load.PotentialDecodeBlocks = active + len(blocks) - overlap
-}
-
-// activePrefix returns how many leading blocks are active on ws. The
-// active set is prefix-closed along any chain, so the answer is found by
-// binary search; it starts by probing around guess (the worker's cached
-// prefix depth, which usually equals its active prefix), so the common
-// case costs two lookups. The result does not depend on guess. The caller
-// holds ws.mu.
-func (ws *workerState) activePrefix(blocks []kvroute.SeqHash, guess int) int {
-	n := len(blocks)
-	if n == 0 {
-		return 0
-	}
-	guess = min(max(guess, 1), n)
-	// Invariant: the answer k, with blocks[:k] active and blocks[k] not, is
-	// in [lo, hi].
-	lo, hi := 0, n
-	if ws.blocks.has(blocks[guess-1]) {
-		lo = guess
-		if guess < n && !ws.blocks.has(blocks[guess]) {
-			return guess
-		}
-	} else {
-		hi = guess - 1
-	}
-	for lo < hi {
-		mid := int(uint(lo+hi+1) >> 1)
-		if ws.blocks.has(blocks[mid-1]) {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	return lo
 }
 
 // Expire drops every request not updated for the TTL and returns how many
