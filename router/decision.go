@@ -125,6 +125,7 @@ type Decision struct {
 	id        scheduling.RequestID // tracker id on Worker
 	prefillID scheduling.RequestID // tracker id on Prefill when Disaggregated
 	state     atomic.Uint32
+	stripe    uint8 // stripe of the router's counters this decision adds to
 }
 
 const (

@@ -138,10 +138,16 @@ type Router struct {
 	snap    atomic.Pointer[snapshot]
 
 	sessions *xsync.MapOf[string, session]
-	nextID   atomic.Uint64
+	// nextID is the last tracker id handed out; each scratch takes a block
+	// of idBlock ids at a time, so that decisions on different cores do not
+	// add to one counter.
+	nextID atomic.Uint64
+	// scratches counts the scratches made, to spread them over the stripes
+	// of stats.
 	// approxDue is when the approximate index is next expired, unix ns.
 	approxDue atomic.Int64
 	scratch   sync.Pool
+	scratches atomic.Uint32
 	stats     routerStats
 	feedback  feedback
 }
@@ -306,7 +312,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.feedback.ring = make([]bool, window)
 	r.snap.Store(&snapshot{byKey: map[kvroute.WorkerKey]int{}})
-	r.scratch.New = func() any { return new(scratch) }
+	r.scratch.New = func() any { return &scratch{stripe: uint8(r.scratches.Add(1) % statStripes)} }
 	return r, nil
 }
 

@@ -24,6 +24,24 @@ type scratch struct {
 	costs    []float64
 	pos      []int // domain index → candidate index + 1 (0: not a candidate)
 	released bool  // the request was released from the admission queue
+	stripe   uint8 // the stripe of the router's counters this scratch adds to
+	// ids[0] is the next tracker id of this scratch's block, ids[1] the
+	// end of the block.
+	ids [2]uint64
+}
+
+// idBlock is the number of tracker ids a scratch takes at a time.
+const idBlock = 1024
+
+// newID returns a tracker id unique among all of the router's ids.
+func (r *Router) newID(sc *scratch) scheduling.RequestID {
+	if sc.ids[0] == sc.ids[1] {
+		end := r.nextID.Add(idBlock)
+		sc.ids = [2]uint64{end - idBlock + 1, end + 1}
+	}
+	id := sc.ids[0]
+	sc.ids[0]++
+	return scheduling.RequestID(id)
 }
 
 // phase selects the candidates of one choice.
@@ -95,7 +113,7 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	}
 	r.index.Match(sc.seqs, &sc.match)
 
-	*d = Decision{r: r, PromptTokens: len(req.Tokens), Blocks: len(sc.seqs)}
+	*d = Decision{r: r, PromptTokens: len(req.Tokens), Blocks: len(sc.seqs), stripe: sc.stripe}
 	// The scheduling request lives in the pooled scratch: passed to the
 	// cost function (an interface), it would escape from the stack.
 	sreq := &sc.req
@@ -126,7 +144,7 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 		}
 	}
 	if err != nil {
-		r.stats.rejected.Add(1)
+		r.stats.stripe(sc.stripe).rejected.Add(1)
 		*d = Decision{} // nothing to balance: its Done is a no-op
 		if sc.released {
 			r.release() // pass the admission on
@@ -136,10 +154,10 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	d.CachedTokens = d.CachedBlocks * h.BlockSize()
 
 	// Track the request's load on the chosen worker(s).
-	d.id = scheduling.RequestID(r.nextID.Add(1))
+	d.id = r.newID(sc)
 	serving := d.Worker
 	if d.Disaggregated {
-		d.prefillID = scheduling.RequestID(r.nextID.Add(1))
+		d.prefillID = r.newID(sc)
 		serving = d.Prefill
 		r.track(d.prefillID, d.Prefill, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
 		r.track(d.id, d.Worker, sc.seqs, 0)

@@ -7,29 +7,80 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/scheduling"
 )
 
-// routerStats are the router's counters, updated atomically.
+// statStripes is the number of stripes of the router's hot counters: a
+// power of two above the core counts a router usually runs on, so that
+// concurrent decisions mostly add to different cache lines.
+const statStripes = 8
+
+// routerStats are the router's counters, updated atomically. The counters
+// every decision and every Done update are striped: each Select adds to the
+// stripe of its pooled scratch (sync.Pool keeps one per P), so that
+// decisions on different cores do not pass the same cache lines back and
+// forth; Stats sums the stripes.
 type routerStats struct {
+	_       [64]byte // keeps the first stripe off the lines of the fields before
+	stripes [statStripes]statStripe
+}
+
+// statStripe is one stripe of the counters, a whole number of cache lines.
+type statStripe struct {
+	statCounters
+	_ [(64 - unsafe.Sizeof(statCounters{})%64) % 64]byte
+}
+
+// statCounters are the counters of one stripe.
+type statCounters struct {
 	decisions, rejected, disaggregated  atomic.Uint64
 	promptTokens, predictedCachedTokens atomic.Uint64
+	outcomes                            atomic.Uint64
 	latency                             latencyHistogram
 }
 
+// stripe returns stripe i (taken modulo the number of stripes).
+func (s *routerStats) stripe(i uint8) *statStripe { return &s.stripes[i%statStripes] }
+
 func (s *routerStats) record(d *Decision, took time.Duration) {
-	s.decisions.Add(1)
+	st := s.stripe(d.stripe)
+	st.decisions.Add(1)
 	if d.Disaggregated {
-		s.disaggregated.Add(1)
+		st.disaggregated.Add(1)
 	}
-	s.promptTokens.Add(uint64(d.PromptTokens))
-	s.predictedCachedTokens.Add(uint64(d.CachedTokens))
-	s.latency.observe(took)
+	st.promptTokens.Add(uint64(d.PromptTokens))
+	st.predictedCachedTokens.Add(uint64(d.CachedTokens))
+	st.latency.observe(took)
 	if dm := d.r.domain(d.Worker); dm != nil {
 		dm.decisions.Add(1)
 	}
+}
+
+// sum adds up a counter over the stripes.
+func (s *routerStats) sum(f func(*statCounters) *atomic.Uint64) uint64 {
+	var n uint64
+	for i := range s.stripes {
+		n += f(&s.stripes[i].statCounters).Load()
+	}
+	return n
+}
+
+// latency returns the Select latency histogram summed over the stripes.
+func (s *routerStats) latency() Histogram {
+	out := Histogram{Bounds: latencyBounds[:], Counts: make([]uint64, len(latencyBounds)+1)}
+	for i := range s.stripes {
+		h := &s.stripes[i].latency
+		out.Sum += time.Duration(h.sum.Load())
+		for j := range h.counts {
+			c := h.counts[j].Load()
+			out.Counts[j] += c
+			out.Count += c
+		}
+	}
+	return out
 }
 
 // latencyBounds are the upper bounds of the Select latency buckets.
@@ -86,15 +137,6 @@ func (h Histogram) Quantile(q float64) time.Duration {
 	return time.Duration(math.MaxInt64)
 }
 
-func (h *latencyHistogram) snapshot() Histogram {
-	out := Histogram{Bounds: latencyBounds[:], Counts: make([]uint64, len(h.counts)), Sum: time.Duration(h.sum.Load())}
-	for i := range h.counts {
-		out.Counts[i] = h.counts[i].Load()
-		out.Count += out.Counts[i]
-	}
-	return out
-}
-
 // feedback keeps routing accuracy over the most recent outcomes that
 // reported the engine's actual cached tokens.
 type feedback struct {
@@ -107,7 +149,7 @@ type feedback struct {
 	actualCachedTokens atomic.Uint64
 	reportedTokens     atomic.Uint64 // prompt tokens of outcomes with actual cached tokens
 	predictedReported  atomic.Uint64 // predicted cached tokens of those outcomes
-	outcomes, failures atomic.Uint64
+	failures           atomic.Uint64
 }
 
 // hitThreshold is the fraction of the predicted overlap the engine must
@@ -161,7 +203,7 @@ func RecommendedSyncInterval(accuracy float64) time.Duration {
 // observe takes a finished decision's outcome into feedback and health.
 func (r *Router) observe(d *Decision, o Outcome) {
 	f := &r.feedback
-	f.outcomes.Add(1)
+	r.stats.stripe(d.stripe).outcomes.Add(1)
 	if dm := r.domain(d.Worker); dm != nil {
 		switch {
 		case o.Err == nil:
@@ -230,16 +272,16 @@ type Stats struct {
 func (r *Router) Stats() Stats {
 	f := &r.feedback
 	st := Stats{
-		Decisions:             r.stats.decisions.Load(),
-		Rejected:              r.stats.rejected.Load(),
-		Disaggregated:         r.stats.disaggregated.Load(),
-		Outcomes:              f.outcomes.Load(),
+		Decisions:             r.stats.sum(func(c *statCounters) *atomic.Uint64 { return &c.decisions }),
+		Rejected:              r.stats.sum(func(c *statCounters) *atomic.Uint64 { return &c.rejected }),
+		Disaggregated:         r.stats.sum(func(c *statCounters) *atomic.Uint64 { return &c.disaggregated }),
+		Outcomes:              r.stats.sum(func(c *statCounters) *atomic.Uint64 { return &c.outcomes }),
 		Failures:              f.failures.Load(),
-		PromptTokens:          r.stats.promptTokens.Load(),
-		PredictedCachedTokens: r.stats.predictedCachedTokens.Load(),
+		PromptTokens:          r.stats.sum(func(c *statCounters) *atomic.Uint64 { return &c.promptTokens }),
+		PredictedCachedTokens: r.stats.sum(func(c *statCounters) *atomic.Uint64 { return &c.predictedCachedTokens }),
 		ActualCachedTokens:    f.actualCachedTokens.Load(),
 		TrackedRequests:       r.tracker.Len(),
-		SelectLatency:         r.stats.latency.snapshot(),
+		SelectLatency:         r.stats.latency(),
 	}
 	if st.PromptTokens > 0 {
 		st.PredictedHitRate = float64(st.PredictedCachedTokens) / float64(st.PromptTokens)

@@ -56,6 +56,9 @@ func (b BusyThresholds) Filter(cands []Candidate) ([]Candidate, error) {
 	if len(cands) == 0 {
 		return cands, ErrNoCandidates
 	}
+	if b == (BusyThresholds{}) {
+		return cands, nil // no threshold: nobody is busy
+	}
 	first := -1
 	for i := range cands {
 		if !b.Busy(&cands[i].Load) {
