@@ -186,9 +186,9 @@ type domainState struct {
 // workers are added, updated or removed, when a domain's health changes and
 // when a domain sends its first load report, all rare events.
 type snapshot struct {
-	domains []*domain                 // sorted by key
-	byKey   map[kvroute.WorkerKey]int // key → index in domains
-	roles   [3]int                    // domains per role
+	domains []*domain // sorted by key
+	byKey   keyIndex  // key → index in domains
+	roles   [3]int    // domains per role
 	// phases holds, per selection phase, the candidates ready to copy.
 	phases [3]phaseSet
 	// reported is set when some domain has a load report to merge.
@@ -201,8 +201,8 @@ type snapshot struct {
 type phaseSet struct {
 	cands   []scheduling.Candidate
 	doms    []*domain
-	healthy int                       // cands[:healthy] are healthy
-	pos     map[kvroute.WorkerKey]int // key → index in cands
+	healthy int      // cands[:healthy] are healthy
+	pos     keyIndex // key → index in cands
 }
 
 type session struct {
@@ -311,7 +311,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("%w: feedback window %d", ErrInvalidConfig, window)
 	}
 	r.feedback.ring = make([]bool, window)
-	r.snap.Store(&snapshot{byKey: map[kvroute.WorkerKey]int{}})
+	r.snap.Store(&snapshot{})
 	r.scratch.New = func() any { return &scratch{stripe: uint8(r.scratches.Add(1) % statStripes)} }
 	return r, nil
 }
@@ -441,7 +441,7 @@ func (r *Router) newEntry(w Worker, old *workerEntry) (*workerEntry, error) {
 
 // publish builds and stores a new snapshot. r.mu is held.
 func (r *Router) publish() {
-	s := &snapshot{byKey: map[kvroute.WorkerKey]int{}}
+	s := &snapshot{}
 	for _, e := range r.workers {
 		s.domains = append(s.domains, e.domains...)
 	}
@@ -451,8 +451,9 @@ func (r *Router) publish() {
 		}
 		return cmp.Compare(a.key.Rank, b.key.Rank)
 	})
+	s.byKey = newKeyIndex(len(s.domains))
 	for i, d := range s.domains {
-		s.byKey[d.key] = i
+		s.byKey.put(d.key, i)
 		s.roles[d.role]++
 		if d.reported.Load() != nil {
 			s.reported = true
@@ -460,13 +461,13 @@ func (r *Router) publish() {
 	}
 	for ph := range s.phases {
 		ps := &s.phases[ph]
-		ps.pos = map[kvroute.WorkerKey]int{}
+		ps.pos = newKeyIndex(len(s.domains))
 		for _, want := range []Health{Healthy, Degraded} {
 			for _, d := range s.domains {
 				if !phase(ph).accepts(d.role) || Health(d.health.Load()) != want {
 					continue
 				}
-				ps.pos[d.key] = len(ps.cands)
+				ps.pos.put(d.key, len(ps.cands))
 				ps.cands = append(ps.cands, scheduling.Candidate{Worker: d.key, Load: d.static})
 				ps.doms = append(ps.doms, d)
 			}
@@ -564,7 +565,7 @@ func (r *Router) Health(w kvroute.WorkerKey) (Health, bool) {
 
 func (r *Router) domain(w kvroute.WorkerKey) *domain {
 	s := r.snap.Load()
-	i, ok := s.byKey[w]
+	i, ok := s.byKey.get(w)
 	if !ok {
 		return nil
 	}

@@ -301,12 +301,12 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 	if pinned {
 		// A pin binds the phase of the pinned worker's role; in a
 		// disaggregated pool the other phase chooses freely.
-		if i, ok := s.byKey[req.Pin]; ok && !ph.accepts(s.domains[i].role) {
+		if i, ok := s.byKey.get(req.Pin); ok && !ph.accepts(s.domains[i].role) {
 			pinned = false
 		}
 	}
 	if pinned {
-		i, ok := ps.pos[req.Pin]
+		i, ok := ps.pos.get(req.Pin)
 		switch {
 		case ok && i < n:
 			sc.cands = append(sc.cands[:0], ps.cands[i])
@@ -332,7 +332,7 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 			if len(sc.cands) == 1 && m.Worker == req.Pin {
 				sc.cands[0].Cached = m.ByTier
 			}
-		} else if i, ok := ps.pos[m.Worker]; ok && i < n {
+		} else if i, ok := ps.pos.get(m.Worker); ok && i < n {
 			sc.cands[i].Cached = m.ByTier
 		}
 	}
