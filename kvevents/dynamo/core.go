@@ -19,7 +19,9 @@ import (
 type Stats struct {
 	// Received are messages received, of every topic.
 	Received uint64
-	// Malformed are messages (or payloads) that did not decode, skipped
+	// Malformed are messages (or payloads) that did not decode, and
+	// events or load reports naming a data-parallel rank below their
+	// worker's start rank (see Subscriber.SetDPStartRanks), skipped
 	// without touching the index: the blocks a skipped kv-events message
 	// stored are missing until the engine stores them again, and those it
 	// removed stay indexed until removed or cleared again.
@@ -60,7 +62,8 @@ type Stats struct {
 	Queries, QueryErrs, Restored, Recovered uint64
 	EventGaps, LostEvents, StaleEvents      uint64
 	// Abandoned are workers whose recovery was given up: their queries
-	// kept failing for Config.RecoveryGiveUp (see Subscriber).
+	// kept failing for Config.RecoveryGiveUp, or the worker answered a
+	// dump with a reset_scope other than "all" (see Subscriber).
 	Abandoned uint64
 }
 
@@ -118,10 +121,11 @@ type workerLoad struct {
 // core is the transport-independent part of a subscriber: sequence
 // checks, decoding, numbering and applying. It is owned by one goroutine.
 type core struct {
-	sink  kvevents.Sink
-	load  LoadReporter
-	log   *slog.Logger
-	stats *counters
+	sink   kvevents.Sink
+	load   LoadReporter
+	log    *slog.Logger
+	stats  *counters
+	starts *dpStarts // the subscriber's start ranks, read per event
 
 	// Recovery queries run on goroutines of their own (wg), bounded by
 	// ctx, and hand their answers back on results; the owner of the core
@@ -141,12 +145,12 @@ type core struct {
 	ev    kvroute.Event
 }
 
-func newCore(ctx context.Context, sink kvevents.Sink, load LoadReporter, querier *Querier, giveUp time.Duration, log *slog.Logger, stats *counters) *core {
+func newCore(ctx context.Context, sink kvevents.Sink, load LoadReporter, querier *Querier, giveUp time.Duration, log *slog.Logger, stats *counters, starts *dpStarts) *core {
 	if giveUp <= 0 {
 		giveUp = DefaultRecoveryGiveUp
 	}
 	return &core{
-		ctx: ctx, sink: sink, load: load, querier: querier, giveUp: giveUp, log: log, stats: stats,
+		ctx: ctx, sink: sink, load: load, querier: querier, giveUp: giveUp, log: log, stats: stats, starts: starts,
 		results: make(chan queryResult, 16),
 		pubs:    make(map[uint64]*pubState),
 		ids:     make(map[kvroute.WorkerKey]uint64),
@@ -230,7 +234,11 @@ func (c *core) kvEvents(e *Envelope, src source) {
 	p := c.pubs[e.PublisherID]
 	for i := range c.devs {
 		d := &c.devs[i]
-		w := kvroute.WorkerKey{ID: kvroute.WorkerID(d.WorkerID), Rank: kvroute.DPRank(d.DPRank)}
+		w, ok := c.starts.key(d.WorkerID, d.DPRank)
+		if !ok {
+			c.badRank("kv-events", e.PublisherID, d.WorkerID, d.DPRank)
+			continue
+		}
 		p.workers[w] = struct{}{}
 		if t := src.recovery; t != nil && t.WorkerID == d.WorkerID && t.DPRank == d.DPRank {
 			c.live(c.recoveryOf(w, t), d)
@@ -304,7 +312,12 @@ func (c *core) added(src source) {
 	if t == nil || c.sink == nil {
 		return
 	}
-	r := c.recoveryOf(kvroute.WorkerKey{ID: kvroute.WorkerID(t.WorkerID), Rank: kvroute.DPRank(t.DPRank)}, t)
+	w, ok := c.starts.key(t.WorkerID, t.DPRank)
+	if !ok {
+		c.log.Warn("dynamo: recovery target's dp rank is below its worker's start rank", "worker", t.WorkerID, "dp_rank", t.DPRank)
+		return
+	}
+	r := c.recoveryOf(w, t)
 	if !r.known && r.query == 0 && !r.gaveUp {
 		c.startQuery(r, nil, nil, true, 0)
 	}
@@ -429,6 +442,9 @@ func (c *core) settle(r *recovery, res *queryResult) {
 	want := "Events"
 	if r.dump {
 		want = "TreeDump"
+		if err == nil && resp.Kind == want {
+			err = checkResetScope(resp.ResetScope)
+		}
 	}
 	switch {
 	case err == nil && resp.Kind == want && r.dump:
@@ -460,6 +476,11 @@ func (c *core) settle(r *recovery, res *queryResult) {
 			c.stats.lostEvents.Add(r.upto - r.from + 1)
 			r.cursor = r.upto
 		}
+		if errors.Is(err, ErrResetScope) {
+			// Asking again gets the same answer.
+			c.abandon(r, 0)
+			break
+		}
 		c.retry(r)
 	}
 	for i := range pending {
@@ -477,13 +498,27 @@ func (c *core) retry(r *recovery) {
 		r.failing = now
 	}
 	if now.Sub(r.failing) >= c.giveUp {
-		r.gaveUp = true
-		c.stats.abandoned.Add(1)
-		c.log.Warn("dynamo: giving up recovering a worker", "worker", r.key.String(), "failing_for", now.Sub(r.failing))
+		c.abandon(r, now.Sub(r.failing))
 		return
 	}
 	r.backoff = min(max(2*r.backoff, recoveryBackoff), maxRecoveryBackoff)
 	c.startQuery(r, nil, nil, false, r.backoff)
+}
+
+// abandon gives up recovering worker r: its events are applied as
+// without recovery until its publisher is added again.
+func (c *core) abandon(r *recovery, failingFor time.Duration) {
+	r.gaveUp = true
+	c.stats.abandoned.Add(1)
+	c.log.Warn("dynamo: giving up recovering a worker", "worker", r.key.String(), "failing_for", failingFor)
+}
+
+// badRank counts and logs an event or report whose rank is below its
+// worker's start rank.
+func (c *core) badRank(topic string, publisher, worker uint64, rank uint32) {
+	c.stats.malformed.Add(1)
+	c.log.Warn("dynamo: skipping a report of a dp rank below its worker's start rank", "topic", topic,
+		"publisher", publisher, "worker", worker, "dp_rank", rank, "start_rank", c.starts.get(worker))
 }
 
 // cloneEvent copies d and the slices it holds.
@@ -517,7 +552,13 @@ func (c *core) apply(d *kvevents.DynamoEvent) {
 		c.stats.malformed.Add(1)
 		return
 	}
-	w := ev.Worker
+	w, ok := c.starts.key(d.WorkerID, d.DPRank)
+	if !ok {
+		// An event of a recovery answer (live events were checked).
+		c.badRank("kv-events", 0, d.WorkerID, d.DPRank)
+		return
+	}
+	ev.Worker = w
 	last, known := c.ids[w]
 	if !known {
 		// A worker this subscriber has not numbered yet: the sink must
@@ -552,6 +593,7 @@ func (c *core) loadReport(topic string, e *Envelope, src source) {
 	}
 	var (
 		w   kvroute.WorkerKey
+		ok  bool
 		err error
 		al  ActiveLoad
 		fpm ForwardPassMetrics
@@ -566,6 +608,11 @@ func (c *core) loadReport(topic string, e *Envelope, src source) {
 	if err != nil {
 		c.stats.malformed.Add(1)
 		c.log.Warn("dynamo: skipping malformed load report", "topic", topic, "publisher", e.PublisherID, "err", err)
+		return
+	}
+	abs := w
+	if w, ok = c.starts.key(uint64(abs.ID), uint32(abs.Rank)); !ok {
+		c.badRank(topic, e.PublisherID, uint64(abs.ID), uint32(abs.Rank))
 		return
 	}
 	c.pubs[e.PublisherID].loaded[w] = struct{}{}
@@ -603,7 +650,11 @@ func (c *core) loadReport(topic string, e *Envelope, src source) {
 // come back.
 func (c *core) forget(ids map[uint64]struct{}, src source) {
 	if t := src.recovery; t != nil {
-		delete(c.recs, kvroute.WorkerKey{ID: kvroute.WorkerID(t.WorkerID), Rank: kvroute.DPRank(t.DPRank)})
+		for w, r := range c.recs {
+			if r.target == *t {
+				delete(c.recs, w)
+			}
+		}
 	}
 	for id := range ids {
 		if p := c.pubs[id]; p != nil {

@@ -56,7 +56,8 @@ type NATSSubscriber struct {
 	stats   counters
 	running atomic.Bool
 
-	chans followed[NATSChannel] // by subject
+	chans  followed[NATSChannel] // by subject
+	starts dpStarts              // data_parallel_start_rank by worker
 }
 
 // NewNATS returns a NATSSubscriber for cfg, or an error wrapping ErrConfig
@@ -88,6 +89,14 @@ func (s *NATSSubscriber) AddChannel(ch NATSChannel) error {
 	s.chans.put(ch.Subject, ch)
 	return nil
 }
+
+// SetDPStartRanks sets the data_parallel_start_rank of the workers whose
+// ranks do not start at 0, as Subscriber.SetDPStartRanks does.
+func (s *NATSSubscriber) SetDPStartRanks(starts map[uint64]int) error { return s.starts.set(starts) }
+
+// DPStartRank returns the start rank SetDPStartRanks gave worker, 0 if
+// none.
+func (s *NATSSubscriber) DPStartRank(worker uint64) int { return int(s.starts.get(worker)) }
 
 // RemoveChannel stops following subject and forgets the sequence state of
 // its publishers. Like Subscriber.RemovePublisher it is synchronous: once
@@ -127,7 +136,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 	s.chans.start()
 	defer s.chans.stop()
 	ctx, cancel := context.WithCancel(ctx)
-	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.cfg.RecoveryGiveUp, s.log, &s.stats)
+	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.cfg.RecoveryGiveUp, s.log, &s.stats, &s.starts)
 	defer func() { cancel(); c.wg.Wait() }()
 	msgs := make(chan *nats.Msg, queueLen)
 	subs := make(map[string]*natsSub)

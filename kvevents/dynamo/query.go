@@ -24,6 +24,27 @@ import (
 // asked, or answered with an error.
 var ErrQuery = errors.New("dynamo: worker KV query failed")
 
+// ErrResetScope is wrapped by the error a subscriber records when a worker
+// answers a dump with a reset_scope other than "all": kvroute restores a
+// worker only from a dump that replaces everything known of it, so it does
+// not apply such a dump, and gives up recovering that worker (its events
+// are applied as without recovery).
+var ErrResetScope = errors.New("dynamo: tree dump of a partial reset scope")
+
+// ResetScopeAll is the reset_scope of a dump that holds the worker's whole
+// cache: what is known of the worker is replaced by it. A dump without the
+// field is read as this scope.
+const ResetScopeAll = "all"
+
+// checkResetScope returns nil for a dump that replaces everything known of
+// its worker, else an error wrapping ErrResetScope and ErrQuery.
+func checkResetScope(scope string) error {
+	if scope == "" || scope == ResetScopeAll {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: reset_scope %s, only %q is supported", ErrQuery, ErrResetScope, strconv.Quote(scope), ResetScopeAll)
+}
+
 // DefaultQueryTimeout bounds a worker KV query when Querier.Timeout is zero.
 const DefaultQueryTimeout = 5 * time.Second
 
@@ -70,7 +91,10 @@ type QueryResponse struct {
 	// LastEventID is last_event_id: the worker's last event the response
 	// accounts for.
 	LastEventID uint64
-	// ResetScope is reset_scope of a TreeDump ("all").
+	// ResetScope is reset_scope of a TreeDump: ResetScopeAll (or empty,
+	// from a worker that does not send the field) for a dump of the
+	// worker's whole cache. A subscriber refuses other scopes
+	// (ErrResetScope).
 	ResetScope string
 }
 

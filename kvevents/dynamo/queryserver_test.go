@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -22,6 +23,8 @@ type QueryAnswer struct {
 	Kind        string
 	Events      []kvevents.DynamoEvent
 	LastEventID uint64
+	// ResetScope is the answer's reset_scope; empty means "all".
+	ResetScope string
 }
 
 // QueryServer serves worker KV queries on Dynamo's TCP request plane, as
@@ -178,7 +181,7 @@ func (s *QueryServer) respond(info map[string]string, a QueryAnswer) error {
 	item = msgp.AppendString(item, "last_event_id")
 	item = msgp.AppendUint64(item, a.LastEventID)
 	item = msgp.AppendString(item, "reset_scope")
-	item = msgp.AppendString(item, "all")
+	item = msgp.AppendString(item, cmp.Or(a.ResetScope, ResetScopeAll))
 	item = msgp.AppendString(item, "complete_final")
 	item = msgp.AppendBool(item, false)
 	out = appendTwoPart(out, nil, item)

@@ -114,7 +114,14 @@ type Publisher struct {
 // Each message is [topic, publisher id, sequence, data] (see DecodeZMQ).
 // The worker is named by the payload: a RouterEvent's worker_id (the
 // worker's instance id) and dp_rank are the kvroute.WorkerKey, so the
-// host registers workers under their instance ids.
+// host registers workers under their instance ids. Dynamo numbers ranks
+// across the deployment: a worker whose model card has
+// data_parallel_start_rank S and data_parallel_size N serves ranks S to
+// S+N-1, while the router models its ranks as 0 to N-1. Give such
+// workers' start ranks to SetDPStartRanks before adding their publishers:
+// rank R of the worker is then the kvroute.WorkerKey rank R-S (the
+// recovery target keeps Dynamo's rank R, which the worker's queries
+// take).
 //
 // Sequence handling, per publisher id: the first message from a publisher
 // is accepted whatever its number. A number one above the last is
@@ -167,7 +174,8 @@ type Subscriber struct {
 	stats   counters
 	running atomic.Bool
 
-	pubs followed[Publisher] // the publishers to follow, by endpoint
+	pubs   followed[Publisher] // the publishers to follow, by endpoint
+	starts dpStarts            // data_parallel_start_rank by worker
 }
 
 // New returns a Subscriber for cfg. It returns an error wrapping ErrConfig
@@ -222,6 +230,21 @@ func (s *Subscriber) AddPublisher(p Publisher) error {
 // it must not be called from the Sink or the LoadReporter.
 func (s *Subscriber) RemovePublisher(endpoint string) { s.pubs.remove(endpoint) }
 
+// SetDPStartRanks sets the data_parallel_start_rank of the workers
+// (by instance id) whose ranks do not start at 0, replacing the table
+// set before; workers it does not name start at 0. Events and load
+// reports of such a worker are applied to rank R-start, and those naming
+// a rank below its start are counted in Stats.Malformed and skipped. Call
+// it before adding the worker's publishers (package discovery/dynamo's
+// PoolSink does). It returns an error wrapping ErrConfig, and changes
+// nothing, for a negative start or one beyond a uint32. It may be called
+// from any goroutine.
+func (s *Subscriber) SetDPStartRanks(starts map[uint64]int) error { return s.starts.set(starts) }
+
+// DPStartRank returns the start rank SetDPStartRanks gave worker, 0 if
+// none.
+func (s *Subscriber) DPStartRank(worker uint64) int { return int(s.starts.get(worker)) }
+
 // Publishers returns the publishers the subscriber follows.
 func (s *Subscriber) Publishers() []Publisher { return s.pubs.values() }
 
@@ -266,7 +289,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	s.pubs.start()
 	defer s.pubs.stop()
 
-	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.cfg.RecoveryGiveUp, s.log, &s.stats)
+	c := newCore(ctx, s.cfg.Sink, s.cfg.Load, &s.cfg.Query, s.cfg.RecoveryGiveUp, s.log, &s.stats, &s.starts)
 	defer func() { cancel(); c.wg.Wait() }()
 	msgs := make(chan inbound, queueLen)
 	conns := make(map[string]*conn)
