@@ -51,6 +51,18 @@
 //	w := &dynamo.FileWatcher{Dir: os.Getenv("DYN_FILE_KV"), Selector: dynamo.Selector{Model: "llama"}}
 //	return w.Run(ctx, dynamo.PoolSink(pool, sub))
 //
+// # Multi-node data parallelism
+//
+// Dynamo numbers data-parallel ranks across a deployment: a worker whose
+// model card has data_parallel_start_rank S and data_parallel_size N
+// serves ranks S to S+N-1, and its events, load reports and recovery
+// queries name those ranks. A router models a worker's ranks as 0 to N-1:
+// Worker.Engine maps rank S+r to r, PoolSink and NATSSink give the
+// event-plane subscriber each worker's start rank (DPStartRanks) before
+// the worker is registered, so that events are counted from it, and the
+// request forwarded to Dynamo's frontend must name rank S+r in
+// x-dynamo-dp-rank (the subscriber's DPStartRank gives S).
+//
 // With Dynamo's NATS event plane (--event-plane nats) the workers of an
 // endpoint publish on shared subjects: follow them with a
 // kvevents/dynamo NATSSubscriber through NATSSink, after the pool:

@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -23,6 +24,11 @@ func (w *Worker) Name() string { return fmt.Sprintf("%s/%x", w.Endpoint, w.Insta
 // x-dynamo-worker-instance-id header) and DynamoEvents lists its ZMQ
 // kv-events publishers with their ranks and, on the tcp request plane,
 // their recovery endpoints. Publishers on another transport are left out.
+//
+// Ranks are the router's: Dynamo's rank DPStart+r is the engine's rank r
+// (0 to DPSize-1), so a worker whose ranks start above 0 is routed like
+// any other; the event-plane subscriber (DPStartRanks) and the request
+// forwarded to Dynamo's frontend (x-dynamo-dp-rank) add DPStart back.
 func (w *Worker) Engine() discovery.Engine {
 	e := discovery.Engine{Name: w.Name(), ID: kvroute.WorkerID(w.InstanceID), Ready: true, Ranks: w.DPSize,
 		BlockSize: w.BlockSize, KVBlocks: w.KVBlocks, MaxRequests: w.MaxRequests, MaxBatchedTokens: w.MaxBatchedTokens,
@@ -31,7 +37,7 @@ func (w *Worker) Engine() discovery.Engine {
 		if p.Transport != "Zmq" {
 			continue
 		}
-		dp := discovery.DynamoPublisher{Endpoint: p.Endpoints[0], Rank: p.DPRank}
+		dp := discovery.DynamoPublisher{Endpoint: p.Endpoints[0], Rank: p.DPRank - w.DPStart}
 		if p.Recovery != nil && p.Recovery.Kind == "tcp" {
 			dp.Recovery = p.Recovery.Address
 		}
@@ -56,13 +62,63 @@ type Publishers interface {
 	RemovePublisher(endpoint string)
 }
 
+// DPStartRanks is the ability of an event-plane subscriber to count a
+// worker's data-parallel ranks from its start rank (Worker.DPStart), as
+// the router models them; *kvdynamo.Subscriber and
+// *kvdynamo.NATSSubscriber have it. PoolSink and NATSSink give a
+// subscriber with it the deployment's start ranks before its workers are
+// registered; a subscriber without it only follows workers whose ranks
+// start at 0.
+type DPStartRanks interface {
+	// SetDPStartRanks replaces the table of start ranks by instance id
+	// (workers it does not name start at 0).
+	SetDPStartRanks(starts map[uint64]int) error
+	// DPStartRank returns worker's start rank in the table.
+	DPStartRank(worker uint64) int
+}
+
+// StartRanks returns the deployment's workers whose ranks do not start at
+// 0, with their start ranks, by instance id.
+func StartRanks(d Deployment) map[uint64]int {
+	out := map[uint64]int{}
+	for _, w := range d.Workers {
+		if w.DPStart != 0 {
+			out[w.InstanceID] = w.DPStart
+		}
+	}
+	return out
+}
+
+// setStarts gives sub the deployment's start ranks when it has the
+// ability, and reports whether it can follow the deployment's workers:
+// those whose ranks start above 0 need the ability.
+func setStarts(sub any, d Deployment) bool {
+	starts := StartRanks(d)
+	if sr, ok := sub.(DPStartRanks); ok {
+		// The table holds what Worker records (bounded ranks): it is
+		// not refused.
+		_ = sr.SetDPStartRanks(starts)
+		return true
+	}
+	return len(starts) == 0
+}
+
+// startsSetter is a Sink that gives a subscriber the deployment's start
+// ranks; Sinks has each do so before any syncs, so that a subscriber
+// knows a worker's ranks before another sink registers the worker.
+type startsSetter interface {
+	setStarts(d Deployment)
+}
+
 // KVEvents returns a discovery.PoolConfig.DynamoEvents that has sub
 // follow a worker's kv-events publisher from when the Pool registers the
 // worker until it removes it: the runner adds the publisher when it
 // starts and removes it when its context ends, before the Pool calls
 // RemoveWorker. A publisher with a recovery endpoint is followed with it,
 // so that the subscriber restores the worker's cache when it first hears
-// from it and fetches the events lost in a gap.
+// from it and fetches the events lost in a gap; its queries name the
+// worker's Dynamo rank (the engine's rank plus the start rank PoolSink
+// gave sub, see DPStartRanks).
 func KVEvents(sub Publishers) func(e *discovery.Engine, p discovery.DynamoPublisher) (discovery.EventRunner, error) {
 	return func(e *discovery.Engine, p discovery.DynamoPublisher) (discovery.EventRunner, error) {
 		if p.Endpoint == "" || p.Rank < 0 || e.KVBlocks < 0 || e.BlockSize < 0 {
@@ -71,7 +127,12 @@ func KVEvents(sub Publishers) func(e *discovery.Engine, p discovery.DynamoPublis
 		pub := kvdynamo.Publisher{Endpoint: p.Endpoint, Topic: kvdynamo.TopicKVEvents, KVCapacityBlocks: e.KVBlocks,
 			BlockSize: e.BlockSize, MaxRequests: e.MaxRequests, MaxBatchedTokens: e.MaxBatchedTokens}
 		if p.Recovery != "" {
-			rt, err := kvdynamo.ParseRecoveryTarget(p.Recovery, uint64(e.ID), uint32(p.Rank))
+			// The worker's queries take Dynamo's rank.
+			start := 0
+			if sr, ok := sub.(DPStartRanks); ok {
+				start = sr.DPStartRank(uint64(e.ID))
+			}
+			rt, err := kvdynamo.ParseRecoveryTarget(p.Recovery, uint64(e.ID), uint32(start+p.Rank))
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s: %w", ErrConfig, e.Name, err)
 			}
@@ -97,7 +158,9 @@ func (r *publisherRun) Run(ctx context.Context) error {
 }
 
 // PoolSink returns a Sink that syncs a deployment's workers to pool as
-// Engines and, when sub is not nil, has sub follow the deployment's load
+// Engines, first giving sub the workers' start ranks (see DPStartRanks;
+// when sub lacks that ability, workers whose ranks start above 0 are left
+// out of the pool), and, when sub is not nil, has sub follow the deployment's load
 // channels (Deployment.Metrics on ZMQ), adding those that appear after the
 // pool added their workers and removing those that go. Each load channel
 // is given the KV capacity, block size and batch limits of its worker
@@ -116,10 +179,23 @@ type poolSink struct {
 	load map[string]kvdynamo.Publisher // followed load channels by endpoint
 }
 
+func (s *poolSink) setStarts(d Deployment) {
+	if s.sub != nil {
+		setStarts(s.sub, d)
+	}
+}
+
 func (s *poolSink) Sync(ctx context.Context, d Deployment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pool.Sync(ctx, Engines(d))
+	engines := Engines(d)
+	if s.sub != nil && !setStarts(s.sub, d) {
+		engines = slices.DeleteFunc(engines, func(e discovery.Engine) bool {
+			i, _ := slices.BinarySearchFunc(d.Workers, uint64(e.ID), func(w Worker, id uint64) int { return cmp.Compare(w.InstanceID, id) })
+			return d.Workers[i].DPStart != 0
+		})
+	}
+	s.pool.Sync(ctx, engines)
 	if s.sub == nil {
 		return
 	}
@@ -192,11 +268,19 @@ func same(acc, v int) int {
 	return 0
 }
 
-// Sinks hands each deployment to every sink, in order.
+// Sinks hands each deployment to every sink, in order, after the
+// event-plane subscribers of its PoolSinks and NATSSinks were given the
+// deployment's start ranks (see DPStartRanks), so that a subscriber knows
+// a worker's ranks before another sink registers the worker.
 type Sinks []Sink
 
 // Sync calls each sink's Sync.
 func (s Sinks) Sync(ctx context.Context, d Deployment) {
+	for _, k := range s {
+		if ss, ok := k.(startsSetter); ok {
+			ss.setStarts(d)
+		}
+	}
 	for _, k := range s {
 		k.Sync(ctx, d)
 	}
@@ -213,9 +297,12 @@ type Channels interface {
 // Dynamo's NATS event plane (--event-plane nats): the subjects its
 // workers' kv-events and its load topics are published on. Workers of an
 // endpoint share a subject, which is followed once, with the capacity and
-// limits the workers share, while any of them is in the deployment. Put
-// it after PoolSink in Sinks, so that subjects are followed once their
-// workers are registered.
+// limits the workers share, while any of them is in the deployment; each
+// message is the worker's its payload names. Put it after PoolSink in
+// Sinks, so that subjects are followed once their workers are registered
+// (Sinks gives sub the workers' start ranks before PoolSink registers
+// them, see DPStartRanks). A sub without DPStartRanks does not follow a
+// deployment with workers whose ranks start above 0.
 func NATSSink(sub Channels) Sink {
 	return &natsSink{sub: sub, subjects: map[string]kvdynamo.NATSChannel{}}
 }
@@ -227,12 +314,16 @@ type natsSink struct {
 	subjects map[string]kvdynamo.NATSChannel // followed channels by subject
 }
 
+func (s *natsSink) setStarts(d Deployment) { setStarts(s.sub, d) }
+
 func (s *natsSink) Sync(_ context.Context, d Deployment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want := map[string]kvdynamo.NATSChannel{}
-	for _, ch := range NATSChannels(d) {
-		want[ch.Subject] = ch
+	if setStarts(s.sub, d) {
+		for _, ch := range NATSChannels(d) {
+			want[ch.Subject] = ch
+		}
 	}
 	reconcile(s.subjects, want, s.sub.RemoveChannel, s.sub.AddChannel)
 }

@@ -40,7 +40,8 @@ func (s *Selector) matches(m *ModelCard) bool {
 type Publisher struct {
 	// ID is the publisher id its frames carry.
 	ID uint64
-	// DPRank is the data-parallel rank it publishes for.
+	// DPRank is the data-parallel rank it publishes for, as Dynamo
+	// numbers ranks: from the worker's DPStart.
 	DPRank int
 	// Transport and Endpoints are those of its Channel ("Zmq" and the
 	// PUB endpoint).
@@ -66,8 +67,11 @@ type Worker struct {
 	// MaxBatchedTokens its batch limits (zero if unknown).
 	BlockSize, KVBlocks           int
 	MaxRequests, MaxBatchedTokens int
-	// DPSize is its number of data-parallel ranks (ranks 0 to DPSize-1).
-	DPSize int
+	// DPStart and DPSize are its data-parallel ranks: Dynamo's ranks
+	// DPStart to DPStart+DPSize-1 (DPStart is above 0 for the workers
+	// after the first of a multi-node data-parallel deployment), which a
+	// router models as ranks 0 to DPSize-1 (see Engine).
+	DPStart, DPSize int
 	// WorkerType is "aggregated", "prefill" or "decode" (empty if the
 	// card does not say).
 	WorkerType string
@@ -215,15 +219,11 @@ func (d *Deployment) wait(id uint64, err error) {
 
 func worker(c *ModelCard, inst entry, channels map[uint64]*Channel, sources []*Source, metrics []entry) (Worker, error) {
 	w := Worker{InstanceID: c.InstanceID, Endpoint: c.Endpoint, Model: c.Name, BlockSize: c.BlockSize,
-		KVBlocks: c.KVBlocks, MaxRequests: c.MaxRequests, MaxBatchedTokens: c.MaxBatchedTokens, DPSize: c.DPSize,
-		WorkerType: c.WorkerType, RequestPlane: inst.rec.Instance.Transport}
-	if c.DPStart != 0 {
-		return w, fmt.Errorf("%w: %x: data_parallel_start_rank %d: workers whose ranks do not start at 0 are not supported",
-			ErrIncomplete, c.InstanceID, c.DPStart)
-	}
+		KVBlocks: c.KVBlocks, MaxRequests: c.MaxRequests, MaxBatchedTokens: c.MaxBatchedTokens, DPStart: c.DPStart,
+		DPSize: c.DPSize, WorkerType: c.WorkerType, RequestPlane: inst.rec.Instance.Transport}
 	for _, src := range sources {
 		ch, ok := channels[src.PublisherID]
-		if !ok || !src.Scope.Contains(c.Endpoint) || ch.Scope != src.Scope || src.DPRank >= c.DPSize {
+		if !ok || !src.Scope.Contains(c.Endpoint) || ch.Scope != src.Scope || src.DPRank < c.DPStart || src.DPRank-c.DPStart >= c.DPSize {
 			continue
 		}
 		w.KVEvents = append(w.KVEvents, Publisher{ID: src.PublisherID, DPRank: src.DPRank, Transport: ch.Transport,
@@ -233,7 +233,7 @@ func worker(c *ModelCard, inst entry, channels map[uint64]*Channel, sources []*S
 		return cmp.Or(cmp.Compare(a.DPRank, b.DPRank), cmp.Compare(a.ID, b.ID))
 	})
 	if c.PublishesKVEvents {
-		for r := range c.DPSize {
+		for r := c.DPStart; r < c.DPStart+c.DPSize; r++ {
 			if !slices.ContainsFunc(w.KVEvents, func(p Publisher) bool { return p.DPRank == r }) {
 				return w, fmt.Errorf("%w: %x: no kv-events publisher for dp rank %d yet", ErrIncomplete, c.InstanceID, r)
 			}

@@ -253,7 +253,7 @@ func TestDeploymentWaiting(t *testing.T) {
 				f.value = []byte(strings.Replace(string(f.value), `"data_parallel_start_rank":0`, `"data_parallel_start_rank":1`, 1))
 			}
 			return true
-		}, "data_parallel_start_rank 1"},
+		}, "no kv-events publisher for dp rank 1"}, // its one publisher is of rank 0
 		{"card gone bad", func(f *goldenFile) bool {
 			if f.rec.Model != nil {
 				f.value = []byte(strings.Replace(string(f.value), `"kv_cache_block_size":16`, `"kv_cache_block_size":-1`, 1))
