@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -58,6 +59,23 @@ func (c *dynamoConfig) validate() error {
 // frontend returns the gateway's Config.Frontend.
 func (c *dynamoConfig) frontend() *gateway.Engine {
 	return &gateway.Engine{URL: c.Frontend, Preset: gateway.PresetDynamo}
+}
+
+// dpStarts gives the gateway the start ranks of the workers whose
+// data-parallel ranks do not start at 0 (multi-node data parallelism),
+// as the Dynamo mode's subscriber learns them from the store, so that
+// x-dynamo-dp-rank carries Dynamo's rank; 0 until the subscriber exists,
+// when no worker is registered yet.
+type dpStarts struct {
+	sub atomic.Pointer[kvdynamo.Subscriber]
+}
+
+// get returns worker's start rank.
+func (s *dpStarts) get(worker uint64) int {
+	if sub := s.sub.Load(); sub != nil {
+		return sub.DPStartRank(worker)
+	}
+	return 0
 }
 
 // dynamoMode follows a Dynamo deployment: its workers (registered in the

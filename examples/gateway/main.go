@@ -264,8 +264,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 		Router: r, Engines: o.file.Engines, Tokenizer: tok, MaxAttempts: o.file.MaxAttempts, Adapters: o.file.Adapters,
 		HealthInterval: o.interval, RemoveAfter: o.remove, Logger: log,
 	}
+	var starts dpStarts
 	if o.file.Dynamo.Store != "" {
 		gcfg.Frontend = o.file.Dynamo.frontend()
+		gcfg.FrontendDPStart = starts.get
 	}
 	gw, err := gateway.New(gcfg)
 	if err != nil {
@@ -276,6 +278,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 		if dyn, err = newDynamoMode(ctx, o.file.Dynamo, r, gw, log); err != nil {
 			return err
 		}
+		starts.sub.Store(dyn.sub)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(routerprom.New(r, "kvroute"), newCollector(gw))

@@ -45,7 +45,9 @@
 // says where their requests go. For an NVIDIA Dynamo deployment that is
 // its frontend in direct routing mode with Preset PresetDynamo: every
 // request reaches the frontend with the chosen worker's instance id in
-// x-dynamo-worker-instance-id and its rank in x-dynamo-dp-rank. Pass the
+// x-dynamo-worker-instance-id and its rank in x-dynamo-dp-rank (Dynamo's
+// rank: the router's plus Config.FrontendDPStart's start rank, for the
+// workers of a multi-node data-parallel deployment). Pass the
 // Gateway as the event subscriber's load reporter (it is one: Heartbeat),
 // so that Dynamo's load reports and the gateway's health probes of the
 // frontend agree. The command examples/gateway does all of this with

@@ -53,6 +53,15 @@ type Config struct {
 	// direct routing mode (Preset PresetDynamo). Its ID, events and
 	// capacities are ignored. Run probes its URL like an engine's.
 	Frontend *Engine
+	// FrontendDPStart, when set, gives the start rank of a worker served
+	// through Frontend whose data-parallel ranks do not start at 0 (its
+	// instance id in, Dynamo's data_parallel_start_rank out): the "{rank}"
+	// of Frontend's headers is then the router's rank plus it, the rank
+	// Dynamo's frontend knows the worker's rank by (a worker of ranks 4 to
+	// 7 is routed as ranks 0 to 3). It is called once per request sent
+	// through Frontend and must not block; the DPStartRank method of
+	// package kvevents/dynamo's subscribers is one. Nil adds nothing.
+	FrontendDPStart func(worker uint64) int
 	// Tokenizer turns prompts into the engines' token ids. Nil means
 	// WordTokenizer, which agrees with no real model.
 	Tokenizer Tokenizer
@@ -120,7 +129,8 @@ type Gateway struct {
 	clock             kvroute.Clock
 	log               *slog.Logger
 
-	frontend *engine // Config.Frontend, nil without
+	frontend        *engine                 // Config.Frontend, nil without
+	frontendDPStart func(worker uint64) int // Config.FrontendDPStart
 
 	// mu protects engines, runCtx and active.
 	mu      sync.RWMutex
@@ -184,6 +194,7 @@ func New(cfg Config) (*Gateway, error) {
 		target, _ := url.Parse(f.URL) // validated
 		headers, _ := f.headers()
 		g.frontend = &engine{cfg: f, target: target, headers: headers}
+		g.frontendDPStart = cfg.FrontendDPStart
 	}
 	if g.tok == nil {
 		g.tok = WordTokenizer{}

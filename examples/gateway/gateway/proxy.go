@@ -233,6 +233,7 @@ type attempt struct {
 	target    *url.URL
 	headers   *engineHeaders
 	ranks     int
+	rank      kvroute.DPRank // the rank the engine knows the decision's rank by
 	stream    bool
 	dropUsage bool
 
@@ -259,8 +260,12 @@ func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, 
 	g.mu.RLock()
 	eng := g.engines[d.Worker.ID]
 	g.mu.RUnlock()
-	if eng == nil {
+	a.rank = d.Worker.Rank
+	if eng == nil && g.frontend != nil {
 		eng = g.frontend // a worker someone else registered
+		if g.frontendDPStart != nil {
+			a.rank += kvroute.DPRank(max(g.frontendDPStart(uint64(d.Worker.ID)), 0))
+		}
 	}
 	if eng == nil {
 		a.err = fmt.Errorf("%w: %d", ErrEngineGone, d.Worker.ID)
@@ -327,7 +332,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del("Accept-Encoding")
 	switch {
 	case len(a.headers.set) > 0 || len(a.headers.strip) > 0:
-		a.headers.apply(pr.Out.Header, a.d.Worker.ID, a.d.Worker.Rank)
+		a.headers.apply(pr.Out.Header, a.d.Worker.ID, a.rank)
 	case a.ranks > 1:
 		pr.Out.Header.Set("X-Data-Parallel-Rank", strconv.Itoa(int(a.d.Worker.Rank)))
 	}

@@ -260,3 +260,44 @@ func TestGatewayFrontendServesDiscoveredWorkers(t *testing.T) {
 		return true
 	}, 5*time.Second, 10*time.Millisecond)
 }
+
+// A worker whose data-parallel ranks start at 4 (Dynamo's second node of a
+// multi-node deployment) is routed as ranks 0 and 1 and forwarded with the
+// ranks Dynamo's frontend knows, 4 and 5, in X-Dynamo-Dp-Rank; a worker
+// whose ranks start at 0 keeps its ranks.
+func TestGatewayFrontendDPStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	engines := []*fakeEngine{
+		newFakeEngine(t, 11, blockSize, 64, 2, 0),
+		newFakeEngine(t, 12, blockSize, 64, 2, 0),
+	}
+	front := newHeaderFrontend(t, engines)
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize})})
+	require.NoError(t, err)
+	for _, e := range engines {
+		require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: e.ID(), Ranks: 2, Block: blockSize}))
+	}
+	starts := map[uint64]int{12: 4}
+	gw, err := gateway.New(gateway.Config{Router: r, HealthInterval: -1,
+		Frontend:        &gateway.Engine{URL: front.srv.URL, Preset: gateway.PresetDynamo},
+		FrontendDPStart: func(w uint64) int { return starts[w] }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 16 {
+		a, err := call(ctx, client, srv.URL, "/v1/completions", map[string]any{"model": "m", "prompt": fmt.Sprint("prompt ", i)}, i)
+		require.NoError(t, err)
+		require.True(t, a.ok, "%+v", a)
+	}
+	seen := map[string]bool{}
+	for _, h := range front.headers() {
+		seen[h.Get("X-Dynamo-Worker-Instance-Id")+"/"+h.Get("X-Dynamo-Dp-Rank")] = true
+	}
+	for k := range seen {
+		require.Contains(t, []string{"11/0", "11/1", "12/4", "12/5"}, k)
+	}
+	require.True(t, seen["12/4"] || seen["12/5"], "the offset worker was chosen: %v", seen)
+	require.True(t, seen["11/0"] || seen["11/1"], "%v", seen)
+}
