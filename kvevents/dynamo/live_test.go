@@ -263,6 +263,7 @@ type liveRun struct {
 	ctx       context.Context
 	pub       zmq4.Socket
 	seq       uint64
+	rank      int64 // the data-parallel rank the vLLM-format batches name
 	relay     *relay
 	worker    kvroute.WorkerID
 	chans     map[string]string
@@ -314,7 +315,7 @@ func (r *liveRun) run(run func(context.Context) error) {
 
 // send publishes a vLLM-format batch.
 func (r *liveRun) send(evs ...kvevents.EngineEvent) {
-	p, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: float64(r.seq), Events: evs, RankSlot: true, DPRank: kvevents.Some(0)})
+	p, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: float64(r.seq), Events: evs, RankSlot: true, DPRank: kvevents.Some(r.rank)})
 	require.NoError(r.t, err)
 	var b [8]byte
 	for i := range 8 {
@@ -629,4 +630,53 @@ func TestLiveNATS(t *testing.T) {
 	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: r.chans[dynamo.TopicKVMetrics],
 		KVCapacityBlocks: liveCapacity, BlockSize: liveBlock}))
 	r.check(sub.Run, sub.Stats)
+}
+
+// TestLiveDPStartRank: Dynamo's own KvEventPublisher and
+// WorkerMetricsPublisher publishing for data-parallel rank 3 of a worker
+// whose ranks start at 2 (multi-node data parallelism): with the start
+// rank set, its events, recovery dump and load reports are the router's
+// rank 1.
+func TestLiveDPStartRank(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	r := startLive(t, ctx, "KVROUTE_DP_RANK=3")
+	r.rank = 3 // as vLLM's rank 3 names its batches
+	rel := kvroute.WorkerKey{ID: r.worker, Rank: 1}
+	// Stored before the subscriber joins: only the dump brings it.
+	// (Published until the direct path has it: ZMQ subscribers join late.)
+	early := r.storeOne(70000)
+	waitFor(t, ctx, "the early store through kvevents/zmq", holds(r.direct, early), func() { r.storeOne(70000) })
+	tgt, ok := r.relay.recoveryTarget(t)
+	require.True(t, ok, "the relay has a local indexer")
+	require.Equal(t, uint32(3), tgt.DPRank, "its event source names Dynamo's rank")
+	sub, err := dynamo.New(dynamo.Config{Sink: r.viaDynamo, Load: r.loads})
+	require.NoError(t, err)
+	require.NoError(t, sub.SetDPStartRanks(map[uint64]int{uint64(r.worker): 2}))
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVEvents], Topic: dynamo.TopicKVEvents, Recovery: &tgt}))
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: r.chans[dynamo.TopicKVMetrics], Topic: dynamo.TopicKVMetrics,
+		KVCapacityBlocks: liveCapacity, BlockSize: liveBlock}))
+	r.run(sub.Run)
+	waitFor(t, ctx, "the dump", holds(r.viaDynamo, early), nil)
+	var live []kvroute.SeqHash
+	waitFor(t, ctx, "a live store", func() bool { return live != nil && holds(r.viaDynamo, live)() }, func() {
+		live = r.storeOne(71000 + int(r.seq))
+	})
+	for _, seqs := range [][]kvroute.SeqHash{early, live} {
+		var m indexer.MatchResult
+		r.viaDynamo.Match(seqs, &m)
+		require.Len(t, m.Workers, 1)
+		require.Equal(t, rel, m.Workers[0].Worker)
+	}
+	waitFor(t, ctx, "a kv_metrics heartbeat of rank 1", func() bool {
+		l, ok := r.loads.get(rel)
+		return ok && l.KVUtilization == 300.0/liveCapacity
+	}, func() { r.relay.command(t, "load 3 4 300") })
+	_, ok = r.loads.get(kvroute.WorkerKey{ID: r.worker, Rank: 3})
+	require.False(t, ok, "nothing under Dynamo's rank")
+	st := sub.Stats()
+	t.Logf("subscriber: %+v", st)
+	require.Zero(t, st.Malformed)
+	require.Zero(t, st.ApplyErrs)
+	require.Equal(t, uint64(1), st.Restored)
 }

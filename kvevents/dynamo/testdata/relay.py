@@ -36,8 +36,11 @@ async def main():
     loop = asyncio.get_running_loop()
     rt = DistributedRuntime(loop, "file", "tcp", event_plane=os.environ.get("KVROUTE_EVENT_PLANE", "zmq"))
     endpoint = rt.endpoint("kvroute.relay.generate")
+    # KVROUTE_DP_RANK: the data-parallel rank the relay publishes for, as a
+    # worker of a multi-node deployment whose ranks do not start at 0.
     relay = KvEventPublisher(endpoint, kv_block_size=block_size, enable_local_indexer=True,
-                             zmq_endpoint=vllm_endpoint, zmq_topic="")
+                             zmq_endpoint=vllm_endpoint, zmq_topic="",
+                             dp_rank=int(os.environ.get("KVROUTE_DP_RANK", "0")))
     metrics = WorkerMetricsPublisher()
     await metrics.create_endpoint(endpoint)
     print("ready", endpoint.connection_id(), flush=True)
