@@ -680,3 +680,48 @@ func TestLiveDPStartRank(t *testing.T) {
 	require.Zero(t, st.ApplyErrs)
 	require.Equal(t, uint64(1), st.Restored)
 }
+
+// TestLiveNATSSharedSubject: two workers (two of Dynamo's own
+// KvEventPublisher relays) serve one endpoint on Dynamo's NATS event plane
+// and so publish on one subject; the NATSSubscriber subscribes to it once
+// and indexes each worker's blocks, and takes each worker's load reports,
+// under that worker, by what each message names.
+func TestLiveNATSSharedSubject(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	nc, url := startNATS(t)
+	a := startLive(t, ctx, "KVROUTE_EVENT_PLANE=nats", "NATS_SERVER="+url)
+	b := startLive(t, ctx, "KVROUTE_EVENT_PLANE=nats", "NATS_SERVER="+url)
+	require.NotEqual(t, a.worker, b.worker)
+	require.Equal(t, a.chans[dynamo.TopicKVEvents], b.chans[dynamo.TopicKVEvents], "one subject")
+	ix, err := indexer.New(indexer.Config{Hasher: liveHasher})
+	require.NoError(t, err)
+	loads := &loadLog{}
+	sub, err := dynamo.NewNATS(dynamo.NATSConfig{Conn: nc, Sink: ix, Load: loads})
+	require.NoError(t, err)
+	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: a.chans[dynamo.TopicKVEvents]}))
+	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: a.chans[dynamo.TopicKVMetrics],
+		KVCapacityBlocks: liveCapacity, BlockSize: liveBlock}))
+	a.run(sub.Run)
+	for i, r := range []*liveRun{a, b} {
+		base := 80000 + 1000*i
+		var seqs []kvroute.SeqHash
+		waitFor(t, ctx, "a worker's store", func() bool { return seqs != nil && holds(ix, seqs)() }, func() { seqs = r.storeOne(base) })
+		var m indexer.MatchResult
+		ix.Match(seqs, &m)
+		require.Len(t, m.Workers, 1)
+		require.Equal(t, kvroute.WorkerKey{ID: r.worker}, m.Workers[0].Worker, "worker %d", i)
+		used := 100 * (i + 1)
+		waitFor(t, ctx, "a worker's kv_metrics", func() bool {
+			l, ok := loads.get(kvroute.WorkerKey{ID: r.worker})
+			return ok && l.KVUtilization == float64(used)/liveCapacity
+		}, func() { r.relay.command(t, "load 0 2 %d", used) })
+	}
+	st := sub.Stats()
+	t.Logf("subscriber: %+v", st)
+	require.Equal(t, uint64(2), st.Reconnects, "one subscription per subject")
+	require.Zero(t, st.Gaps, "each publisher's sequence is its own")
+	require.Zero(t, st.Malformed)
+	require.Zero(t, st.ApplyErrs)
+	require.Zero(t, st.Duplicates)
+}
