@@ -12,7 +12,12 @@
 //     reports, the router as Config.Load. Register Dynamo workers in the
 //     router under their instance ids (RouterEvents name their worker by
 //     it), with the engine's block size.
-//  2. Run [Subscriber.Run] on a goroutine of your own.
+//  2. Run [Subscriber.Run] on a goroutine of your own. For workers whose
+//     data-parallel ranks do not start at 0 (model card
+//     data_parallel_start_rank above 0: the later nodes of a multi-node
+//     data-parallel deployment), call [Subscriber.SetDPStartRanks] before
+//     adding their publishers: Dynamo names their ranks from the start
+//     rank, the router from 0.
 //  3. For each event channel discovery reports (topics "kv-events",
 //     "kv_metrics", "forward-pass-metrics"), call
 //     [Subscriber.AddPublisher] with its endpoint and topic, and the

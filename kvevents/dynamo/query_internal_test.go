@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/hex"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,6 +35,41 @@ func TestQueryStreamGolden(t *testing.T) {
 	for n := range len(raw) - 34 { // the final marker ends before the 34-byte sentinel
 		_, err := readQueryStream(bufio.NewReader(bytes.NewReader(raw[:n])), queryStreamSubject)
 		require.Error(t, err, "cut at %d", n)
+	}
+}
+
+// queryStreamDomainDump is queryStreamTreeDump with reset_scope "domain"
+// (Dynamo's runtime also defines that scope) instead of "all", the
+// response's length grown by the 3 bytes.
+func queryStreamDomainDump(t testing.TB) []byte {
+	h := strings.Replace(queryStreamTreeDump, "00000000000000000000000000000048000000000000000082a4",
+		"0000000000000000000000000000004b000000000000000082a4", 1)
+	h = strings.Replace(h, "ab72657365745f73636f7065a3616c6c", "ab72657365745f73636f7065a6646f6d61696e", 1)
+	raw, err := hex.DecodeString(h)
+	if err != nil || h == queryStreamTreeDump {
+		t.Fatal("the golden stream changed", err)
+	}
+	return raw
+}
+
+// A dump of another reset scope decodes with its scope, which a
+// subscriber then refuses (checkResetScope).
+func TestQueryStreamResetScope(t *testing.T) {
+	resp, err := readQueryStream(bufio.NewReader(bytes.NewReader(queryStreamDomainDump(t))), queryStreamSubject)
+	require.NoError(t, err)
+	require.Equal(t, &QueryResponse{Kind: "TreeDump", ResetScope: "domain"}, resp)
+	for _, tc := range []struct {
+		scope string
+		ok    bool
+	}{{"", true}, {ResetScopeAll, true}, {"domain", false}, {"ALL", false}} {
+		err := checkResetScope(tc.scope)
+		if tc.ok {
+			require.NoError(t, err, tc.scope)
+			continue
+		}
+		require.ErrorIs(t, err, ErrResetScope, tc.scope)
+		require.ErrorIs(t, err, ErrQuery, tc.scope)
+		require.ErrorContains(t, err, strconv.Quote(tc.scope))
 	}
 }
 
@@ -84,6 +121,7 @@ func FuzzQueryStream(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(raw)
+	f.Add(queryStreamDomainDump(f))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		_, _ = readQueryStream(bufio.NewReader(bytes.NewReader(p)), queryStreamSubject)
 	})
