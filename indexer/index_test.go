@@ -500,3 +500,49 @@ func TestReusedHashInOneEventKeepsRunStart(t *testing.T) {
 	require.Equal(t, 2, m.Blocks)
 	require.Equal(t, 2, ix.Size().Pairs)
 }
+
+// TestRemoveChainStretches removes stretches of one worker's chain in one
+// event, in the orders engines evict them (tail first, head first) and
+// across the segments another worker's shorter hold splits the chain into.
+func TestRemoveChainStretches(t *testing.T) {
+	a, b := wk(1), wk(2)
+	const n = 8
+	toks := prompt(0, 1, 2, 3, 4, 5, 6, 7)
+	extA := make([]H, n)
+	for i := range extA {
+		extA[i] = H(i + 1)
+	}
+	extB := []H{101, 102, 103, 104}
+	for _, c := range []struct {
+		name   string
+		remove []H
+		want   map[kvroute.WorkerKey][kvroute.NumTiers]int
+		blocks int
+		pairs  int
+	}{
+		{"tail first", []H{8, 7, 6, 5, 4, 3, 2, 1}, map[kvroute.WorkerKey][kvroute.NumTiers]int{b: dev(4)}, 4, 4},
+		{"head first", []H{1, 2, 3, 4, 5, 6, 7, 8}, map[kvroute.WorkerKey][kvroute.NumTiers]int{b: dev(4)}, 4, 4},
+		{"middle, across segments", []H{6, 5, 4, 3}, map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(2), b: dev(4)}, 6, 8},
+		{"tail, then an unknown hash, then the head", []H{8, 7, 999, 1, 2}, map[kvroute.WorkerKey][kvroute.NumTiers]int{b: dev(4)}, 6, 8},
+		{"interleaved ends", []H{8, 1, 7, 2}, map[kvroute.WorkerKey][kvroute.NumTiers]int{b: dev(4)}, 6, 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ix := newIndex(t)
+			require.NoError(t, ix.Apply(stored(a, 0, 0, 0, extA, toks)))
+			require.NoError(t, ix.Apply(stored(b, 0, 0, 0, extB, toks[:16])))
+			require.NoError(t, ix.Apply(removed(a, 0, 0, c.remove...)))
+			require.Equal(t, c.want, matchMap(ix, toks))
+			s := ix.Size()
+			require.Equal(t, c.blocks, s.Blocks)
+			require.Equal(t, c.pairs, s.Pairs)
+
+			// Storing the removed blocks again restores the whole chain.
+			require.NoError(t, ix.Apply(removed(a, 0, 0, extA...)))
+			require.NoError(t, ix.Apply(stored(a, 0, 0, 0, extA, toks)))
+			require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(n), b: dev(4)}, matchMap(ix, toks))
+			s = ix.Size()
+			require.Equal(t, n, s.Blocks)
+			require.Equal(t, n+4, s.Pairs)
+		})
+	}
+}
