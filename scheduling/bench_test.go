@@ -39,31 +39,65 @@ func benchCandidates(n, promptBlocks int) []scheduling.Candidate {
 	return cands
 }
 
+// idleCandidates returns n idle candidates for a prompt of promptBlocks
+// blocks, two of which hold all of it: a steady stream's pool between
+// requests, as router's BenchmarkSelect meets it.
+func idleCandidates(n, promptBlocks int) []scheduling.Candidate {
+	cands := make([]scheduling.Candidate, n)
+	for i := range cands {
+		cands[i] = scheduling.Candidate{
+			Worker: kvroute.WorkerKey{ID: kvroute.WorkerID(i + 1)},
+			Load:   scheduling.Load{PotentialDecodeBlocks: promptBlocks, MaxRequests: 256, MaxBatchedTokens: 8192},
+		}
+	}
+	for _, i := range []int{n / 3, n/3 + 1} {
+		cands[i%n].Cached[kvroute.TierDevice] = promptBlocks
+	}
+	return cands
+}
+
+// BenchmarkChoose scores and chooses among candidates of varied cache and
+// load, and (pool=idle) among idle ones two of which hold the prompt.
 func BenchmarkChoose(b *testing.B) {
 	dynamo, _ := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
 	weighted, _ := scheduling.NewWeightedScore(scheduling.WeightedScoreConfig{})
 	stale, _ := scheduling.NewStalenessCost(dynamo, scheduling.StalenessConfig{})
+	def, _ := scheduling.NewDefaultCost(16)
 	costs := []struct {
 		name string
 		cost scheduling.CostFunc
-	}{{"dynamo", dynamo}, {"weighted", weighted}, {"staleness", stale}}
+	}{
+		{"dynamo", dynamo}, {"weighted", weighted}, {"staleness", stale},
+		// Choose's one-pass path for the default cost, and the same cost
+		// through the generic path (Costs, then Select).
+		{"default", def}, {"default-generic", scheduling.CostFuncFunc(def.Costs)},
+	}
 	for _, cf := range costs {
 		for _, temp := range []float64{0, 0.5} {
 			for _, n := range []int{8, 64, 512} {
-				b.Run(fmt.Sprintf("cost=%s/temp=%g/workers=%d/prompt=1k", cf.name, temp, n), func(b *testing.B) {
-					sel, _ := scheduling.NewSelector(scheduling.SelectorConfig{Temperature: temp, Seed: 1})
-					cands := benchCandidates(n, 64)
-					out := make([]float64, n)
-					req := scheduling.Request{PromptTokens: 1024, Blocks: 64, BlockSize: 16}
-					b.ReportAllocs()
-					for b.Loop() {
-						if _, err := scheduling.Choose(cf.cost, sel, &req, cands, out); err != nil {
-							b.Fatal(err)
-						}
+				for _, idle := range []bool{false, true} {
+					name := fmt.Sprintf("cost=%s/temp=%g/workers=%d/prompt=1k", cf.name, temp, n)
+					if idle {
+						name += "/pool=idle"
 					}
-					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/candidate")
-				})
+					b.Run(name, func(b *testing.B) {
+						sel, _ := scheduling.NewSelector(scheduling.SelectorConfig{Temperature: temp, Seed: 1})
+						cands := benchCandidates(n, 64)
+						if idle {
+							cands = idleCandidates(n, 64)
+						}
+						out := make([]float64, n)
+						req := scheduling.Request{PromptTokens: 1024, Blocks: 64, BlockSize: 16}
+						b.ReportAllocs()
+						for b.Loop() {
+							if _, err := scheduling.Choose(cf.cost, sel, &req, cands, out); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/candidate")
+					})
+				}
 			}
 		}
 	}

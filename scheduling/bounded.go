@@ -106,20 +106,33 @@ func (b *BoundedLoad) Costs(req *Request, cands []Candidate, costs []float64) {
 	if n < 2 {
 		return
 	}
-	total, least, r := 0, math.MaxInt, 1
-	for i := range n {
-		now, with, adds := b.loads(req, &cands[i])
-		total += now
-		least = min(least, with)
-		r = adds
-	}
-	bound := int(math.Ceil(b.factor*float64(total+r)/float64(n*r))) * r
-	bound = max(bound, least)
+	bound := b.bound(req, cands[:n])
 	for i := range n {
 		if _, with, _ := b.loads(req, &cands[i]); with > bound {
 			costs[i] += overBound
 		}
 	}
+}
+
+// bound returns the load bound over cands: a candidate whose load with
+// the request exceeds it is over the bound.
+func (b *BoundedLoad) bound(req *Request, cands []Candidate) int {
+	total, least, r := 0, math.MaxInt, 1
+	for i := range cands {
+		now, with, adds := b.loads(req, &cands[i])
+		total += now
+		least = min(least, with)
+		r = adds
+	}
+	return b.boundOf(len(cands), total, least, r)
+}
+
+// boundOf returns the load bound over n candidates whose loads sum to
+// total, the least load with the request being least, for a request that
+// adds r.
+func (b *BoundedLoad) boundOf(n, total, least, r int) int {
+	bound := int(math.Ceil(b.factor*float64(total+r)/float64(n*r))) * r
+	return max(bound, least)
 }
 
 // DefaultCostConfig returns the cost NewDefaultCost bounds: Dynamo's cost with

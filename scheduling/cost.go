@@ -103,32 +103,69 @@ func NewDynamoCost(cfg DynamoCostConfig) (*DynamoCost, error) {
 
 // Costs implements CostFunc.
 func (d *DynamoCost) Costs(req *Request, cands []Candidate, costs []float64) {
-	ow := or(req.Overrides.OverlapWeight, d.overlapWeight)
-	pls := or(req.Overrides.PrefillLoadScale, d.prefillLoadScale)
+	p := d.params(req)
+	n := min(len(cands), len(costs))
+	d.costs(&p, req, cands[:n], costs[:n], nil)
+}
+
+// costs writes the cost of cands[i] into costs[i] (of the same length).
+// When b is not nil it also returns the sums b.bound takes over cands (see
+// BoundedLoad.boundOf), so that chooseBoundedDynamo makes one pass for
+// both; Costs and chooseBoundedDynamo compute every cost with this same
+// code.
+func (d *DynamoCost) costs(p *dynamoParams, req *Request, cands []Candidate, costs []float64, b *BoundedLoad) (total, least, r int) {
+	least, r = math.MaxInt, 1
+	costs = costs[:len(cands)]
+	for i := range cands {
+		c := &cands[i]
+		// Most candidates hold none of the prompt: their credit is +0,
+		// which CachedCredit would return too.
+		var credit float64
+		if c.Cached != ([kvroute.NumTiers]int{}) {
+			credit = c.CachedCredit(&d.tiers)
+		}
+		prefill := float64(c.Load.ActivePrefillTokens)*p.inv + p.isl - p.ow*credit
+		if prefill < 0 {
+			prefill = 0
+		}
+		decode := c.Load.PotentialDecodeBlocks + p.out
+		if capacity := c.Load.KVCapacityBlocks; capacity > 0 && decode > capacity {
+			decode += decode - capacity
+		}
+		costs[i] = p.pls*prefill + float64(decode) + p.arw*float64(c.Load.ActiveRequests)
+		if b != nil {
+			now, with, adds := b.loads(req, c)
+			total += now
+			least = min(least, with)
+			r = adds
+		}
+	}
+	return total, least, r
+}
+
+// dynamoParams are the terms of DynamoCost that depend on the request only.
+type dynamoParams struct {
+	ow, pls, inv, isl, arw float64
+	out                    int // blocks of expected output
+}
+
+// params returns the request's terms of the cost.
+func (d *DynamoCost) params(req *Request) dynamoParams {
 	bs := d.blockSize
 	if req.BlockSize > 0 {
 		bs = req.BlockSize
 	}
-	inv := 1 / float64(bs)
-	isl := float64(max(req.PromptTokens, 0)) * inv
-	arw := d.activeRequestWeight
-	out := 0
+	p := dynamoParams{
+		ow:  or(req.Overrides.OverlapWeight, d.overlapWeight),
+		pls: or(req.Overrides.PrefillLoadScale, d.prefillLoadScale),
+		inv: 1 / float64(bs),
+		arw: d.activeRequestWeight,
+	}
+	p.isl = float64(max(req.PromptTokens, 0)) * p.inv
 	if req.ExpectedOutputTokens > 0 {
-		out = (req.ExpectedOutputTokens-1)/bs + 1
+		p.out = (req.ExpectedOutputTokens-1)/bs + 1
 	}
-	n := min(len(cands), len(costs))
-	for i := range n {
-		c := &cands[i]
-		prefill := float64(c.Load.ActivePrefillTokens)*inv + isl - ow*c.CachedCredit(&d.tiers)
-		if prefill < 0 {
-			prefill = 0
-		}
-		decode := c.Load.PotentialDecodeBlocks + out
-		if capacity := c.Load.KVCapacityBlocks; capacity > 0 && decode > capacity {
-			decode += decode - capacity
-		}
-		costs[i] = pls*prefill + float64(decode) + arw*float64(c.Load.ActiveRequests)
-	}
+	return p
 }
 
 // WeightedScoreConfig configures WeightedScore. The zero value is the

@@ -93,7 +93,19 @@ func (s *Selector) Select(costs []float64, temperature OptFloat) int {
 	}
 	// A −Inf cost is a must-pick (softmax weights would be NaN): choose
 	// among the −Inf costs, as among any minimum ties.
+	return s.pick(costs, t, lo, hi, ties, -1)
+}
+
+// pick returns the chosen index among costs, given the temperature t and,
+// over costs mapped by costOf, the minimum lo, the largest finite cost hi
+// and the number ties of costs equal to lo. first is the index of the
+// first cost equal to lo when the caller knows it, and -1 otherwise.
+func (s *Selector) pick(costs []float64, t, lo, hi float64, ties, first int) int {
+	n := len(costs)
 	if t == 0 || ties == n || math.IsInf(lo, 0) || hi == lo {
+		if ties == 1 && first >= 0 {
+			return first // what nthMin returns, without the scan
+		}
 		return s.nthMin(costs, lo, ties)
 	}
 	scale := 1 / ((hi - lo) * t)
