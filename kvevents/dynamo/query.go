@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -235,11 +236,35 @@ func readTwoPart(r *bufio.Reader) (header, body []byte, err error) {
 	if hl > maxQueryMessage || bl > maxQueryMessage {
 		return nil, nil, fmt.Errorf("%w: response message of %d+%d bytes", ErrMalformed, hl, bl)
 	}
-	buf := make([]byte, hl+bl)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	buf, err := readN(r, hl+bl)
+	if err != nil {
 		return nil, nil, err
 	}
 	return buf[:hl], buf[hl:], nil
+}
+
+// readN reads exactly n bytes. Memory grows with the bytes that arrive,
+// not with n, so that a length a peer declares but never sends costs
+// nothing.
+func readN(r io.Reader, n uint64) ([]byte, error) {
+	const direct = 64 << 10
+	if n <= direct {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	var b bytes.Buffer
+	b.Grow(direct)
+	m, err := b.ReadFrom(io.LimitReader(r, int64(n)))
+	if err != nil {
+		return nil, err
+	}
+	if uint64(m) < n {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return b.Bytes(), nil
 }
 
 // readQueryStream reads a query's response stream: the worker's handshake

@@ -3,7 +3,10 @@ package dynamo
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
+	"io"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,4 +128,30 @@ func FuzzQueryStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p []byte) {
 		_, _ = readQueryStream(bufio.NewReader(bytes.NewReader(p)), queryStreamSubject)
 	})
+}
+
+// A message whose declared length the peer never sends fails with an
+// unexpected EOF and costs memory for the bytes that came, not for the
+// length declared (up to 2 × 256 MiB).
+func TestQueryStreamDeclaredLengthNotAllocated(t *testing.T) {
+	var h [24]byte
+	binary.BigEndian.PutUint64(h[0:8], maxQueryMessage)
+	binary.BigEndian.PutUint64(h[8:16], maxQueryMessage)
+	in := append(h[:], "only a few bytes"...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := readQueryStream(bufio.NewReader(bytes.NewReader(in)), queryStreamSubject)
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, ErrQuery)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated for a message that never came")
+
+	// A long message that does arrive is read whole.
+	body := bytes.Repeat([]byte{'x'}, 300<<10)
+	binary.BigEndian.PutUint64(h[0:8], 0)
+	binary.BigEndian.PutUint64(h[8:16], uint64(len(body)))
+	hdr, got, err := readTwoPart(bufio.NewReader(bytes.NewReader(append(h[:], body...))))
+	require.NoError(t, err)
+	require.Empty(t, hdr)
+	require.Equal(t, body, got)
 }
