@@ -29,6 +29,28 @@ func startNATS(t *testing.T) (*nats.Conn, string) {
 	return nc, srv.ClientURL()
 }
 
+// runNATSSubscriber subscribes sub to the kv-events and kv_metrics
+// subjects of dynamo/backend/generate (metrics with a capacity of 100
+// blocks), runs it until the test ends (cancel stops it; the test fails
+// if Run fails), and returns the two subjects and a function publishing
+// an envelope on a subject.
+func runNATSSubscriber(t *testing.T, ctx context.Context, cancel context.CancelFunc, nc *nats.Conn,
+	sub *dynamo.NATSSubscriber) (events, metrics string, publish func(string, dynamo.Envelope)) {
+	t.Helper()
+	events = dynamo.Subject("dynamo", "backend", "generate", dynamo.TopicKVEvents)
+	metrics = dynamo.Subject("dynamo", "backend", "generate", dynamo.TopicKVMetrics)
+	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: events}))
+	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: metrics, KVCapacityBlocks: 100}))
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	waitFor(t, ctx, "the subscriptions", func() bool { return sub.Stats().Reconnects == 2 }, nil)
+	require.NoError(t, nc.Flush())
+	return events, metrics, func(subject string, e dynamo.Envelope) {
+		require.NoError(t, nc.Publish(subject, dynamo.AppendEnvelope(nil, &e)))
+	}
+}
+
 func TestNATSSubscriber(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -41,19 +63,7 @@ func TestNATSSubscriber(t *testing.T) {
 	sub, err := dynamo.NewNATS(dynamo.NATSConfig{Conn: nc, Sink: ix, Load: hb})
 	require.NoError(t, err)
 	require.ErrorIs(t, sub.AddChannel(dynamo.NATSChannel{Subject: "namespace.>"}), dynamo.ErrConfig)
-	events := dynamo.Subject("dynamo", "backend", "generate", dynamo.TopicKVEvents)
-	metrics := dynamo.Subject("dynamo", "backend", "generate", dynamo.TopicKVMetrics)
-	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: events}))
-	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: metrics, KVCapacityBlocks: 100}))
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
-	waitFor(t, ctx, "the subscriptions", func() bool { return sub.Stats().Reconnects == 2 }, nil)
-	require.NoError(t, nc.Flush())
-
-	publish := func(subject string, e dynamo.Envelope) {
-		require.NoError(t, nc.Publish(subject, dynamo.AppendEnvelope(nil, &e)))
-	}
+	events, metrics, publish := runNATSSubscriber(t, ctx, cancel, nc, sub)
 	w := kvroute.WorkerKey{ID: 11}
 	a, b := tokens(0, 8), tokens(100, 4)
 	publish(events, dynamo.Envelope{Topic: dynamo.TopicKVEvents, PublisherID: 1, Sequence: 0, Payload: stored(t, w, 0, a)})

@@ -69,19 +69,7 @@ func TestNATSSharedSubject(t *testing.T) {
 		pubA, pubB    = 101, 202
 	)
 	require.NoError(t, sub.SetDPStartRanks(map[uint64]int{second: 4}))
-	events := dynamo.Subject("dynamo", "backend", "generate", dynamo.TopicKVEvents)
-	metrics := dynamo.Subject("dynamo", "backend", "generate", dynamo.TopicKVMetrics)
-	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: events}))
-	require.NoError(t, sub.AddChannel(dynamo.NATSChannel{Subject: metrics, KVCapacityBlocks: 100}))
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
-	waitFor(t, ctx, "the subscriptions", func() bool { return sub.Stats().Reconnects == 2 }, nil)
-	require.NoError(t, nc.Flush())
-
-	publish := func(subject string, e dynamo.Envelope) {
-		require.NoError(t, nc.Publish(subject, dynamo.AppendEnvelope(nil, &e)))
-	}
+	events, metrics, publish := runNATSSubscriber(t, ctx, cancel, nc, sub)
 	kv := func(pub, seq uint64, w kvroute.WorkerKey, toks []uint32) {
 		publish(events, dynamo.Envelope{Topic: dynamo.TopicKVEvents, PublisherID: pub, Sequence: seq, Payload: stored(t, w, 0, toks)})
 	}
