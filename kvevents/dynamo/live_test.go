@@ -558,6 +558,10 @@ func TestLiveRecovery(t *testing.T) {
 	part2 := prompts(2, 9)
 	r.publish(part2, stored)
 	relayHas(r.storeOne(93000))
+	// The relay's local indexer can hold the blocks before its publisher
+	// has sent them: keep dropping until at least one is dropped, so that
+	// the next live event shows a gap.
+	waitFor(t, ctx, "the proxy to drop an event", func() bool { return proxy.dropped.Load() > 0 }, nil)
 	proxy.drop.Store(false)
 	probe = r.storeOne(base)
 	base += liveBlock
@@ -589,8 +593,9 @@ func TestLiveRecovery(t *testing.T) {
 // zmqProxy forwards a PUB socket's messages to a PUB socket of its own,
 // dropping them while drop is set.
 type zmqProxy struct {
-	ep   string
-	drop atomic.Bool
+	ep      string
+	drop    atomic.Bool
+	dropped atomic.Int64 // messages dropped
 }
 
 func startProxy(t *testing.T, ctx context.Context, upstream string) *zmqProxy {
@@ -607,9 +612,11 @@ func startProxy(t *testing.T, ctx context.Context, upstream string) *zmqProxy {
 			if err != nil {
 				return
 			}
-			if !p.drop.Load() {
-				_ = out.Send(m)
+			if p.drop.Load() {
+				p.dropped.Add(1)
+				continue
 			}
+			_ = out.Send(m)
 		}
 	}()
 	t.Cleanup(func() { in.Close(); out.Close(); <-done })
