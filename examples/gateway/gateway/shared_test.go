@@ -200,12 +200,11 @@ func TestGatewaySharedURLWithWorkerHeaders(t *testing.T) {
 	require.NotEqual(t, router.Healthy, h, "the refusals count against the unknown worker")
 }
 
-// Workers a discovery source registers in the router (here the test) are
-// served through Config.Frontend with their own headers, and its health
-// probe keeps them alive.
-func TestGatewayFrontendServesDiscoveredWorkers(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// frontendRouter starts two engines (ids 11 and 12) behind one header
+// frontend, and a router with both as its workers of ranks data-parallel
+// ranks each (0 is one), as a discovery source would register them.
+func frontendRouter(t *testing.T, ranks int) ([]*fakeEngine, *headerFrontend, *router.Router) {
+	t.Helper()
 	engines := []*fakeEngine{
 		newFakeEngine(t, 11, blockSize, 64, 2, 0),
 		newFakeEngine(t, 12, blockSize, 64, 2, 0),
@@ -214,8 +213,18 @@ func TestGatewayFrontendServesDiscoveredWorkers(t *testing.T) {
 	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize})})
 	require.NoError(t, err)
 	for _, e := range engines {
-		require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: e.ID(), Block: blockSize}))
+		require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: e.ID(), Ranks: ranks, Block: blockSize}))
 	}
+	return engines, front, r
+}
+
+// Workers a discovery source registers in the router (here the test) are
+// served through Config.Frontend with their own headers, and its health
+// probe keeps them alive.
+func TestGatewayFrontendServesDiscoveredWorkers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	engines, front, r := frontendRouter(t, 0)
 	gw, err := gateway.New(gateway.Config{Router: r, HealthInterval: 10 * time.Millisecond,
 		Frontend: &gateway.Engine{URL: front.srv.URL, Preset: gateway.PresetDynamo}})
 	require.NoError(t, err)
@@ -268,16 +277,7 @@ func TestGatewayFrontendServesDiscoveredWorkers(t *testing.T) {
 func TestGatewayFrontendDPStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	engines := []*fakeEngine{
-		newFakeEngine(t, 11, blockSize, 64, 2, 0),
-		newFakeEngine(t, 12, blockSize, 64, 2, 0),
-	}
-	front := newHeaderFrontend(t, engines)
-	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize})})
-	require.NoError(t, err)
-	for _, e := range engines {
-		require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: e.ID(), Ranks: 2, Block: blockSize}))
-	}
+	_, front, r := frontendRouter(t, 2)
 	starts := map[uint64]int{12: 4}
 	gw, err := gateway.New(gateway.Config{Router: r, HealthInterval: -1,
 		Frontend:        &gateway.Engine{URL: front.srv.URL, Preset: gateway.PresetDynamo},
