@@ -81,15 +81,7 @@ func TestStartRankWorker(t *testing.T) {
 func TestStartRankPool(t *testing.T) {
 	d := startRankState(t).Deployment(dynamo.Selector{})
 	w := d.Workers[0]
-	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
-	require.NoError(t, err)
-	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
-	require.NoError(t, err)
-	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: dynamo.KVEvents(sub), RetryInterval: -1})
-	require.NoError(t, err)
-	defer pool.Close()
-	sink := dynamo.PoolSink(pool, sub)
-	sink.Sync(context.Background(), d)
+	r, sub, sink := syncedPool(t, d)
 	id := kvroute.WorkerID(w.InstanceID)
 	require.Equal(t, []kvroute.WorkerKey{{ID: id, Rank: 0}, {ID: id, Rank: 1}}, r.Workers())
 	require.Equal(t, 2, sub.DPStartRank(w.InstanceID))

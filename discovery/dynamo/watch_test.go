@@ -331,15 +331,7 @@ func TestPoolSinkSubscriber(t *testing.T) {
 			d := goldenState(t, backend).Deployment(dynamo.Selector{})
 			require.Len(t, d.Workers, 1)
 			w := d.Workers[0]
-			r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
-			require.NoError(t, err)
-			sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
-			require.NoError(t, err)
-			pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: dynamo.KVEvents(sub), RetryInterval: -1})
-			require.NoError(t, err)
-			defer pool.Close()
-			sink := dynamo.PoolSink(pool, sub)
-			sink.Sync(context.Background(), d)
+			r, sub, sink := syncedPool(t, d)
 			want := map[string]kvdynamo.Publisher{}
 			limits := kvdynamo.Publisher{KVCapacityBlocks: 800, BlockSize: 16, MaxRequests: w.MaxRequests, MaxBatchedTokens: w.MaxBatchedTokens}
 			require.Positive(t, limits.MaxRequests)
@@ -403,4 +395,21 @@ func TestNATSChannels(t *testing.T) {
 	prefix := "namespace.dynamo.component.backend.endpoint.generate."
 	require.Equal(t, []string{prefix + dynamo.TopicForwardPassMetrics, prefix + dynamo.TopicKVEvents, prefix + dynamo.TopicKVMetrics}, subjects)
 	require.Empty(t, dynamo.NATSChannels(goldenState(t, "file").Deployment(dynamo.Selector{})), "ZMQ channels are not NATS ones")
+}
+
+// syncedPool is a router, a Dynamo event subscriber into its index, and a
+// discovery pool over both with its PoolSink, synced once with d; the
+// pool is closed when the test ends.
+func syncedPool(t *testing.T, d dynamo.Deployment) (*router.Router, *kvdynamo.Subscriber, dynamo.Sink) {
+	t.Helper()
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	require.NoError(t, err)
+	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: r})
+	require.NoError(t, err)
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, DynamoEvents: dynamo.KVEvents(sub), RetryInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Close() })
+	sink := dynamo.PoolSink(pool, sub)
+	sink.Sync(context.Background(), d)
+	return r, sub, sink
 }
