@@ -228,6 +228,17 @@ func (h Hasher) AppendSeqHashes(dst []SeqHash, tokens []uint32) []SeqHash {
 	}
 	raw, step, w, seed := tokenBytes(tokens), h.blockSize*4, h.window, h.seed
 	dst = slices.Grow(dst, n)
+	if h.fast64() {
+		// n blocks of 64 bytes lie inside raw: n = len(tokens)/16.
+		k, p := seededKeys64(seed), unsafe.Pointer(unsafe.SliceData(raw))
+		prev := SeqHash(hash64(p, &k))
+		dst = append(dst, prev)
+		for i := 1; i < n; i++ {
+			prev = NextSeqHash(prev, BlockHash(hash64(unsafe.Add(p, i*window64), &k)))
+			dst = append(dst, prev)
+		}
+		return dst
+	}
 	prev := SeqHash(xxh3.HashSeed(raw[:w], seed))
 	dst = append(dst, prev)
 	for i := 1; i < n; i++ {
@@ -246,9 +257,15 @@ func (h Hasher) AppendHashes(blocks []BlockHash, seqs []SeqHash, tokens []uint32
 		return blocks, seqs
 	}
 	raw, step := tokenBytes(tokens), h.blockSize*4
+	fast, k, p := h.fast64(), seededKeys64(h.seed), unsafe.Pointer(unsafe.SliceData(raw))
 	var prev SeqHash
 	for i := range n {
-		local := BlockHash(xxh3.HashSeed(raw[i*step:i*step+h.window], h.seed))
+		var local BlockHash
+		if fast { // n blocks of 64 bytes lie inside raw: n = len(tokens)/16
+			local = BlockHash(hash64(unsafe.Add(p, i*window64), &k))
+		} else {
+			local = BlockHash(xxh3.HashSeed(raw[i*step:i*step+h.window], h.seed))
+		}
 		if i == 0 {
 			prev = SeqHash(local)
 		} else {

@@ -2,6 +2,8 @@ package kvroute_test
 
 import (
 	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -121,6 +123,7 @@ func referenceHashes(tokens []uint32, blockSize int, seed uint64) ([]uint64, []u
 func FuzzHasherMatchesReference(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0}, uint8(4), "")
 	f.Add(make([]byte, 4*64), uint8(16), "adapter-a")
+	f.Add([]byte("sixty-four bytes of token ids hashed by the 16-token fast path....."), uint8(15), "adapter-b")
 	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora string) {
 		blockSize := int(bs%64) + 1
 		tokens := make([]uint32, len(raw)/4)
@@ -145,6 +148,30 @@ func FuzzHasherMatchesReference(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestHasher16MatchesReference checks the 16-token path (XXH3 written out
+// for 64-byte blocks) against the reference for many seeds and prompts.
+func TestHasher16MatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 500 {
+		ns := fmt.Sprintf("tenant-%d", rng.Uint64())
+		h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16, Namespace: ns})
+		tokens := make([]uint32, rng.IntN(300))
+		for i := range tokens {
+			tokens[i] = rng.Uint32()
+		}
+		wantLocals, wantSeqs := referenceHashes(tokens, 16, h.Seed())
+		locals, seqs := h.AppendHashes(nil, nil, tokens)
+		only := h.AppendSeqHashes(nil, tokens)
+		require.Len(t, locals, len(wantLocals), "trial %d", trial)
+		require.Len(t, only, len(wantSeqs), "trial %d", trial)
+		for i := range wantLocals {
+			require.Equal(t, wantLocals[i], uint64(locals[i]), "trial %d block %d", trial, i)
+			require.Equal(t, wantSeqs[i], uint64(seqs[i]), "trial %d block %d", trial, i)
+			require.Equal(t, wantSeqs[i], uint64(only[i]), "trial %d block %d", trial, i)
+		}
+	}
 }
 
 func FuzzNextSeqHash(f *testing.F) {
