@@ -9,9 +9,9 @@ import (
 // SGLang and Dynamo by default) is XXH3-64's 17-to-128-byte path, written
 // out here for exactly 64 bytes so that the hashing loops inline it and
 // overlap each block's multiplies with the chaining of the previous one.
-// Other windows go through github.com/zeebo/xxh3. FuzzHash64 checks it
-// against that package; it makes chained hashing of 16-token blocks about
-// a fifth cheaper (BenchmarkHash).
+// Other windows go through github.com/zeebo/xxh3. TestHasher16MatchesReference
+// and FuzzHasherMatchesReference check it against that package; it makes
+// chained hashing of 16-token blocks about a fifth cheaper (BenchmarkHash).
 
 // window64 is the only window, in bytes, hashed by hash64.
 const window64 = 64
