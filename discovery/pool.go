@@ -222,8 +222,9 @@ type PoolConfig struct {
 	// metrics URL are registered unchecked.
 	Scraper *enginemetrics.Scraper
 	// Subscriber is the template of each engine's KV-event subscriber
-	// (timeouts, logger); the endpoints, topic, converter worker, block
-	// size and sink are filled in per rank.
+	// (timeouts, logger); the endpoints, topic, converter worker, default
+	// rank (the endpoint's, for batches that carry none), block size and
+	// sink are filled in per rank.
 	Subscriber zmq.Config
 	// Admit, when set, is asked about each engine before it is
 	// registered (after the block-size check); an error leaves the engine
@@ -417,7 +418,8 @@ func (p *Pool) add(ctx context.Context, e *Engine) error {
 			sc.Endpoint, _ = RankEndpoint(e.Events, r)
 			sc.ReplayEndpoint, _ = RankEndpoint(e.Replay, r)
 			sc.Topic = e.Topic
-			sc.Converter.Worker, sc.Converter.BlockSize = e.ID, block
+			// A batch that carries no rank came from this endpoint's rank.
+			sc.Converter.Worker, sc.Converter.Rank, sc.Converter.BlockSize = e.ID, kvroute.DPRank(r), block
 			sc.Sink = p.cfg.Router.Index()
 			sub, err := zmq.New(sc)
 			if err != nil {
