@@ -258,10 +258,12 @@ func (g *Gateway) AddEngine(e Engine) error {
 				Endpoint:       ep,
 				ReplayEndpoint: replay,
 				Topic:          e.Topic,
-				Converter:      kvevents.ConverterConfig{Worker: e.ID, BlockSize: g.r.Hasher().BlockSize(), Logger: g.log},
-				Sink:           g.r.Index(),
-				Logger:         g.log.With("engine", uint64(e.ID), "rank", rank),
-				IdleTimeout:    g.idleTimeout,
+				// A batch that carries no rank came from this endpoint's rank.
+				Converter: kvevents.ConverterConfig{Worker: e.ID, Rank: kvroute.DPRank(rank),
+					BlockSize: g.r.Hasher().BlockSize(), Logger: g.log},
+				Sink:        g.r.Index(),
+				Logger:      g.log.With("engine", uint64(e.ID), "rank", rank),
+				IdleTimeout: g.idleTimeout,
 			})
 			if err != nil {
 				return fmt.Errorf("%w: engine %d: %w", ErrEngineConfig, e.ID, err)

@@ -1,0 +1,97 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/router"
+)
+
+// rankPublishers binds n ZMQ PUB sockets on consecutive loopback ports,
+// as an engine with n data-parallel ranks does, and returns them with the
+// endpoint of rank 0.
+func rankPublishers(t *testing.T, n int) ([]zmq4.Socket, string) {
+	t.Helper()
+	for range 20 {
+		first := zmq4.NewPub(context.Background())
+		require.NoError(t, first.Listen("tcp://127.0.0.1:0"))
+		addr := first.Addr().String()
+		port, err := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
+		require.NoError(t, err)
+		socks := []zmq4.Socket{first}
+		for r := 1; r < n; r++ {
+			s := zmq4.NewPub(context.Background())
+			if err := s.Listen("tcp://127.0.0.1:" + strconv.Itoa(port+r)); err != nil {
+				s.Close()
+				break
+			}
+			socks = append(socks, s)
+		}
+		if len(socks) == n {
+			t.Cleanup(func() {
+				for _, s := range socks {
+					s.Close()
+				}
+			})
+			return socks, "tcp://" + addr
+		}
+		for _, s := range socks {
+			s.Close()
+		}
+	}
+	t.Fatalf("no %d consecutive free loopback ports", n)
+	return nil, ""
+}
+
+// A batch without a data-parallel rank (vLLM v0.9's two-element batch),
+// published on rank 1's endpoint, is indexed under rank 1: the rank of the
+// endpoint its subscriber listens to, not rank 0.
+func TestGatewayRanklessBatchesLandOnTheirRank(t *testing.T) {
+	pubs, events := rankPublishers(t, 2)
+	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
+	require.NoError(t, err)
+	gw, err := gateway.New(gateway.Config{Router: r, HealthInterval: time.Hour, Engines: []gateway.Engine{
+		{ID: 7, URL: "http://127.0.0.1:1", Events: events, Topic: "kv", Ranks: 2},
+	}})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- gw.Run(ctx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-ran)
+	}()
+
+	tokens := make([]uint32, 32)
+	for i := range tokens {
+		tokens[i] = uint32(100 + i)
+	}
+	payload, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: 1, Events: []kvevents.EngineEvent{{
+		Type: kvevents.BlockStored, Fields: kvevents.StoredFieldsV09,
+		BlockHashes: []kvevents.Hash{kvevents.UintHash(11), kvevents.UintHash(12)},
+		TokenIDs:    tokens, BlockSize: 16,
+	}}})
+	require.NoError(t, err)
+	// A PUB socket drops what is sent before the subscriber has joined:
+	// publish until the batch is applied.
+	var seq uint64
+	require.Eventually(t, func() bool {
+		_ = pubs[1].Send(zmq4.NewMsgFrom([]byte("kv"), binary.BigEndian.AppendUint64(nil, seq), payload))
+		seq++
+		return r.Index().Stats().Applied > 0
+	}, 10*time.Second, 20*time.Millisecond)
+
+	ix := r.Index()
+	require.Len(t, ix.AppendWorkerBlocks(kvroute.WorkerKey{ID: 7, Rank: 1}, nil), 2, "blocks on rank 1")
+	require.Empty(t, ix.AppendWorkerBlocks(kvroute.WorkerKey{ID: 7, Rank: 0}, nil), "blocks on rank 0")
+}
