@@ -127,8 +127,15 @@ type EngineEvent struct {
 	SlidingWindow OptInt
 	// Locality, Ownership and SessionID are newer vLLM map-layout fields.
 	Locality, Ownership, SessionID string
-	// CacheSalt is newer SGLang's cache_salt (map layout).
+	// CacheSalt is SGLang's cache_salt: a map-layout field from SGLang
+	// 0.5.20 on, or the salt of SaltMetadata.
 	CacheSalt string
+	// SaltMetadata reports that an array-layout BlockStored carried, in
+	// the lora_name slot, the metadata map {"cache_salt": salt} that SGLang
+	// 0.5.18 and 0.5.19 append to salted stores (BlockStoredWithMetadata);
+	// CacheSalt holds the salt, LoRAName is empty, and the encoder writes
+	// the map back.
+	SaltMetadata bool
 	// LookaheadTokenIDs is the raw msgpack of vLLM's lookahead_token_ids
 	// (the tokens beyond each block its engine hash covers), or nil when
 	// nil or absent. Block hashes computed by kvroute do not use them.

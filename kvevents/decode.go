@@ -340,6 +340,12 @@ func readField(p []byte, f field, b *Batch, ev *EngineEvent, sp *span) ([]byte, 
 	case fMedium:
 		ev.Medium, p, err = b.readOptString(p)
 	case fLoRAName:
+		if ev.Layout == LayoutArray && msgp.NextType(p) == msgp.MapType {
+			if p, err = readSaltMetadata(p, b, ev); err != nil {
+				return p, malformed("lora_name slot metadata", err)
+			}
+			return p, nil
+		}
 		ev.LoRAName, p, err = b.readOptString(p)
 	case fSpecKind:
 		ev.SpecKind, p, err = b.readOptString(p)
@@ -366,6 +372,37 @@ func readField(p []byte, f field, b *Batch, ev *EngineEvent, sp *span) ([]byte, 
 	}
 	if err != nil {
 		return p, malformed(fieldName(f), err)
+	}
+	return p, nil
+}
+
+// readSaltMetadata reads the map SGLang 0.5.18 and 0.5.19 put in an array
+// BlockStored's lora_name slot (see EngineEvent.SaltMetadata): its
+// "cache_salt" (a string or nil) into ev.CacheSalt; other keys are skipped,
+// as Dynamo does.
+func readSaltMetadata(p []byte, b *Batch, ev *EngineEvent) ([]byte, error) {
+	n, p, err := msgp.ReadMapHeaderBytes(p)
+	if err != nil {
+		return p, err
+	}
+	if int64(n)*2 > int64(len(p)) {
+		return p, fmt.Errorf("%d map entries in %d bytes", n, len(p))
+	}
+	ev.SaltMetadata = true
+	for range n {
+		var key []byte
+		if key, p, err = msgp.ReadStringZC(p); err != nil {
+			return p, err
+		}
+		if string(key) != "cache_salt" {
+			if p, err = msgp.Skip(p); err != nil {
+				return p, err
+			}
+			continue
+		}
+		if ev.CacheSalt, p, err = b.readOptString(p); err != nil {
+			return p, fmt.Errorf("cache_salt: %w", err)
+		}
 	}
 	return p, nil
 }

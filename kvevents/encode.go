@@ -208,6 +208,11 @@ func appendField(dst []byte, f field, ev *EngineEvent) []byte {
 	case fMedium:
 		return appendOptString(dst, ev.Medium)
 	case fLoRAName:
+		if ev.SaltMetadata && ev.Layout == LayoutArray {
+			dst = msgp.AppendMapHeader(dst, 1)
+			dst = msgp.AppendString(dst, "cache_salt")
+			return msgp.AppendString(dst, ev.CacheSalt)
+		}
 		return appendOptString(dst, ev.LoRAName)
 	case fExtraKeys:
 		if ev.ExtraKeys == nil {

@@ -57,7 +57,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			x, y := &b.Events[i], &back.Events[i]
 			if x.Type != y.Type || len(x.BlockHashes) != len(y.BlockHashes) || len(x.TokenIDs) != len(y.TokenIDs) ||
 				x.ParentBlockHash.Key != y.ParentBlockHash.Key || x.Medium != y.Medium || x.BlockSize != y.BlockSize ||
-				x.Eagle != y.Eagle && len(x.TokenIDs) > 0 || x.CacheSalt != y.CacheSalt || x.LoRAName != y.LoRAName ||
+				x.Eagle != y.Eagle && len(x.TokenIDs) > 0 || x.CacheSalt != y.CacheSalt || x.LoRAName != y.LoRAName || x.SaltMetadata != y.SaltMetadata ||
 				string(x.ExtraKeys) != string(y.ExtraKeys) || string(x.LookaheadTokenIDs) != string(y.LookaheadTokenIDs) ||
 				x.GroupIdx != y.GroupIdx || x.SpecKind != y.SpecKind {
 				t.Fatalf("event %d changed in a round trip: %+v vs %+v", i, x, y)
