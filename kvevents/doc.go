@@ -44,11 +44,15 @@
 // [timestamp, events, data-parallel rank]. Events are arrays whose first
 // element is the tag ("BlockStored", "BlockRemoved", "AllBlocksCleared"),
 // or, from vllm-project/vllm#42892 on, maps with a "type" key.
-// [DecodeBatch] accepts all of them, every field vLLM and SGLang have sent
-// ([EngineEvent]), shorter arrays from older producers and unknown
-// trailing fields or keys from newer ones; [AppendBatch] writes them back
-// byte for byte. Block hashes stay opaque: see [Hash] for how a hash sent
-// as a byte string becomes the 64-bit kvroute.ExternalHash.
+// [DecodeBatch] accepts all of them, the fields of [EngineEvent] (including
+// the {"cache_salt": ...} map SGLang 0.5.18 and 0.5.19 append to salted
+// array stores), shorter arrays from older producers and unknown trailing
+// fields or keys from newer ones. [AppendBatch] writes a batch back so
+// that it decodes to the same value. vLLM's batches come back byte for
+// byte; others need not, as AppendBatch writes vLLM's key order and the
+// smallest headers and drops unknown keys and fields (see AppendBatch).
+// Block hashes stay opaque: see [Hash] for how a hash sent as a byte
+// string becomes the 64-bit kvroute.ExternalHash.
 //
 // Dynamo's RouterEvent ([DynamoEvent]) is read and written as JSON
 // (serde_json) and as named msgpack (rmp_serde) with [DecodeDynamoEvent]
