@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"time"
+
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
@@ -25,6 +27,10 @@ import (
 //     80% of the prompt may take one request more;
 //   - kvroute-spread-own-holder: the same, counting only the router's own
 //     requests;
+//   - kvroute-spread-own-holder2: the same with two requests more for
+//     holders;
+//   - kvroute-spread-fresh-holder: kvroute-spread-holder, load reports
+//     counted for FreshLoadWindow after they arrive (Policy.FreshLoad);
 //   - kvroute-spread-kv-own: SpreadBound on distinct active KV blocks
 //     inside BoundedLoad on KV blocks, counting only the router's own
 //     requests: a request whose prefix is active on a worker adds only its
@@ -43,10 +49,24 @@ func CandidatePolicies() []Policy {
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, false),
 		spreadPolicy("kvroute-spread-own-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt, own requests only",
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, true),
+		spreadPolicy("kvroute-spread-own-holder2", "kvroute's default cost, spread bound with two more requests for holders of 80% of the prompt, own requests only",
+			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 2}, true),
+		func() Policy {
+			p := spreadPolicy("kvroute-spread-fresh-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt, load reports counted while fresh",
+				SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, false)
+			p.FreshLoad = FreshLoadWindow
+			return p
+		}(),
 		spreadPolicy("kvroute-spread-kv-own", "kvroute's default cost, spread and load bounds on distinct active KV blocks, own requests only",
 			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks}, true),
 	}
 }
+
+// FreshLoadWindow is how long the kvroute-spread-fresh-holder candidate
+// counts a load report (Policy.FreshLoad): a few decode steps of a busy
+// engine, which reports every step, and a fifth of the second an idle
+// Dynamo engine takes between reports.
+const FreshLoadWindow = 200 * time.Millisecond
 
 func spreadPolicy(name, desc string, cfg SpreadBoundConfig, own bool) Policy {
 	return Policy{

@@ -14,6 +14,7 @@ const (
 	evKVEvents                       // an engine's KV event batch reaches the router
 	evHeartbeat                      // an engine's load report reaches the router
 	evTick                           // engines sample their load; the router checks health
+	evLoadStale                      // an engine's load report stops counting (Policy.FreshLoad)
 )
 
 // simEvent is one scheduled event of the discrete-event loop.
@@ -24,6 +25,7 @@ type simEvent struct {
 	engine  int
 	payload []byte
 	load    scheduling.Load
+	gen     uint64 // evLoadStale: the engine's report it ends
 }
 
 func (a *simEvent) before(b *simEvent) bool {

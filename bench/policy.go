@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/router"
@@ -32,6 +33,16 @@ type Policy struct {
 	// busy. Only a router that sees every request of its workers may use
 	// it.
 	OwnLoad bool
+	// FreshLoad, when positive and OwnLoad is false, has engines' load
+	// reports count for that long after they reach the router: then, until
+	// the engine's next report, the router takes only its capacities
+	// (OwnLoadReport) and counts only the requests it routed itself. A
+	// busy engine reports every step and its reports stay fresh; an idle
+	// one stops reporting (Dynamo's engines report about once a second
+	// then), and its last busy report no longer makes it look loaded. Unlike
+	// OwnLoad it keeps counting requests that other routers send, while
+	// their engines report.
+	FreshLoad time.Duration
 }
 
 // OwnLoadReport returns the part of an engine's load report that a router

@@ -94,6 +94,8 @@ type sim struct {
 	free     []*simReq
 	deferred []*simReq // requests the router found every worker busy for, FIFO
 
+	reportGen []uint64 // per engine: load reports received (Policy.FreshLoad)
+
 	// Measurements.
 	ttft, latency, selects []time.Duration
 	done                   int
@@ -158,6 +160,7 @@ func Run(ctx context.Context, cfg Config, wl *Workload, p Policy) (Result, error
 		s.convs = append(s.convs, conv)
 	}
 	s.nextID = make([]uint64, cfg.Workers)
+	s.reportGen = make([]uint64, cfg.Workers)
 	s.activeArea = make([]float64, cfg.Workers)
 	n := len(wl.Requests)
 	s.ttft = make([]time.Duration, 0, n)
@@ -371,8 +374,19 @@ func (s *sim) handle(ctx context.Context, ev *simEvent, arrivalsLeft bool) error
 		load := ev.load
 		if s.policy.OwnLoad {
 			load = OwnLoadReport(load)
+		} else if s.policy.FreshLoad > 0 {
+			s.reportGen[ev.engine]++
+			s.events.push(simEvent{at: s.clock.now + s.policy.FreshLoad, kind: evLoadStale, engine: ev.engine,
+				load: OwnLoadReport(load), gen: s.reportGen[ev.engine]})
 		}
 		if err := s.router.Heartbeat(kvroute.WorkerKey{ID: kvroute.WorkerID(ev.engine + 1)}, load); err != nil {
+			return fmt.Errorf("bench: heartbeat: %w", err)
+		}
+	case evLoadStale:
+		if ev.gen != s.reportGen[ev.engine] {
+			return nil // a newer report arrived
+		}
+		if err := s.router.Heartbeat(kvroute.WorkerKey{ID: kvroute.WorkerID(ev.engine + 1)}, ev.load); err != nil {
 			return fmt.Errorf("bench: heartbeat: %w", err)
 		}
 	case evTick:

@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute"
+	kvbench "github.com/kvroute/kvroute/bench"
+	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
 	"github.com/stretchr/testify/require"
 )
 
@@ -149,15 +153,46 @@ func TestSplit(t *testing.T) {
 
 func TestLibPolicies(t *testing.T) {
 	for _, name := range libPolicyNames() {
-		cfg, own, err := libConfig(name)
+		cfg, p, err := libConfig(name)
 		require.NoError(t, err, name)
 		if name != "default" {
 			require.NotNil(t, cfg.Cost, name)
 		}
-		require.Equal(t, strings.Contains(name, "-own"), own, name)
+		require.Equal(t, strings.Contains(name, "-own"), p.OwnLoad, name)
+		require.Equal(t, strings.Contains(name, "-fresh"), p.FreshLoad > 0, name)
 		_, ok := armSpecOf("kvroute-lib:" + name)
 		require.True(t, ok, name)
 	}
 	_, _, err := libConfig("nope")
 	require.Error(t, err)
+}
+
+func TestFreshLoad(t *testing.T) {
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	w := kvroute.WorkerKey{ID: 1}
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 1, Block: 16}))
+	reported := func() scheduling.Load {
+		for _, ws := range r.Stats().Workers {
+			if ws.Worker == w {
+				return ws.Reported
+			}
+		}
+		t.Fatal("worker missing from the router's stats")
+		return scheduling.Load{}
+	}
+	rep, stop := loadReporter(r, kvbench.Policy{FreshLoad: 50 * time.Millisecond})
+	defer stop()
+	busy := scheduling.Load{ActiveRequests: 3, ActivePrefillTokens: 900, KVCapacityBlocks: 800}
+	require.NoError(t, rep.Heartbeat(w, busy))
+	require.Equal(t, busy, reported(), "a fresh report counts")
+	require.Eventually(t, func() bool {
+		return reported() == scheduling.Load{KVCapacityBlocks: 800}
+	}, 5*time.Second, 5*time.Millisecond, "a stale report keeps only its capacities")
+	require.Error(t, rep.Heartbeat(kvroute.WorkerKey{ID: 2}, busy), "an unknown worker's report is refused")
+
+	own, stopOwn := loadReporter(r, kvbench.Policy{OwnLoad: true})
+	defer stopOwn()
+	require.NoError(t, own.Heartbeat(w, busy))
+	require.Equal(t, scheduling.Load{KVCapacityBlocks: 800}, reported())
 }

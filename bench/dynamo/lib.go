@@ -116,7 +116,7 @@ func setupLibPolicy(ctx context.Context, b *bench, d *Deployment, policy string)
 		b.lib.tokens[s.Name] = toks
 		b.lib.mu.Unlock()
 	}
-	cfg, own, err := libConfig(policy)
+	cfg, pol, err := libConfig(policy)
 	if err != nil {
 		return "", nil, err
 	}
@@ -124,10 +124,7 @@ func setupLibPolicy(ctx context.Context, b *bench, d *Deployment, policy string)
 	if err != nil {
 		return "", nil, err
 	}
-	var load kvdynamo.LoadReporter = r
-	if own {
-		load = ownLoad{r}
-	}
+	load, stopLoad := loadReporter(r, pol)
 	// The workers, their KV events and their load come from Dynamo's own
 	// discovery store and event plane, as in the gateway's Dynamo mode.
 	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: load})
@@ -140,7 +137,7 @@ func setupLibPolicy(ctx context.Context, b *bench, d *Deployment, policy string)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	d.onStop(func() { cancel(); wg.Wait(); _ = pool.Close() })
+	d.onStop(func() { cancel(); wg.Wait(); stopLoad(); _ = pool.Close() })
 	wg.Go(func() { _ = sub.Run(runCtx) })
 	w := &dyndisc.FileWatcher{Dir: filepath.Join(d.dir, "kv"), Selector: dyndisc.Selector{Model: modelName}}
 	wg.Go(func() { _ = w.Run(runCtx, dyndisc.PoolSink(pool, sub)) })

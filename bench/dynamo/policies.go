@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/kvroute/kvroute"
 	kvbench "github.com/kvroute/kvroute/bench"
+	kvdynamo "github.com/kvroute/kvroute/kvevents/dynamo"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -65,21 +68,34 @@ func libPolicyNames() []string {
 // knownLibPolicy reports whether name is a policy of libPolicyNames.
 func knownLibPolicy(name string) bool { return slices.Contains(libPolicyNames(), name) }
 
-// libConfig returns the router configuration of the named policy and
-// whether its router counts only its own requests (kvbench.Policy.OwnLoad:
-// load reports then pass through kvbench.OwnLoadReport).
-func libConfig(name string) (router.Config, bool, error) {
+// libConfig returns the router configuration of the named policy and how
+// its router takes load reports: the fields OwnLoad and FreshLoad of the
+// returned policy (kvbench.Policy); the others are unset.
+func libConfig(name string) (router.Config, kvbench.Policy, error) {
 	if f, ok := libPolicies[name]; ok {
 		cfg, err := f()
-		return cfg, false, err
+		return cfg, kvbench.Policy{Name: name}, err
 	}
 	for _, p := range kvbench.CandidatePolicies() {
 		if p.Name == name {
 			cfg, err := p.Configure(kvroute.SystemClock{})
-			return cfg, p.OwnLoad, err
+			return cfg, p, err
 		}
 	}
-	return router.Config{}, false, fmt.Errorf("unknown -lib-policy %q", name)
+	return router.Config{}, kvbench.Policy{}, fmt.Errorf("unknown -lib-policy %q", name)
+}
+
+// loadReporter returns what passes load reports to r under policy p's
+// rule (kvbench.Policy.OwnLoad, FreshLoad) and a function that stops it.
+func loadReporter(r *router.Router, p kvbench.Policy) (kvdynamo.LoadReporter, func()) {
+	switch {
+	case p.OwnLoad:
+		return ownLoad{r}, func() {}
+	case p.FreshLoad > 0:
+		f := &freshLoad{r: r, window: p.FreshLoad, gen: map[kvroute.WorkerKey]uint64{}, timers: map[kvroute.WorkerKey]*time.Timer{}}
+		return f, f.stop
+	}
+	return r, func() {}
 }
 
 // ownLoad passes load reports to a router through kvbench.OwnLoadReport.
@@ -88,4 +104,54 @@ type ownLoad struct{ r *router.Router }
 // Heartbeat implements kvdynamo.LoadReporter.
 func (o ownLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
 	return o.r.Heartbeat(w, kvbench.OwnLoadReport(l))
+}
+
+// freshLoad passes load reports to a router and, window after a worker's
+// last report, the report's capacities alone (kvbench.OwnLoadReport), so
+// that the router counts a report only while it is fresh
+// (kvbench.Policy.FreshLoad).
+type freshLoad struct {
+	r      *router.Router
+	window time.Duration
+
+	mu      sync.Mutex
+	stopped bool
+	gen     map[kvroute.WorkerKey]uint64
+	timers  map[kvroute.WorkerKey]*time.Timer
+}
+
+// Heartbeat implements kvdynamo.LoadReporter.
+func (f *freshLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
+	if err := f.r.Heartbeat(w, l); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return nil
+	}
+	f.gen[w]++
+	g, stale := f.gen[w], kvbench.OwnLoadReport(l)
+	if t := f.timers[w]; t != nil {
+		t.Stop()
+	}
+	f.timers[w] = time.AfterFunc(f.window, func() {
+		f.mu.Lock()
+		current := !f.stopped && f.gen[w] == g
+		f.mu.Unlock()
+		if current {
+			_ = f.r.Heartbeat(w, stale)
+		}
+	})
+	return nil
+}
+
+// stop cancels the pending expiries.
+func (f *freshLoad) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	for _, t := range f.timers {
+		t.Stop()
+	}
 }
