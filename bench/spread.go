@@ -39,6 +39,16 @@ type SpreadBoundConfig struct {
 	// then be zero too. HolderShare is in (0, 1].
 	HolderShare float64
 	HolderExtra int
+	// ActiveExtra lets a candidate on which at least HolderShare of the
+	// prompt's blocks are active (held by requests in flight: the request
+	// would add at most the rest, Load.PotentialDecodeBlocks less
+	// Load.ActiveDecodeBlocks) take ActiveExtra requests more than the cap
+	// instead of HolderExtra: requests sharing a prefix in flight share
+	// its KV blocks, and an engine whose decode step grows with its active
+	// KV decodes them for little more than one. Only with
+	// scheduling.MeasureRequests; it needs HolderExtra and is at least as
+	// large.
+	ActiveExtra int
 }
 
 // SpreadBound wraps a cost function with a cap on how far a worker's load
@@ -60,6 +70,7 @@ type SpreadBound struct {
 	measure     scheduling.LoadMeasure
 	holderShare float64
 	holderExtra int
+	activeExtra int
 }
 
 // NewSpreadBound returns a SpreadBound around inner. It returns an error
@@ -79,12 +90,15 @@ func NewSpreadBound(inner scheduling.CostFunc, cfg SpreadBoundConfig) (*SpreadBo
 		return nil, fmt.Errorf("%w: holder share %v", ErrInvalidConfig, cfg.HolderShare)
 	case cfg.HolderExtra == 0 && cfg.HolderShare != 0:
 		return nil, fmt.Errorf("%w: holder share %v without holder extra", ErrInvalidConfig, cfg.HolderShare)
+	case cfg.ActiveExtra != 0 && (cfg.ActiveExtra < cfg.HolderExtra || cfg.Measure != scheduling.MeasureRequests):
+		return nil, fmt.Errorf("%w: active extra %d (holder extra %d, measure %d)", ErrInvalidConfig, cfg.ActiveExtra, cfg.HolderExtra, cfg.Measure)
 	}
 	s := cfg.Slack
 	if s == 0 {
 		s = 1
 	}
-	return &SpreadBound{inner: inner, slack: s, measure: cfg.Measure, holderShare: cfg.HolderShare, holderExtra: cfg.HolderExtra}, nil
+	return &SpreadBound{inner: inner, slack: s, measure: cfg.Measure, holderShare: cfg.HolderShare, holderExtra: cfg.HolderExtra,
+		activeExtra: cfg.ActiveExtra}, nil
 }
 
 // loads returns candidate c's load now and with the request.
@@ -124,8 +138,15 @@ func (s *SpreadBound) Costs(req *scheduling.Request, cands []scheduling.Candidat
 	for i := range n {
 		c := &cands[i]
 		lim := limit
-		if extra > 0 && req.Blocks > 0 && float64(c.CachedBlocks()) >= s.holderShare*float64(req.Blocks) {
-			lim += extra
+		if extra > 0 && req.Blocks > 0 {
+			share := s.holderShare * float64(req.Blocks)
+			switch {
+			case s.activeExtra > 0 && c.Load.PotentialDecodeBlocks > 0 &&
+				float64(req.Blocks-(c.Load.PotentialDecodeBlocks-c.Load.ActiveDecodeBlocks)) >= share:
+				lim += s.activeExtra
+			case float64(c.CachedBlocks()) >= share:
+				lim += extra
+			}
 		}
 		if _, with := s.loads(req, c); with > lim {
 			costs[i] += spreadOver

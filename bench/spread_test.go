@@ -84,6 +84,36 @@ func TestSpreadBound(t *testing.T) {
 	}
 }
 
+func TestSpreadBoundActiveExtra(t *testing.T) {
+	s, err := NewSpreadBound(cachePreferring, SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, ActiveExtra: 2})
+	require.NoError(t, err)
+	tests := []struct {
+		name     string
+		added    []int // blocks the request would add to each worker's active ones
+		wantOver []bool
+	}{
+		// (4, 1, 1, 1) in flight, every worker caching the prompt: the
+		// cap is 2 + 1 = 3, holders may take 4, active holders 5.
+		{"prefix in flight on the loaded worker", []int{1, 10, 10, 10}, []bool{false, false, false, false}},
+		{"prefix only cached on the loaded worker", []int{10, 10, 10, 10}, []bool{true, false, false, false}},
+		{"less than the share in flight", []int{3, 10, 10, 10}, []bool{true, false, false, false}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cands([]int{4, 1, 1, 1}, []int{10, 10, 10, 10})
+			for i := range c {
+				c[i].Load.ActiveDecodeBlocks = 50
+				c[i].Load.PotentialDecodeBlocks = 50 + tc.added[i]
+			}
+			costs := make([]float64, len(c))
+			s.Costs(&scheduling.Request{Blocks: 10}, c, costs)
+			for i := range costs {
+				require.Equal(t, tc.wantOver[i], costs[i] >= spreadOver, "candidate %d: costs %v", i, costs)
+			}
+		})
+	}
+}
+
 func TestSpreadBoundKeepsOrderOverTheCap(t *testing.T) {
 	s, err := NewSpreadBound(cachePreferring, SpreadBoundConfig{})
 	require.NoError(t, err)
@@ -118,6 +148,8 @@ func TestNewSpreadBoundErrors(t *testing.T) {
 		{"extra without share", cachePreferring, SpreadBoundConfig{HolderExtra: 1}},
 		{"share above 1", cachePreferring, SpreadBoundConfig{HolderShare: 1.5, HolderExtra: 1}},
 		{"share without extra", cachePreferring, SpreadBoundConfig{HolderShare: 0.5}},
+		{"active extra below holder extra", cachePreferring, SpreadBoundConfig{HolderShare: 0.5, HolderExtra: 2, ActiveExtra: 1}},
+		{"active extra in KV blocks", cachePreferring, SpreadBoundConfig{HolderShare: 0.5, HolderExtra: 1, ActiveExtra: 2, Measure: scheduling.MeasureKVBlocks}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
