@@ -53,8 +53,12 @@
 //
 // GET /metrics on the listen address serves Prometheus metrics: the
 // router's (kvroute_router_*, among them predicted and engine-reported
-// cached tokens and the routing accuracy) and the gateway's
-// (kvroute_gateway_*).
+// cached tokens and the routing accuracy), the gateway's
+// (kvroute_gateway_*) and the KV-event ingestion counters of package
+// kvevents/kvprom (kvroute_kvevents_*, labelled engine="ID/RANK" per
+// subscriber: batches received, replayed, lost and malformed, gaps,
+// resets, unknown parents, skipped groups, block-size rejects, events
+// applied per kind; kvroute_dynamo_events_* for Dynamo's event plane).
 //
 // Flags given explicitly override the file; engines from both are used.
 // Start vLLM with --kv-events-config '{"enable_kv_cache_events": true,
@@ -84,6 +88,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/kvevents/kvprom"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/router/routerprom"
 )
@@ -260,9 +265,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 	default:
 		log.Warn("no -model-dir or -tokenize-url: using the word tokenizer, whose token ids match no real model")
 	}
+	ingest := kvprom.New("kvroute")
 	gcfg := gateway.Config{
 		Router: r, Engines: o.file.Engines, Tokenizer: tok, MaxAttempts: o.file.MaxAttempts, Adapters: o.file.Adapters,
-		HealthInterval: o.interval, RemoveAfter: o.remove, Logger: log,
+		HealthInterval: o.interval, RemoveAfter: o.remove, Logger: log, Subscribers: ingest,
 	}
 	var starts dpStarts
 	if o.file.Dynamo.Store != "" {
@@ -281,7 +287,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 		starts.sub.Store(dyn.sub)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(routerprom.New(r, "kvroute"), newCollector(gw))
+	reg.MustRegister(routerprom.New(r, "kvroute"), newCollector(gw), ingest)
+	if dyn != nil {
+		dc := kvprom.NewDynamo("kvroute")
+		dc.Add("dynamo", dyn.sub)
+		reg.MustRegister(dc)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", gw)

@@ -13,12 +13,14 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/kvprom"
 	kvzmq "github.com/kvroute/kvroute/kvevents/zmq"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
@@ -102,10 +104,29 @@ type Config struct {
 	// EventIdleTimeout is the subscribers' kvzmq.Config.IdleTimeout. Zero
 	// means kvzmq.DefaultIdleTimeout.
 	EventIdleTimeout time.Duration
+	// Subscribers, when set, is given each engine's KV-event subscribers
+	// as engines are added (named by SubscriberName) and told to forget
+	// them when an engine is removed; a *kvprom.Collector exports their
+	// ingestion counters. Nil tells no one.
+	Subscribers SubscriberSet
 	// Clock supplies time to RemoveAfter. Nil means the system clock.
 	Clock kvroute.Clock
 	// Logger receives failed attempts and engine changes. Nil discards.
 	Logger *slog.Logger
+}
+
+// SubscriberSet keeps the KV-event subscribers of the gateway's engines;
+// *kvprom.Collector is one. Its methods are called while the gateway
+// holds its lock: they must not block or call the Gateway.
+type SubscriberSet interface {
+	Add(name string, s kvprom.Source)
+	Remove(name string)
+}
+
+// SubscriberName is the name an engine's subscriber of rank rank is given
+// to Config.Subscribers: "ID/RANK", as in HeaderWorker.
+func SubscriberName(id kvroute.WorkerID, rank int) string {
+	return strconv.FormatUint(uint64(id), 10) + "/" + strconv.Itoa(rank)
 }
 
 // Gateway is an HTTP reverse proxy for OpenAI-compatible engines that
@@ -128,6 +149,7 @@ type Gateway struct {
 	idleTimeout       time.Duration
 	clock             kvroute.Clock
 	log               *slog.Logger
+	subscribers       SubscriberSet // Config.Subscribers, nil without
 
 	frontend        *engine                 // Config.Frontend, nil without
 	frontendDPStart func(worker uint64) int // Config.FrontendDPStart
@@ -180,6 +202,7 @@ func New(cfg Config) (*Gateway, error) {
 		healthPath:  cmp.Or(cfg.HealthPath, "/health"),
 		removeAfter: cfg.RemoveAfter,
 		idleTimeout: cfg.EventIdleTimeout,
+		subscribers: cfg.Subscribers,
 		clock:       kvroute.ClockOrSystem(cfg.Clock),
 		log:         cfg.Logger,
 		engines:     map[kvroute.WorkerID]*engine{},
@@ -284,6 +307,11 @@ func (g *Gateway) AddEngine(e Engine) error {
 		return fmt.Errorf("gateway: engine %d: %w", e.ID, err)
 	}
 	g.engines[e.ID] = eng
+	if g.subscribers != nil {
+		for rank, sub := range eng.subs {
+			g.subscribers.Add(SubscriberName(e.ID, rank), sub)
+		}
+	}
 	if g.runCtx != nil {
 		g.start(eng)
 	}
@@ -311,6 +339,11 @@ func (g *Gateway) RemoveEngine(id kvroute.WorkerID) bool {
 		return false
 	}
 	delete(g.engines, id)
+	if g.subscribers != nil {
+		for rank := range eng.subs {
+			g.subscribers.Remove(SubscriberName(id, rank))
+		}
+	}
 	stop := eng.stop
 	eng.stop = nil
 	g.mu.Unlock()
