@@ -61,9 +61,14 @@
 //     request (every endpoint busy, admission queue full).
 //   - Response headers: the :status, the content type and the endpoint that
 //     served the request (filter metadata "envoy.lb", key
-//     x-gateway-destination-endpoint-served). When Envoy served it on a
-//     fallback, the picked endpoint's decision ends with ErrServedElsewhere
-//     and the request is tracked, pinned, on the served one.
+//     x-gateway-destination-endpoint-served). Plain Envoy does not fill that
+//     key; when it is absent the picker reads Envoy's "upstream.address"
+//     attribute instead, which Envoy sends when the ext_proc filter sets
+//     response_attributes: ["upstream.address"]. When Envoy served the
+//     request on a fallback (a retry after an error), the picked
+//     endpoint's decision ends with ErrServedElsewhere and the request is
+//     tracked, pinned, on the served one, so that its outcome counts
+//     there. Without either report, every outcome counts on the pick.
 //   - Response body chunks: the first calls Decision.PrefillDone; each is
 //     relayed (server-sent events are scanned for the usage chunk).
 //   - End of the response: Decision.Done with the engine's

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,10 +170,14 @@ type exchange struct {
 
 // envoyOpts shape one simulated request.
 type envoyOpts struct {
-	path      string
-	body      string
-	subset    []string // subset hint, nil for none
-	served    func(list []string) string
+	path   string
+	body   string
+	subset []string // subset hint, nil for none
+	served func(list []string) string
+	// servedAs is how the served endpoint is reported: "" in the envoy.lb
+	// metadata, "attribute" as Envoy's upstream.address attribute, "none"
+	// not at all.
+	servedAs  string
 	cancelAt  string // "after-route", "mid-response": cancel the stream there
 	chunk     int    // request body chunk size
 	noTrailer bool
@@ -274,16 +279,24 @@ func (c *cluster) do(o envoyOpts) exchange {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	ex.status = resp.StatusCode
-	servedMD, err := structpb.NewStruct(map[string]any{epp.KeyServed: ex.served})
-	require.NoError(t, err)
-	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{
+	rh := &extprocv3.ProcessingRequest{
 		Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 				header(":status", strconv.Itoa(resp.StatusCode)), header("content-type", resp.Header.Get("Content-Type")),
 			}},
 		}},
-		MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{epp.NamespaceLB: servedMD}},
-	}))
+	}
+	switch o.servedAs {
+	case "":
+		servedMD, err := structpb.NewStruct(map[string]any{epp.KeyServed: ex.served})
+		require.NoError(t, err)
+		rh.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{epp.NamespaceLB: servedMD}}
+	case "attribute":
+		attrs, err := structpb.NewStruct(map[string]any{epp.AttributeUpstream: ex.served})
+		require.NoError(t, err)
+		rh.Attributes = map[string]*structpb.Struct{epp.AttributesExtProc: attrs}
+	}
+	require.NoError(t, stream.Send(rh))
 	m, err := stream.Recv()
 	require.NoError(t, err)
 	require.NotNil(t, m.GetResponseHeaders(), "response headers answer: %v", m)
@@ -630,4 +643,112 @@ func TestImagesAreHashedIntoBlocks(t *testing.T) {
 		require.EqualValues(t, tt.cached, after.PredictedCachedTokens-before.PredictedCachedTokens, "request %d: the prediction", i)
 	}
 	c.balanced()
+}
+
+// unhealthy returns the addresses of the workers the router judges
+// unhealthy. With router.HealthConfig{DegradedErrors: 1, UnhealthyErrors: 1}
+// they are the endpoints whose last outcome was a failure.
+func (c *cluster) unhealthy() []string {
+	var out []string
+	for _, w := range c.r.Stats().Workers {
+		if w.Health != router.Unhealthy {
+			continue
+		}
+		addr, ok := c.eps.Address(w.Worker)
+		require.True(c.t, ok, "worker %s has an endpoint", w.Worker)
+		out = append(out, addr)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// oneErrorUnhealthy makes every failed outcome show in a worker's health.
+var oneErrorUnhealthy = router.Config{Health: router.HealthConfig{DegradedErrors: 1, UnhealthyErrors: 1}}
+
+func TestServedEndpointReport(t *testing.T) {
+	tests := []struct {
+		name     string
+		servedAs string
+		fail     bool // the endpoint that serves answers 503
+		// Which endpoints of the list end unhealthy (failed), by index.
+		wantFailed      []int
+		servedElsewhere uint64
+	}{
+		{name: "metadata, fallback succeeds", wantFailed: []int{0}, servedElsewhere: 1},
+		{name: "attribute, fallback succeeds", servedAs: "attribute", wantFailed: []int{0}, servedElsewhere: 1},
+		{name: "attribute, fallback fails", servedAs: "attribute", fail: true, wantFailed: []int{0, 1}, servedElsewhere: 1},
+		// Without a report the outcome counts on the pick.
+		{name: "no report, fallback succeeds", servedAs: "none"},
+		{name: "no report, fallback fails", servedAs: "none", fail: true, wantFailed: []int{0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, clusterOpts{engines: 3, router: oneErrorUnhealthy})
+			ex := c.do(envoyOpts{body: prompt(0, 0, false), servedAs: tt.servedAs, served: func(l []string) string {
+				if tt.fail {
+					c.engineAt(l[1]).FailNext(1)
+				}
+				return l[1]
+			}})
+			require.Len(t, ex.endpoints, 3)
+			require.Equal(t, ex.endpoints[1], ex.served)
+			c.balanced()
+			var want []string
+			for _, i := range tt.wantFailed {
+				want = append(want, ex.endpoints[i])
+			}
+			slices.Sort(want)
+			require.Equal(t, want, c.unhealthy(), "the endpoints whose outcome failed")
+			require.EqualValues(t, len(tt.wantFailed), c.r.Stats().Failures)
+			require.Equal(t, tt.servedElsewhere, c.srv.Stats().ServedElsewhere)
+		})
+	}
+}
+
+func TestPrefillDoneOnFirstResponseChunk(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := c.client.Process(ctx)
+	require.NoError(t, err)
+	send := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		t.Helper()
+		require.NoError(t, stream.Send(req))
+		resp, err := stream.Recv()
+		require.NoError(t, err)
+		return resp
+	}
+	load := func() scheduling.WorkerLoad {
+		t.Helper()
+		ws := c.r.Stats().Workers
+		require.Len(t, ws, 1)
+		return ws[0].Tracked
+	}
+	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{header(":method", "POST"), header(":path", "/v1/completions")}}}}}))
+	require.NotNil(t, send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+		Body: []byte(prompt(0, 0, true)), EndOfStream: true}}}).GetRequestHeaders())
+	_, err = stream.Recv() // the body, relayed
+	require.NoError(t, err)
+	picked := load()
+	require.Equal(t, 1, picked.ActiveRequests)
+	require.Positive(t, picked.ActivePrefillTokens, "the prompt is tracked as prefill until the first response chunk")
+
+	require.NotNil(t, send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{header(":status", "200"), header("content-type", "text/event-stream")}}}}}).GetResponseHeaders())
+	require.Equal(t, picked, load(), "response headers do not end the prefill")
+
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+		Body: []byte("data: {\"choices\":[{\"text\":\"t0 \"}]}\n\n")}}})
+	decoding := load()
+	require.Equal(t, 1, decoding.ActiveRequests, "the request is still active")
+	require.Zero(t, decoding.ActivePrefillTokens, "the first response chunk ended the prefill")
+
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+		Body: []byte("data: [DONE]\n\n"), EndOfStream: true}}})
+	require.NoError(t, stream.CloseSend())
+	_, err = stream.Recv()
+	require.ErrorIs(t, err, io.EOF)
+	c.balanced()
+	require.EqualValues(t, 1, c.srv.Stats().Completed)
 }

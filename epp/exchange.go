@@ -120,7 +120,7 @@ func (e *exchange) closed(err error) error {
 // (an immediate response was sent).
 func (e *exchange) handle(msg *extprocv3.ProcessingRequest) (stop bool, err error) {
 	if e.d != nil && !e.served {
-		e.checkServed(msg.GetMetadataContext())
+		e.checkServed(msg)
 	}
 	switch m := msg.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -154,7 +154,7 @@ func (e *exchange) handle(msg *extprocv3.ProcessingRequest) (stop bool, err erro
 		return false, e.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		e.checkServed(msg.GetMetadataContext())
+		e.checkServed(msg)
 		e.responseHeaders(m.ResponseHeaders)
 		if err := e.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}}}); err != nil {
@@ -413,16 +413,30 @@ func (e *exchange) reject(code int, typ, msg string) error {
 	}})
 }
 
+// servedEndpoint returns the endpoint the data plane reports as having
+// served the request: the KeyServed filter metadata of the Endpoint
+// Picker Protocol, or else Envoy's upstream.address attribute.
+func servedEndpoint(msg *extprocv3.ProcessingRequest) (string, bool) {
+	if v, ok := msg.GetMetadataContext().GetFilterMetadata()[NamespaceLB].GetFields()[KeyServed]; ok {
+		return strings.TrimSpace(v.GetStringValue()), true
+	}
+	if v, ok := msg.GetAttributes()[AttributesExtProc].GetFields()[AttributeUpstream]; ok {
+		if a := strings.TrimSpace(v.GetStringValue()); a != "" {
+			return a, true
+		}
+	}
+	return "", false
+}
+
 // checkServed reads the endpoint that served the request. When it is not
 // the one picked first, the picked one failed: its decision ends with
 // ErrServedElsewhere and the request is tracked on the served endpoint.
-func (e *exchange) checkServed(md *corev3.Metadata) {
-	v, ok := md.GetFilterMetadata()[NamespaceLB].GetFields()[KeyServed]
+func (e *exchange) checkServed(msg *extprocv3.ProcessingRequest) {
+	served, ok := servedEndpoint(msg)
 	if !ok || e.d == nil || e.finished || len(e.picked) == 0 {
 		return
 	}
 	e.served = true
-	served := strings.TrimSpace(v.GetStringValue())
 	if served == e.picked[0] {
 		return
 	}

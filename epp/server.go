@@ -35,6 +35,14 @@ const (
 	NamespaceLB = "envoy.lb"
 	// NamespaceSubset is the metadata namespace of the subset hint.
 	NamespaceSubset = "envoy.lb.subset_hint"
+	// AttributesExtProc is the key of the attributes Envoy's ext_proc
+	// filter sends (ProcessingRequest.attributes), and AttributeUpstream
+	// the attribute naming the upstream "ip:port" that answered. Envoy
+	// sends it with the response headers when the filter lists it in
+	// response_attributes; the picker reads the served endpoint from it
+	// when the data plane does not report KeyServed.
+	AttributesExtProc = "envoy.filters.http.ext_proc"
+	AttributeUpstream = "upstream.address"
 )
 
 // Health service names the Server reports through the gRPC health
