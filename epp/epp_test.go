@@ -41,6 +41,7 @@ type cluster struct {
 	r       *router.Router
 	eps     *epp.Endpoints
 	srv     *epp.Server
+	addr    string // the picker's gRPC address
 	conn    *grpc.ClientConn
 	client  extprocv3.ExternalProcessorClient
 	engines []*fakeengine.Engine
@@ -49,7 +50,8 @@ type cluster struct {
 
 type clusterOpts struct {
 	engines  int
-	adapters []string // served by every engine
+	adapters []string      // served by every engine
+	delay    time.Duration // between an engine's streamed chunks
 	// tokenizer, when set, makes the picker's tokenizer from the engines.
 	tokenizer func(engines []*fakeengine.Engine) epp.Tokenizer
 	cfg       epp.Config    // Router, Endpoints, Tokenizer are filled in
@@ -69,7 +71,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		wg.Wait()
 	})
 	for i := range o.engines {
-		e, err := fakeengine.Start(fakeengine.Config{ID: kvroute.WorkerID(i + 1), BlockSize: blockSize, Capacity: 4096, Chunks: 3, Adapters: o.adapters})
+		e, err := fakeengine.Start(fakeengine.Config{ID: kvroute.WorkerID(i + 1), BlockSize: blockSize, Capacity: 4096, Chunks: 3, Delay: o.delay, Adapters: o.adapters})
 		require.NoError(t, err)
 		t.Cleanup(e.Close)
 		c.engines = append(c.engines, e)
@@ -107,6 +109,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	c.srv.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	c.addr = ln.Addr().String()
 	go func() { _ = g.Serve(ln) }()
 	t.Cleanup(g.Stop)
 	c.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -177,9 +180,11 @@ type envoyOpts struct {
 	// servedAs is how the served endpoint is reported: "" in the envoy.lb
 	// metadata, "attribute" as Envoy's upstream.address attribute, "none"
 	// not at all.
-	servedAs  string
-	cancelAt  string // "after-route", "mid-response": cancel the stream there
-	chunk     int    // request body chunk size
+	servedAs string
+	// cancelAt is where the stream ends early: "after-route" and
+	// "mid-response" cancel it, "close-mid-response" half-closes it.
+	cancelAt  string
+	chunk     int // request body chunk size
 	noTrailer bool
 }
 
@@ -318,6 +323,16 @@ func (c *cluster) do(o envoyOpts) exchange {
 		if o.cancelAt == "mid-response" && sent == 2 {
 			cancel()
 			return ex
+		}
+		if o.cancelAt == "close-mid-response" && sent == 2 {
+			// Envoy half-closes the stream when the client goes away.
+			require.NoError(t, stream.CloseSend())
+			for {
+				if _, err := stream.Recv(); err != nil {
+					require.ErrorIs(t, err, io.EOF)
+					return ex
+				}
+			}
 		}
 		for {
 			m, err := stream.Recv()
@@ -472,7 +487,10 @@ func TestDoneOnErrorCancelAndFallback(t *testing.T) {
 	c.balanced()
 	c.do(envoyOpts{body: prompt(2, 1, true), cancelAt: "mid-response"})
 	c.balanced()
-	require.EqualValues(t, 2, c.srv.Stats().Canceled)
+	c.do(envoyOpts{body: prompt(2, 2, true), cancelAt: "close-mid-response"})
+	c.balanced()
+	require.EqualValues(t, 3, c.srv.Stats().Canceled)
+	require.EqualValues(t, 1, c.srv.Stats().Completed, "only the engine's 503 completed")
 	require.EqualValues(t, 1, c.r.Stats().Failures, "cancellations are not the engines' fault")
 
 	// Envoy serves on the second endpoint of the list.

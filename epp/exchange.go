@@ -97,15 +97,18 @@ func (e *exchange) run() error {
 	}
 }
 
-// closed ends the exchange when the stream ends, balancing the decision:
-// a response that started without error and a graceful close (Envoy
-// processes no more of it) count as success, anything else as
-// cancellation, which is not the engine's fault.
+// closed ends the exchange when the stream ends, balancing the decision.
+// An engine error status counts as the engine's failure. A graceful close
+// after response headers that came without error counts as success when
+// no response body came (Envoy sends the picker no more of the response).
+// Anything else is a cancellation, which is not the engine's fault: in
+// particular a close in the middle of the response body, which is how
+// Envoy ends the stream when the client goes away.
 func (e *exchange) closed(err error) error {
 	graceful := errors.Is(err, io.EOF)
 	switch {
 	case e.d == nil || e.finished:
-	case e.statusErr != nil, graceful && e.status != 0:
+	case e.statusErr != nil, graceful && e.status != 0 && !e.firstBody:
 		e.finish()
 	default:
 		e.finishCanceled()
