@@ -127,6 +127,24 @@ func rawJSON(t *testing.T, raw []byte) any {
 // event: every field the event had on the wire (map layout: the keys that
 // were present; nil-valued fields appear as null only if sent).
 func eventJSON(t *testing.T, ev *kvevents.EngineEvent, keys map[string]any) map[string]any {
+	all := eventFields(t, ev)
+	out := map[string]any{}
+	for k := range keys {
+		v, ok := all[k]
+		require.True(t, ok, "field %q unknown to the decoder", k)
+		out[k] = v
+	}
+	for k, v := range all {
+		if _, sent := keys[k]; !sent && v != nil && k != "token_ids" && k != "block_hashes" {
+			t.Errorf("field %q set but not on the wire", k)
+		}
+	}
+	return out
+}
+
+// eventFields renders every field of a decoded event by its wire name,
+// nil for unset ones.
+func eventFields(t *testing.T, ev *kvevents.EngineEvent) map[string]any {
 	toks := make([]any, 0, len(ev.TokenIDs))
 	if ev.Eagle {
 		for i := 0; i+1 < len(ev.TokenIDs); i++ {
@@ -163,16 +181,33 @@ func eventJSON(t *testing.T, ev *kvevents.EngineEvent, keys map[string]any) map[
 	if ev.Type != kvevents.BlockStored {
 		all["block_size"] = nil
 	}
-	out := map[string]any{}
-	for k := range keys {
-		v, ok := all[k]
-		require.True(t, ok, "field %q unknown to the decoder", k)
-		out[k] = v
+	return all
+}
+
+// arrayEventJSON renders a decoded array-layout event as msgspec's
+// decoding of it: [tag, fields in declaration order...], SGLang's salt
+// metadata as the map it came as.
+func arrayEventJSON(t *testing.T, ev *kvevents.EngineEvent) []any {
+	named := eventFields(t, ev)
+	names := []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+		"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
+	if ev.Type == kvevents.BlockRemoved {
+		names = []string{"block_hashes", "medium", "group_idx"}
 	}
-	for k, v := range all {
-		if _, sent := keys[k]; !sent && v != nil && k != "token_ids" && k != "block_hashes" {
-			t.Errorf("field %q set but not on the wire", k)
+	require.LessOrEqual(t, ev.Fields, len(names))
+	out := []any{ev.Type.String()}
+	for _, name := range names[:ev.Fields] {
+		v := named[name]
+		if name == "lora_name" && ev.SaltMetadata {
+			v = map[string]any{"cache_salt": ev.CacheSalt}
 		}
+		out = append(out, v)
+	}
+	for _, name := range append(names[ev.Fields:], "locality", "ownership", "session_id", "lookahead_token_ids") {
+		require.Nil(t, named[name], "field %q set but not on the wire", name)
+	}
+	if !ev.SaltMetadata {
+		require.Nil(t, named["cache_salt"], "cache_salt set but not on the wire")
 	}
 	return out
 }
@@ -182,6 +217,10 @@ func batchJSON(t *testing.T, b *kvevents.Batch, want []any) []any {
 	require.Len(t, b.Events, len(evs))
 	out := []any{json.Number(strconv.FormatFloat(b.Timestamp, 'f', -1, 64)), make([]any, len(evs))}
 	for i := range b.Events {
+		if _, array := evs[i].([]any); array {
+			out[1].([]any)[i] = arrayEventJSON(t, &b.Events[i])
+			continue
+		}
 		out[1].([]any)[i] = eventJSON(t, &b.Events[i], evs[i].(map[string]any))
 	}
 	if b.RankSlot {
@@ -193,7 +232,7 @@ func batchJSON(t *testing.T, b *kvevents.Batch, want []any) []any {
 // TestCapturedGoldenDecodeExactly decodes every captured batch and checks
 // every field against msgspec's decoding of the same bytes; re-encoding
 // gives the same batch, and for vLLM (whose key order and defaults kvroute
-// follows) the same bytes.
+// follows) and SGLang's array layout the same bytes.
 func TestCapturedGoldenDecodeExactly(t *testing.T) {
 	files := capturedFiles(t)
 	var names []string
@@ -216,8 +255,10 @@ func TestCapturedGoldenDecodeExactly(t *testing.T) {
 			var b2 kvevents.Batch
 			require.NoError(t, kvevents.DecodeBatch(again, &b2))
 			require.Equal(t, canon(t, want), canon(t, batchJSON(t, &b2, f.Batch)))
-			if strings.HasPrefix(f.name, "vllm") {
-				require.Equal(t, f.payload, again, "vLLM bytes re-encode exactly")
+			// vLLM's batches and SGLang's array-layout ones re-encode
+			// byte for byte.
+			if strings.HasPrefix(f.name, "vllm") || strings.HasPrefix(f.name, "sglang0519") {
+				require.Equal(t, f.payload, again, "bytes re-encode exactly")
 			}
 		})
 	}

@@ -161,3 +161,26 @@ func TestDecodeSaltMetadataForms(t *testing.T) {
 		})
 	}
 }
+
+// TestCapturedSGLangPositionalSalt: the batch SGLang 0.5.19's own recorder
+// and publisher sent for an unsalted chain, the same tokens salted and an
+// eviction of the salted child indexes both chains: the unsalted prompt
+// matches its 3 blocks, the salted one its 2 remaining blocks (as the
+// router hashes a request with that salt), another salt nothing.
+func TestCapturedSGLangPositionalSalt(t *testing.T) {
+	var f capturedFile
+	for _, c := range capturedFiles(t) {
+		if c.name == "sglang0519_salt_positional_dp0" {
+			f = c
+		}
+	}
+	require.NotNil(t, f.payload, "capture present")
+	ix, c := ingestCaptured(t, f, kvevents.ConverterConfig{BlockSize: 4}, -1)
+	toks := seq(12, 600)
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	w := kvroute.WorkerKey{}
+	require.Equal(t, 3, matchDepth(ix, h.AppendSeqHashes(nil, toks), w), "unsalted chain")
+	require.Equal(t, 2, matchDepth(ix, h.WithSalt("tenant-a").AppendSeqHashes(nil, toks), w), "salted chain after its child's eviction")
+	require.Zero(t, matchDepth(ix, h.WithSalt("tenant-b").AppendSeqHashes(nil, toks), w), "another salt")
+	require.EqualValues(t, 1, c.Stats().Salted)
+}
