@@ -71,6 +71,8 @@ func FuzzProcess(f *testing.F) {
 		}
 		hv := func(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
 		served, _ := structpb.NewStruct(map[string]any{epp.KeyServed: "10.0.0.2:8000"})
+		upstream, _ := structpb.NewStruct(map[string]any{epp.AttributeUpstream: "10.0.0.1:8000"})
+		upstreamAny, _ := structpb.NewStruct(map[string]any{epp.AttributeUpstream: body})
 		subset, _ := structpb.NewStruct(map[string]any{epp.KeySubset: []any{"10.0.0.1:8000", body}})
 		var msgs []*extprocv3.ProcessingRequest
 		rest := []byte(body)
@@ -101,7 +103,16 @@ func FuzzProcess(f *testing.F) {
 				ct := []string{"text/event-stream", "application/json"}[i%2]
 				m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv(":status", st), hv("content-type", ct)}}}}
-				m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{epp.NamespaceLB: served}}
+				// The served endpoint: from the envoy.lb metadata, or from
+				// Envoy's upstream.address attribute, a known one or any.
+				switch i % 3 {
+				case 0:
+					m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{epp.NamespaceLB: served}}
+				case 1:
+					m.Attributes = map[string]*structpb.Struct{epp.AttributesExtProc: upstream}
+				case 2:
+					m.Attributes = map[string]*structpb.Struct{epp.AttributesExtProc: upstreamAny}
+				}
 			case 5, 9:
 				m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(body)}}
 			case 6:
