@@ -54,7 +54,8 @@ type poolKind int
 const (
 	// originalDst: an ORIGINAL_DST cluster that connects to the address
 	// in x-gateway-destination-endpoint, as GIE's reference Envoy
-	// configuration does. It takes one address: the picker runs without
+	// configuration does. It takes one address (given a list, Envoy
+	// answers 503 "no healthy upstream"): the picker runs without
 	// fallbacks.
 	originalDst poolKind = iota
 	// overrideHost: a static cluster of the engines whose override_host
