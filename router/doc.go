@@ -61,7 +61,11 @@
 // shares with a LoadSync (Config.LoadSync) exchanging the requests with
 // the other replicas, such as kvevents/natsx.Replica over NATS: each
 // router then counts its own requests and its peers' exactly once, and
-// LoadChanged wakes its queue when peers' requests end.
+// LoadChanged wakes its queue when peers' requests end. Set
+// Config.RemoveGrace too: the replicas' event stream goes on after a
+// worker's removal, so a worker removed and added again within the grace
+// keeps its blocks in the index, while one that does not come back has
+// them removed when the grace ends (PurgeWorker removes them at once).
 //
 // # Health
 //
@@ -73,8 +77,8 @@
 //
 // Select and the Decision methods are safe for concurrent use and take no
 // router-wide lock: the worker set is an immutable snapshot behind an
-// atomic pointer, replaced by AddWorker, UpdateWorker and RemoveWorker
-// (which serialise among themselves). Select blocks only in the admission
+// atomic pointer, replaced by AddWorker, UpdateWorker, RemoveWorker and
+// PurgeWorker (which serialise among themselves). Select blocks only in the admission
 // queue (Config.Queue), and then until its context ends.
 //
 // The router starts no goroutines and does no I/O; RunHealthChecks is the

@@ -126,8 +126,9 @@ func (c *HealthConfig) judge(d *domain, now int64) Health {
 // CheckHealth re-evaluates every worker's health at the current time of
 // the router's clock, and does the router's other timed housekeeping:
 // tracked requests whose Done never came expire (TrackerConfig.TTL),
-// expired session affinities are dropped, and in approximate mode expired
-// index entries are removed. The host calls it periodically (every second
+// expired session affinities are dropped, the blocks of workers removed
+// longer than Config.RemoveGrace ago leave the index, and in approximate
+// mode expired index entries are removed. The host calls it periodically (every second
 // or so), or starts RunHealthChecks to have it called on a timer.
 func (r *Router) CheckHealth() {
 	now := r.clock.Now().UnixNano()
@@ -146,6 +147,7 @@ func (r *Router) CheckHealth() {
 	})
 	// Expiry and health changes may have freed capacity.
 	r.releaseAll()
+	r.expireRemoved()
 	if r.approx != nil {
 		r.approx.Expire()
 	}

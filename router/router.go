@@ -88,6 +88,25 @@ type Config struct {
 	LoadSync LoadSync
 	// Health configures heartbeat and error based health.
 	Health HealthConfig
+	// RemoveGrace, when positive, is how long RemoveWorker leaves a
+	// removed worker's blocks in the index. The worker leaves routing and
+	// its tracked requests are dropped at once, but the blocks stay, and
+	// KV events for it go on being applied, so that a worker added again
+	// within the grace (an engine that re-registers after a network blip or
+	// a restart of its discovery, keeping its cache) is routed to with
+	// its cache known. Once the grace has passed without the worker coming
+	// back, its blocks leave the index: at the next CheckHealth, AddWorker,
+	// UpdateWorker, RemoveWorker or PurgeWorker. PurgeWorker removes a
+	// worker and its blocks at once.
+	//
+	// Set it when the index is fed by a stream that does not stop with the
+	// worker's registration, as with kvevents/natsx.Replica, whose relay
+	// goes on publishing the engine's events: without it, a worker removed
+	// and added again while its engine keeps its cache has an empty index
+	// entry that no event repairs, because the engine does not announce
+	// blocks it already holds. Zero means RemoveWorker clears the blocks at
+	// once.
+	RemoveGrace time.Duration
 	// SessionTTL is how long a session affinity key keeps sending its
 	// requests to the same worker after its last request. Zero means
 	// 10 minutes.
@@ -126,6 +145,7 @@ type Router struct {
 	loadSync   LoadSync
 	health     HealthConfig
 	sessionTTL time.Duration
+	grace      time.Duration // Config.RemoveGrace
 	clock      kvroute.Clock
 	log        *slog.Logger
 	debug      bool
@@ -136,6 +156,9 @@ type Router struct {
 	mu      sync.Mutex
 	workers map[kvroute.WorkerID]*workerEntry
 	snap    atomic.Pointer[snapshot]
+	// removed holds, per cache domain removed under RemoveGrace, when its
+	// blocks leave the index (unix ns). Guarded by mu.
+	removed map[kvroute.WorkerKey]int64
 
 	sessions *xsync.MapOf[string, session]
 	// nextID is the last tracker id handed out; each scratch takes a block
@@ -219,7 +242,9 @@ func New(cfg Config) (*Router, error) {
 		busy:       cfg.Busy,
 		loadSync:   cfg.LoadSync,
 		sessionTTL: cfg.SessionTTL,
+		grace:      cfg.RemoveGrace,
 		workers:    map[kvroute.WorkerID]*workerEntry{},
+		removed:    map[kvroute.WorkerKey]int64{},
 		sessions:   xsync.NewMapOf[string, session](),
 	}
 	if !r.hasher.Valid() {
@@ -234,6 +259,9 @@ func New(cfg Config) (*Router, error) {
 	r.debug = r.log.Handler().Enabled(context.Background(), slog.LevelDebug)
 	if r.sessionTTL == 0 {
 		r.sessionTTL = 10 * time.Minute
+	}
+	if r.grace < 0 {
+		return nil, fmt.Errorf("%w: negative RemoveGrace %v", ErrInvalidConfig, r.grace)
 	}
 	var err error
 	if r.health, err = cfg.Health.withDefaults(); err != nil {
@@ -334,7 +362,8 @@ func (r *Router) Hasher() kvroute.Hasher { return r.hasher }
 
 // AddWorker registers w. It returns ErrDuplicateWorker when its id is
 // registered already and ErrInvalidConfig when its block size differs
-// from the router's hasher.
+// from the router's hasher. A worker removed less than RemoveGrace ago
+// keeps the blocks the index holds for it.
 func (r *Router) AddWorker(w Worker) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -345,6 +374,8 @@ func (r *Router) AddWorker(w Worker) error {
 	if err != nil {
 		return err
 	}
+	r.expireRemovedLocked()
+	r.keepDomains(e)
 	r.workers[w.ID()] = e
 	r.publish()
 	r.releaseAll()
@@ -366,45 +397,119 @@ func (r *Router) UpdateWorker(w Worker) error {
 	if err != nil {
 		return err
 	}
+	r.expireRemovedLocked()
+	r.keepDomains(e)
 	r.workers[w.ID()] = e
 	r.publish() // first, so that no new decision picks a dropped rank
 	for _, d := range old.domains[min(len(old.domains), len(e.domains)):] {
-		r.dropDomain(d.key)
+		r.dropDomain(d.key, false)
 	}
 	r.releaseAll()
 	return nil
 }
 
-// RemoveWorker unregisters worker id: it is no longer chosen, its blocks
-// leave the index and its tracked requests are dropped. Decisions already
-// made for it stay valid; their Done is harmless. It reports whether the
-// worker was registered.
+// RemoveWorker unregisters worker id: it is no longer chosen and its
+// tracked requests are dropped; its blocks leave the index at once, or,
+// with Config.RemoveGrace, when the grace has passed without the worker
+// being added again. Decisions already made for it stay valid; their Done
+// is harmless. It reports whether the worker was registered.
 //
-// Stop the worker's KV-event subscribers first: an event applied to the
-// index after the removal registers its cache domain in the index again
-// (not in the router), and its blocks would stay until the index is reset.
+// Without a grace, stop the worker's KV-event subscribers first: an event
+// applied to the index after the removal registers its cache domain in the
+// index again (not in the router), and its blocks would stay until the
+// index is reset.
 func (r *Router) RemoveWorker(id kvroute.WorkerID) bool {
+	return r.remove(id, false)
+}
+
+// PurgeWorker unregisters worker id as RemoveWorker does and removes its
+// blocks from the index at once, whatever Config.RemoveGrace says: for a
+// worker whose engine is gone for good or was replaced by one with an
+// empty cache. It also purges the blocks of a worker removed earlier whose
+// grace has not passed. It reports whether the worker was registered or
+// still in its grace.
+func (r *Router) PurgeWorker(id kvroute.WorkerID) bool {
+	return r.remove(id, true)
+}
+
+func (r *Router) remove(id kvroute.WorkerID, purge bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.expireRemovedLocked()
+	found := false
+	if purge {
+		for k := range r.removed {
+			if k.ID == id {
+				r.dropIndex(k)
+				delete(r.removed, k)
+				found = true
+			}
+		}
+	}
 	e, ok := r.workers[id]
 	if !ok {
-		return false
+		return found
 	}
 	delete(r.workers, id)
 	r.publish()
 	for _, d := range e.domains {
-		r.dropDomain(d.key)
+		r.dropDomain(d.key, purge)
 	}
 	return true
 }
 
-func (r *Router) dropDomain(k kvroute.WorkerKey) {
+// dropDomain drops the tracked requests of a cache domain that left the
+// router, and its blocks: at once when now is set or there is no grace,
+// else when the grace has passed. r.mu is held.
+func (r *Router) dropDomain(k kvroute.WorkerKey, now bool) {
+	r.tracker.RemoveWorker(k)
+	if now || r.grace <= 0 {
+		r.dropIndex(k)
+		return
+	}
+	r.removed[k] = r.clock.Now().Add(r.grace).UnixNano()
+}
+
+// dropIndex removes a cache domain's blocks from the index.
+func (r *Router) dropIndex(k kvroute.WorkerKey) {
 	if r.approx != nil {
 		r.approx.RemoveWorker(k)
 	} else {
 		r.index.RemoveWorker(k)
 	}
-	r.tracker.RemoveWorker(k)
+}
+
+// keepDomains cancels the pending removal of the blocks of e's cache
+// domains, which are registered again. r.mu is held.
+func (r *Router) keepDomains(e *workerEntry) {
+	if len(r.removed) == 0 {
+		return
+	}
+	for _, d := range e.domains {
+		delete(r.removed, d.key)
+	}
+}
+
+// expireRemoved removes the blocks of cache domains whose grace has
+// passed.
+func (r *Router) expireRemoved() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expireRemovedLocked()
+}
+
+// expireRemovedLocked is expireRemoved with r.mu held.
+func (r *Router) expireRemovedLocked() {
+	if len(r.removed) == 0 {
+		return
+	}
+	now := r.clock.Now().UnixNano()
+	for k, due := range r.removed {
+		if now >= due {
+			r.dropIndex(k)
+			delete(r.removed, k)
+		}
+	}
 }
 
 // newEntry builds the entry for w, reusing the domains of old.
