@@ -17,7 +17,12 @@
 //     router with the same index and tracker and the Replica as its
 //     router.Config.LoadSync. Run [Replica.Run] on a goroutine of your
 //     own and wait for [Replica.Ready] before routing (the replica has
-//     then loaded a peer's index).
+//     then loaded a peer's index). Give the router a
+//     router.Config.RemoveGrace: the relay goes on publishing a worker's
+//     events after the router removes it, so a worker removed and added
+//     again within the grace keeps its blocks (its engine does not
+//     announce the blocks it already holds); router.Router.PurgeWorker
+//     clears a worker whose engine is gone or was replaced at once.
 //  3. Route as usual: the router reports each decision's load to the
 //     Replica, which shares it; the peers' requests appear in the shared
 //     tracker, so Select counts every request of every replica once.
@@ -33,7 +38,8 @@
 //	if err != nil {
 //		return err
 //	}
-//	r, err = router.New(router.Config{Index: index, LoadTracker: tracker, LoadSync: rep})
+//	r, err = router.New(router.Config{Index: index, LoadTracker: tracker, LoadSync: rep,
+//		RemoveGrace: 5 * time.Minute})
 //	if err != nil {
 //		return err
 //	}

@@ -42,7 +42,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	r, err = router.New(router.Config{Index: index, LoadTracker: tracker, LoadSync: rep})
+	// A worker removed and added again within RemoveGrace keeps its
+	// blocks: the relay goes on publishing its events meanwhile.
+	r, err = router.New(router.Config{Index: index, LoadTracker: tracker, LoadSync: rep, RemoveGrace: 5 * time.Minute})
 	if err != nil {
 		panic(err)
 	}

@@ -208,6 +208,7 @@ type faultCluster struct {
 	engines []*simEngine
 	workers []kvroute.WorkerID
 	gate    sync.RWMutex // clients hold it for reading per request; pause takes it
+	paused  bool         // the test goroutine holds gate
 	served  atomic.Uint64
 	gone    []natsx.ReplicaStats // stats of stopped replicas
 }
@@ -256,8 +257,9 @@ func (c *faultCluster) client(ctx context.Context, i int, seed uint64) {
 }
 
 // pause waits for the requests in flight and stops new ones.
-func (c *faultCluster) pause()  { c.gate.Lock() }
-func (c *faultCluster) resume() { c.gate.Unlock() }
+func (c *faultCluster) pause() { c.gate.Lock(); c.paused = true }
+
+func (c *faultCluster) resume() { c.paused = false; c.gate.Unlock() }
 
 // converged reports whether every replica's index equals every engine's
 // cache and no tracker holds a request; it returns what differs.
@@ -334,14 +336,17 @@ func lossy(seed uint64, p float64) dropFunc {
 // TestFaults runs 3 router replicas over an embedded NATS server, fed by
 // a relay of 8 simulated engines, with steady traffic through every
 // replica, through a replica restart, a NATS server restart, message
-// loss, an engine restart and a worker removed and added again. After
-// each fault every replica's index must equal the engines' caches and no
+// loss, an engine restart, a worker removed and added again while its
+// engine kept its cache (the routers' RemoveGrace keeps its blocks), and
+// a worker replaced by an empty engine (PurgeWorker). After each fault
+// every replica's index must equal the engines' caches and no
 // request may be left in any tracker; no worker may have been reset, since
 // a peer or the relay could always repair it.
 func TestFaults(t *testing.T) {
 	const replicas, engines = 3, 8
 	c := &faultCluster{t: t, nats: startNATSServer(t),
-		cfg: nodeConfig{ttl: time.Minute, heartbeat: 50 * time.Millisecond, peerTimeout: 2 * time.Second, syncTimeout: 3 * time.Second}}
+		cfg: nodeConfig{ttl: time.Minute, heartbeat: 50 * time.Millisecond, peerTimeout: 2 * time.Second, syncTimeout: 3 * time.Second,
+			removeGrace: time.Minute}}
 	for range replicas + 1 {
 		c.proxies = append(c.proxies, startProxy(t, c.nats.addr))
 	}
@@ -359,6 +364,9 @@ func TestFaults(t *testing.T) {
 	var relayWG, wg sync.WaitGroup
 	defer func() {
 		cancel()
+		if c.paused { // a step failed while the traffic was paused
+			c.resume()
+		}
 		wg.Wait()
 		stopRelay()
 		relayWG.Wait()
@@ -418,17 +426,40 @@ func TestFaults(t *testing.T) {
 		c.engines[2].restart()
 		run(time.Second)
 	})
-	step("worker removed and added again", func() {
+	step("worker removed and added again, engine kept its cache", func() {
+		c.pause()
+		c.converge("before the removal")
+		e := c.engines[5]
+		for _, n := range c.nodes {
+			require.True(t, n.rt.RemoveWorker(e.id))
+		}
+		// Its requests in flight finish meanwhile: the engine stores and
+		// evicts a few blocks (not so many that its whole cache is
+		// announced again) while no router routes to it.
+		rng := rand.New(rand.NewPCG(5, 6))
+		for range 3 {
+			e.serve(prompt(rng))
+		}
+		for _, n := range c.nodes {
+			require.NoError(t, n.rt.AddWorker(router.StaticWorker{WorkerID: e.id, Block: bs}))
+		}
+		// Before any new traffic: every index holds the engine's cache.
+		c.converge("re-added, before traffic")
+		c.resume()
+		run(time.Second)
+	})
+	step("worker replaced (purged, engine empty)", func() {
 		c.pause()
 		c.converge("before the removal")
 		w := c.engines[4].id
 		for _, n := range c.nodes {
-			require.True(t, n.rt.RemoveWorker(w))
+			require.True(t, n.rt.PurgeWorker(w))
 		}
 		c.engines[4].restart() // the engine that comes back starts empty
 		for _, n := range c.nodes {
 			require.NoError(t, n.rt.AddWorker(router.StaticWorker{WorkerID: w, Block: bs}))
 		}
+		c.converge("purged, before traffic")
 		c.resume()
 		run(time.Second)
 	})

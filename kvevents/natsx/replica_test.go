@@ -50,6 +50,7 @@ func connect(t testing.TB, url string) *nats.Conn {
 // nodeConfig tunes a router replica under test.
 type nodeConfig struct {
 	ttl, heartbeat, peerTimeout, syncTimeout time.Duration
+	removeGrace                              time.Duration // router.Config.RemoveGrace
 }
 
 func (c nodeConfig) withDefaults() nodeConfig {
@@ -91,7 +92,7 @@ func startNode(t testing.TB, url, id string, cfg nodeConfig, workers ...kvroute.
 		OnPeerLoad: func() { n.rt.LoadChanged() }})
 	require.NoError(t, err)
 	n.rt, err = router.New(router.Config{Hasher: hasher, Index: ix, LoadTracker: tr, LoadSync: n.rep,
-		Selector: scheduling.SelectorConfig{Seed: 1}})
+		Selector: scheduling.SelectorConfig{Seed: 1}, RemoveGrace: cfg.removeGrace})
 	require.NoError(t, err)
 	for _, w := range workers {
 		require.NoError(t, n.rt.AddWorker(router.StaticWorker{WorkerID: w, Block: bs}))
@@ -464,4 +465,59 @@ func TestReplicaFollowsARestartedRelay(t *testing.T) {
 	})
 	require.Positive(t, proxy.dropped.Load())
 	require.Zero(t, a.rep.Stats().Resets)
+}
+
+// A worker removed from every router while its engine keeps its cache:
+// with RemoveGrace, the replicas keep its blocks and go on applying its
+// events, so that a worker added again within the grace has its whole
+// cache in every index; one that does not come back has its blocks
+// removed when the grace passes.
+func TestRemovedWorkerKeepsItsBlocks(t *testing.T) {
+	tests := []struct {
+		name       string
+		grace      time.Duration
+		addAgain   bool
+		wait       time.Duration // after the removal, before the checks
+		wantBlocks int
+	}{
+		{"added again within the grace", time.Minute, true, 0, 7},
+		{"not added again", 100 * time.Millisecond, false, 150 * time.Millisecond, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := startNATS(t)
+			cfg := nodeConfig{removeGrace: tt.grace}
+			nodes := []*node{startNode(t, url, "a", cfg, 1, 2), startNode(t, url, "b", cfg, 1, 2)}
+			pub, _ := startRelay(t, connect(t, url), 0)
+			w := kvroute.WorkerKey{ID: 1}
+			store := func(i uint32) {
+				ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w,
+					Blocks: []kvroute.StoredBlock{{External: kvroute.ExternalHash(i), Hash: hasher.HashBlock([]uint32{i, 1, 2, 3})}}}
+				require.NoError(t, pub.Apply(&ev))
+			}
+			for i := range uint32(5) {
+				store(i)
+			}
+			for _, n := range nodes {
+				eventually(t, n.id+" to hold 5 blocks", func() bool { return len(n.blocks(w)) == 5 })
+				require.True(t, n.rt.RemoveWorker(w.ID))
+			}
+			store(5) // the engine's requests in flight finish meanwhile
+			store(6)
+			for _, n := range nodes {
+				eventually(t, n.id+" to apply the events after the removal", func() bool { return len(n.blocks(w)) == 7 })
+			}
+			for _, n := range nodes {
+				if tt.addAgain {
+					require.NoError(t, n.rt.AddWorker(router.StaticWorker{WorkerID: w.ID, Block: bs}))
+				}
+			}
+			time.Sleep(tt.wait)
+			for _, n := range nodes {
+				n.rt.CheckHealth() // the housekeeping that ends a grace
+				require.Len(t, n.blocks(w), tt.wantBlocks, n.id)
+				require.Zero(t, n.rep.Stats().Gaps, n.id)
+			}
+		})
+	}
 }
