@@ -426,7 +426,7 @@ func TestFaults(t *testing.T) {
 		c.engines[2].restart()
 		run(time.Second)
 	})
-	step("worker removed and added again, engine kept its cache", func() {
+	step("worker re-added, engine kept its cache", func() {
 		c.pause()
 		c.converge("before the removal")
 		e := c.engines[5]
@@ -448,7 +448,7 @@ func TestFaults(t *testing.T) {
 		c.resume()
 		run(time.Second)
 	})
-	step("worker replaced (purged, engine empty)", func() {
+	step("worker purged, engine replaced", func() {
 		c.pause()
 		c.converge("before the removal")
 		w := c.engines[4].id
@@ -478,7 +478,7 @@ func TestFaults(t *testing.T) {
 	t.Logf("gaps: %d, repaired by dump: %d, by replay: %d, by reset: %d", st.Gaps, st.ByDump, st.ByReplay, st.Resets)
 	t.Logf("load: %d peer operations applied, %d peer resyncs, %d peers dropped", st.LoadOps, st.PeerResyncs, st.PeerDrops)
 	for _, f := range figures {
-		t.Logf("converged after %-32s in %v", f.fault+":", f.took.Round(time.Millisecond))
+		t.Logf("converged after %-40s in %v", f.fault+":", f.took.Round(time.Millisecond))
 	}
 	require.Positive(t, st.Gaps)
 	require.Positive(t, st.ByDump+st.ByReplay)
