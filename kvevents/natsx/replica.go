@@ -426,6 +426,7 @@ type loop struct {
 	last     map[kvroute.WorkerKey]uint64       // last event ID applied per worker
 	epochs   map[kvroute.WorkerKey]uint64       // the Publisher whose sequence last follows, from its heads
 	repairs  map[kvroute.WorkerKey]*repairState // workers being repaired
+	gen      uint64                             // the last repair started
 	peers    map[string]*peerState
 	repaired chan repairResult
 	resynced chan resyncResult
@@ -446,9 +447,11 @@ type syncState struct {
 }
 
 // repairState is a worker being repaired: need is the event ID the repair
-// must reach, held the worker's events received since the gap.
+// must reach, held the worker's events received since the gap, gen the
+// number of the repair, which its result carries.
 type repairState struct {
 	need uint64
+	gen  uint64
 	held [][]byte
 }
 
@@ -714,7 +717,7 @@ func (l *loop) handleHeads(data []byte) {
 			l.r.cfg.Index.ResetWorker(x.worker)
 			l.last[x.worker] = 0
 			l.epochs[x.worker] = h.epoch
-			delete(l.repairs, x.worker) // a repair of the old sequence: its result is ignored
+			delete(l.repairs, x.worker) // a repair of the old sequence: finishRepair ignores its result
 		}
 		if x.id > l.last[x.worker] && l.repairs[x.worker] == nil {
 			l.r.stats.gaps.Add(1)
@@ -736,6 +739,7 @@ const (
 // repairResult is what a repair goroutine fetched for worker.
 type repairResult struct {
 	worker kvroute.WorkerKey
+	gen    uint64 // repairState.gen of the repair that fetched it
 	kind   repairKind
 	last   uint64                 // byDump: the peer's last event ID
 	events []kvevents.DynamoEvent // byDump: the worker's blocks
@@ -745,10 +749,13 @@ type repairResult struct {
 // startRepair marks w as being repaired up to need and fetches, on a
 // goroutine, a peer's dump of w or the relay's replay.
 func (l *loop) startRepair(w kvroute.WorkerKey, need uint64) {
-	l.repairs[w] = &repairState{need: need}
+	l.gen++
+	gen := l.gen
+	l.repairs[w] = &repairState{need: need, gen: gen}
 	have, peers := l.last[w], len(l.peers)
 	l.wg.Go(func() {
 		res := l.r.repair(l.ctx, w, have, need, peers)
+		res.gen = gen
 		select {
 		case l.repaired <- res:
 		case <-l.ctx.Done():
@@ -940,11 +947,15 @@ func fetchReply(m *nats.Msg, next uint64, chunk func([]byte) (uint64, bool, erro
 }
 
 // finishRepair applies a repair's result, then the worker's held events.
+// A result of another repair than the one under way for the worker (one
+// abandoned when the relay restarted, whose peer dump or replay belongs
+// to the old sequence) is ignored.
 func (l *loop) finishRepair(res repairResult) {
 	r := l.r
 	w := res.worker
 	rep := l.repairs[w]
-	if rep == nil {
+	if rep == nil || rep.gen != res.gen {
+		r.log.Debug("natsx: result of an abandoned repair ignored", "worker", w.String())
 		return
 	}
 	delete(l.repairs, w)

@@ -1,0 +1,145 @@
+package natsx
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/scheduling"
+)
+
+// eventMsg encodes a Stored event of one block (external hash ext, under
+// parent when not 0) of worker w as the Publisher sends it.
+func eventMsg(t *testing.T, w kvroute.WorkerKey, id uint64, ext, parent kvroute.ExternalHash) []byte {
+	t.Helper()
+	ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: id,
+		Blocks: []kvroute.StoredBlock{{External: ext, Hash: kvroute.BlockHash(ext) * 3}}, HasParent: parent != 0, Parent: parent}
+	var d kvevents.DynamoEvent
+	require.NoError(t, d.FromEvent(&ev, kvroute.Hasher{}))
+	msg, err := kvevents.AppendDynamoEvent(nil, &d)
+	require.NoError(t, err)
+	return msg
+}
+
+// A repair abandoned when the replica learns that the relay restarted
+// (the new Publisher's heads) may still deliver its result: a peer's dump
+// of the old sequence. It must not complete the repair of the new
+// sequence, whose events would then be dropped as duplicates.
+func TestStaleRepairResultIsIgnored(t *testing.T) {
+	h := newReplicaHarness(t)
+	l, end, ix, _ := h.newLoop(t)
+	defer end()
+	// The repair goroutines give up at once: the test hands the results
+	// to finishRepair itself, in the order it needs.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l.ctx = ctx
+	w := kvroute.WorkerKey{ID: 3}
+	held := func() []kvroute.SeqHash {
+		b := ix.AppendWorkerBlocks(w, nil)
+		slices.Sort(b)
+		return b
+	}
+
+	l.handleHeads(appendHeads(nil, &heads{epoch: 1, last: []workerID{{w, 0}}}))
+	l.handleEvent(eventMsg(t, w, 1, 11, 0))
+	l.handleEvent(eventMsg(t, w, 2, 12, 11))
+	l.handleEvent(eventMsg(t, w, 3, 13, 12))
+	require.Len(t, held(), 3)
+	l.handleEvent(eventMsg(t, w, 5, 15, 14)) // event 4 lost: a repair up to 4
+	old := l.repairs[w]
+	require.NotNil(t, old)
+	// The relay restarts and the replica missed its marker: the new
+	// Publisher's heads start the worker over and repair it up to 2.
+	l.handleHeads(appendHeads(nil, &heads{epoch: 2, last: []workerID{{w, 2}}}))
+	require.Empty(t, held())
+	cur := l.repairs[w]
+	require.NotNil(t, cur)
+	require.NotEqual(t, old.gen, cur.gen)
+
+	// The old repair's peer dump arrives first: the old sequence through 4.
+	var dump []kvevents.DynamoEvent
+	for i, ext := range []kvroute.ExternalHash{11, 12, 13, 14} {
+		var d kvevents.DynamoEvent
+		ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w,
+			Blocks: []kvroute.StoredBlock{{External: ext, Hash: kvroute.BlockHash(ext) * 3}}, HasParent: i > 0, Parent: ext - 1}
+		require.NoError(t, d.FromEvent(&ev, kvroute.Hasher{}))
+		dump = append(dump, d)
+	}
+	l.finishRepair(repairResult{worker: w, gen: old.gen, kind: byDump, last: 4, events: dump})
+	require.Empty(t, held(), "the old sequence's dump was applied")
+	require.Zero(t, l.last[w])
+	require.Same(t, cur, l.repairs[w], "the stale result ended the current repair")
+
+	// The current repair's replay of the new sequence completes it.
+	l.finishRepair(repairResult{worker: w, gen: cur.gen, kind: byReplay,
+		msgs: [][]byte{eventMsg(t, w, 1, 101, 0), eventMsg(t, w, 2, 102, 101)}})
+	require.Nil(t, l.repairs[w])
+	require.Equal(t, uint64(2), l.last[w])
+	l.handleEvent(eventMsg(t, w, 3, 103, 102))
+	require.Equal(t, uint64(3), l.last[w])
+	require.Len(t, held(), 3)
+	st := h.r.Stats()
+	require.Zero(t, st.ByDump)
+	require.Equal(t, uint64(1), st.ByReplay)
+}
+
+// MaxPeerRequests bounds the requests kept of each peer and of this
+// replica's own: past it a request is counted in Overflow and neither
+// tracked nor shared, and room freed by a request that ends is used again.
+func TestMaxPeerRequestsOverflow(t *testing.T) {
+	w := kvroute.WorkerKey{ID: 2}
+	add := func(id scheduling.RequestID) loadOp {
+		return loadOp{op: opAdd, id: id, worker: w, prefillTokens: 16, blocks: []kvroute.SeqHash{kvroute.SeqHash(id)}}
+	}
+	tests := []struct {
+		name string
+		// add adds request id (of a peer, or of this replica's router)
+		// and free ends it; kept returns the requests the replica keeps.
+		add, free func(l *loop, id scheduling.RequestID)
+		kept      func(l *loop) int
+	}{
+		{"a peer's requests",
+			func(l *loop, id scheduling.RequestID) {
+				ps := l.peers["peer"]
+				seq := uint64(1)
+				if ps != nil {
+					seq = ps.seq + 1
+				}
+				l.handleLoad(appendLoadBatch(nil, &loadBatch{origin: "peer", incarnation: 1, seq: seq, ops: []loadOp{add(id)}}))
+			},
+			func(l *loop, id scheduling.RequestID) {
+				l.handleLoad(appendLoadBatch(nil, &loadBatch{origin: "peer", incarnation: 1, seq: l.peers["peer"].seq + 1,
+					ops: []loadOp{{op: opFree, id: id}}}))
+			},
+			func(l *loop) int { return l.r.cfg.Tracker.Len() }},
+		{"this replica's own",
+			func(l *loop, id scheduling.RequestID) { l.r.Added(id, w, []kvroute.SeqHash{kvroute.SeqHash(id)}, 16) },
+			func(l *loop, id scheduling.RequestID) { l.r.Freed(id) },
+			func(l *loop) int { l.r.mu.Lock(); defer l.r.mu.Unlock(); return len(l.r.own) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newReplicaHarness(t)
+			l, end, _, _ := h.newLoop(t)
+			defer end()
+			bound := h.r.cfg.MaxPeerRequests
+			for id := range scheduling.RequestID(bound + 2) {
+				tt.add(l, id+1)
+			}
+			require.Equal(t, bound, tt.kept(l))
+			require.Equal(t, uint64(2), h.r.Stats().Overflow)
+			tt.free(l, 1)
+			require.Equal(t, bound-1, tt.kept(l))
+			tt.add(l, 100)
+			require.Equal(t, bound, tt.kept(l))
+			require.Equal(t, uint64(2), h.r.Stats().Overflow, "a request refused with room free")
+			tt.add(l, 101)
+			require.Equal(t, uint64(3), h.r.Stats().Overflow)
+		})
+	}
+}
