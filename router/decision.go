@@ -176,8 +176,9 @@ func (d *Decision) Done(o Outcome) {
 	if d == nil || d.r == nil {
 		return
 	}
+	var s uint32
 	for {
-		s := d.state.Load()
+		s = d.state.Load()
 		if s&stateDone != 0 {
 			return
 		}
@@ -187,8 +188,8 @@ func (d *Decision) Done(o Outcome) {
 	}
 	r := d.r
 	r.untrack(d.id)
-	if d.Disaggregated {
-		r.untrack(d.prefillID)
+	if d.Disaggregated && s&statePrefillDone == 0 {
+		r.untrack(d.prefillID) // else PrefillDone ended it
 	}
 	r.observe(d, o)
 	r.release()

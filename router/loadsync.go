@@ -24,7 +24,9 @@ type LoadSync interface {
 	// OutputTokens reports n more generated tokens of request id.
 	OutputTokens(id scheduling.RequestID, n int)
 	// Freed reports that request id ended. It is called once per request
-	// the router tracked, also when the tracker had already dropped it.
+	// the router tracked (a disaggregated request's prefill, tracked on
+	// its prefill worker, ends at PrefillDone, or at Done without one),
+	// also when the tracker had already dropped it.
 	Freed(id scheduling.RequestID)
 }
 
