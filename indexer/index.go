@@ -697,6 +697,12 @@ func sameHolders(a, b *segment) bool {
 // added (add) or removed (!add), and s does not have it (add) or has it
 // (!add).
 func holdersDiffer(n, s *segment, slot int, t kvroute.Tier, add bool) bool {
+	if n.chunkFor(slot) == nil && s.chunkFor(slot) == nil {
+		// Neither has slot's chunk, so neither has its bit: n does not
+		// have it (add) or s does not (!add). allWords below stops at
+		// the last chunk either has and would not look at slot's.
+		return false
+	}
 	bit := uint64(1) << (slot % slotsPerChunk)
 	return allWords(n, s, func(c int, tt kvroute.Tier, x, y uint64) bool {
 		if tt == t && c == slot/slotsPerChunk {

@@ -546,3 +546,34 @@ func TestRemoveChainStretches(t *testing.T) {
 		})
 	}
 }
+
+// TestNeighbourSegmentBeyondFirstChunk gives a worker whose slot is past
+// the first 64 part of a segment whose neighbour has the same holders in
+// the first chunk and no second chunk: the part must get a segment with
+// the worker in it, not that neighbour. The stretch is built so: h holds
+// three blocks, b takes and drops the first two one at a time (which
+// leaves them in a segment apart from the third's, with the same
+// holders), and the worker stores the first block and then, under the
+// same engine hash, the second, which drops the first again and leaves
+// the second to be added alone.
+func TestNeighbourSegmentBeyondFirstChunk(t *testing.T) {
+	h, b, w := wk(1), wk(2), wk(3)
+	ix := newIndex(t)
+	toks := prompt(1, 2, 3)
+	require.NoError(t, ix.Apply(stored(h, 0, 0, 0, []H{11, 12, 13}, toks)))
+	require.NoError(t, ix.Apply(stored(b, 0, 0, 0, []H{21, 22}, toks[:8])))
+	require.NoError(t, ix.Apply(removed(b, 0, 0, 21)))
+	require.NoError(t, ix.Apply(removed(b, 0, 0, 22)))
+	for i := range 62 { // fill the first chunk's slots: w gets slot 64
+		require.NoError(t, ix.Apply(cleared(wk(uint64(100+i)), 0)))
+	}
+	require.NoError(t, ix.Apply(stored(w, 0, 0, 0, []H{31, 31}, toks[:8])))
+	require.Equal(t, 3+1, ix.Size().Pairs)
+	// With the first block stored again, w holds the first two.
+	require.NoError(t, ix.Apply(stored(w, 0, 0, 0, []H{32}, toks[:4])))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{h: dev(3), w: dev(2)}, matchMap(ix, toks))
+	require.Equal(t, 3+2, ix.Size().Pairs)
+	require.NoError(t, ix.Apply(cleared(w, 0)))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{h: dev(3)}, matchMap(ix, toks))
+	require.Equal(t, 3, ix.Size().Pairs)
+}
