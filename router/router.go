@@ -129,9 +129,9 @@ type Config struct {
 // CheckHealth and Stats are safe for concurrent use. Select reads an
 // immutable snapshot of the workers through one atomic pointer and takes
 // no lock of the router's own (the tracker and the index lock internally
-// per shard and per worker). AddWorker, UpdateWorker and RemoveWorker
-// serialise on a registry mutex and publish a new snapshot; Select calls
-// in flight finish on the snapshot they started with.
+// per shard and per worker). AddWorker, UpdateWorker, RemoveWorker and
+// PurgeWorker serialise on a registry mutex and publish a new snapshot;
+// Select calls in flight finish on the snapshot they started with.
 type Router struct {
 	hasher     kvroute.Hasher
 	index      *indexer.Index
