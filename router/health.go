@@ -128,8 +128,9 @@ func (c *HealthConfig) judge(d *domain, now int64) Health {
 // tracked requests whose Done never came expire (TrackerConfig.TTL),
 // expired session affinities are dropped, the blocks of workers removed
 // longer than Config.RemoveGrace ago leave the index, and in approximate
-// mode expired index entries are removed. The host calls it periodically (every second
-// or so), or starts RunHealthChecks to have it called on a timer.
+// mode expired index entries are removed. The host calls it periodically
+// (every second or so), or starts RunHealthChecks to have it called on a
+// timer.
 func (r *Router) CheckHealth() {
 	now := r.clock.Now().UnixNano()
 	s := r.snap.Load()
