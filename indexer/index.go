@@ -309,9 +309,6 @@ func (ix *Index) Apply(ev *kvroute.Event) error {
 	ix.stats.applied.Add(1)
 	switch ev.Kind {
 	case kvroute.EventStored:
-		if len(ev.Blocks) > 1 {
-			ws.blocks.prefetch(len(ev.Blocks), func(i int) kvroute.ExternalHash { return ev.Blocks[i].External })
-		}
 		return ix.applyStored(ws, ev)
 	case kvroute.EventRemoved:
 		if len(ev.Removed) == 1 {
@@ -872,15 +869,20 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 	}
 }
 
-// removeBlocks drops tier t of the blocks ws holds as exts, in three
-// passes whose memory accesses are independent from block to block, so
-// that the CPU overlaps their cache misses: the engine hashes' map slots
-// are touched, then the entries taken out of the map, then the blocks'
-// segments touched, and only then are the blocks released.
+// removeBlocks drops tier t of the blocks ws holds as exts, in passes
+// whose memory accesses are independent from block to block, so that the
+// CPU overlaps their cache misses: the entries are taken out of the map
+// while the map slots of the engine hashes a window ahead are touched,
+// then the blocks' segments are touched, and only then are the blocks
+// released.
 func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kvroute.Tier) {
 	ws.blocks.prefetch(len(exts), func(i int) kvroute.ExternalHash { return exts[i] })
 	taken := ix.taken[:0]
-	for _, h := range exts {
+	touch := ws.blocks.prefetching()
+	for i, h := range exts {
+		if touch && i+prefetchAhead < len(exts) {
+			ws.blocks.touch(exts[i+prefetchAhead])
+		}
 		if e, ok := ix.takeEntry(ws, h, t); ok {
 			taken = append(taken, e)
 		}
@@ -1151,7 +1153,7 @@ const (
 	runHeaderBytes = 160 // run struct, rounded to its size class
 	segmentBytes   = 64  // segment struct, rounded
 	chunkBytes     = 48  // one extra holder chunk
-	entryBytes     = 30  // engine-hash map slot (16 bytes) at its average load
+	entryBytes     = 32  // engine-hash map slot (16 bytes and a control byte) at its average load
 	workerBytes    = 512
 )
 
