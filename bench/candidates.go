@@ -34,6 +34,9 @@ import (
 //   - kvroute-spread-active-holder: kvroute-spread-holder, and a worker
 //     on which 80% of the prompt is active (in requests in flight) may
 //     take two requests more;
+//   - kvroute-spread-idle-holder: kvroute-spread-active-holder, and while
+//     a worker is idle no worker may run more than one request ahead of
+//     it (SpreadBoundConfig.IdleFirst);
 //   - kvroute-spread-kv-own: SpreadBound on distinct active KV blocks
 //     inside BoundedLoad on KV blocks, counting only the router's own
 //     requests: a request whose prefix is active on a worker adds only its
@@ -62,6 +65,8 @@ func CandidatePolicies() []Policy {
 		}(),
 		spreadPolicy("kvroute-spread-active-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt and two more where 80% of it is in flight",
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, ActiveExtra: 2}, false),
+		spreadPolicy("kvroute-spread-idle-holder", "kvroute-spread-active-holder, no worker more than one request ahead of an idle one",
+			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, ActiveExtra: 2, IdleFirst: true}, false),
 		spreadPolicy("kvroute-spread-kv-own", "kvroute's default cost, spread and load bounds on distinct active KV blocks, own requests only",
 			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks}, true),
 	}

@@ -49,6 +49,12 @@ type SpreadBoundConfig struct {
 	// scheduling.MeasureRequests; it needs HolderExtra and is at least as
 	// large.
 	ActiveExtra int
+	// IdleFirst, with scheduling.MeasureRequests, tightens the cap while a
+	// candidate has no active requests: no candidate may then run more than
+	// one request ahead of it, holders included. On engines whose decode
+	// step grows with the KV they hold, an idle engine is the most
+	// throughput lost.
+	IdleFirst bool
 }
 
 // SpreadBound wraps a cost function with a cap on how far a worker's load
@@ -71,6 +77,7 @@ type SpreadBound struct {
 	holderShare float64
 	holderExtra int
 	activeExtra int
+	idleFirst   bool
 }
 
 // NewSpreadBound returns a SpreadBound around inner. It returns an error
@@ -90,6 +97,8 @@ func NewSpreadBound(inner scheduling.CostFunc, cfg SpreadBoundConfig) (*SpreadBo
 		return nil, fmt.Errorf("%w: holder share %v", ErrInvalidConfig, cfg.HolderShare)
 	case cfg.HolderExtra == 0 && cfg.HolderShare != 0:
 		return nil, fmt.Errorf("%w: holder share %v without holder extra", ErrInvalidConfig, cfg.HolderShare)
+	case cfg.IdleFirst && cfg.Measure != scheduling.MeasureRequests:
+		return nil, fmt.Errorf("%w: idle-first cap with load measure %d", ErrInvalidConfig, cfg.Measure)
 	case cfg.ActiveExtra != 0 && (cfg.ActiveExtra < cfg.HolderExtra || cfg.Measure != scheduling.MeasureRequests):
 		return nil, fmt.Errorf("%w: active extra %d (holder extra %d, measure %d)", ErrInvalidConfig, cfg.ActiveExtra, cfg.HolderExtra, cfg.Measure)
 	}
@@ -98,7 +107,7 @@ func NewSpreadBound(inner scheduling.CostFunc, cfg SpreadBoundConfig) (*SpreadBo
 		s = 1
 	}
 	return &SpreadBound{inner: inner, slack: s, measure: cfg.Measure, holderShare: cfg.HolderShare, holderExtra: cfg.HolderExtra,
-		activeExtra: cfg.ActiveExtra}, nil
+		activeExtra: cfg.ActiveExtra, idleFirst: cfg.IdleFirst}, nil
 }
 
 // loads returns candidate c's load now and with the request.
@@ -134,6 +143,9 @@ func (s *SpreadBound) Costs(req *scheduling.Request, cands []scheduling.Candidat
 		mean := float64(total+1) / float64(n)
 		limit = least + max(1, int(math.Ceil(s.slack*mean))-1)
 		extra = s.holderExtra
+		if s.idleFirst && least == 1 {
+			limit, extra = least+1, 0
+		}
 	}
 	for i := range n {
 		c := &cands[i]

@@ -63,6 +63,18 @@ func TestSpreadBound(t *testing.T) {
 			name: "many requests per worker: less than the mean ahead", active: []int{14, 15, 4, 7}, cached: []int{10, 10, 0, 0}, want: 0,
 		},
 		{
+			name: "idle first: a full holder at 2 loses to an idle worker", cfg: SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, IdleFirst: true},
+			active: []int{2, 2, 2, 0}, cached: []int{10, 0, 0, 0}, want: 3,
+		},
+		{
+			name: "idle first: a holder one ahead of an idle worker takes it", cfg: SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, IdleFirst: true},
+			active: []int{1, 2, 3, 0}, cached: []int{10, 0, 0, 0}, want: 0,
+		},
+		{
+			name: "idle first: no idle worker, the holder extra applies", cfg: SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, IdleFirst: true},
+			active: []int{3, 2, 1, 1}, cached: []int{10, 0, 0, 0}, want: 0,
+		},
+		{
 			name: "negative counts count as zero", active: []int{-5, 1, 1, 1}, cached: []int{0, 10, 0, 0}, want: 1,
 		},
 	}
@@ -149,6 +161,7 @@ func TestNewSpreadBoundErrors(t *testing.T) {
 		{"share above 1", cachePreferring, SpreadBoundConfig{HolderShare: 1.5, HolderExtra: 1}},
 		{"share without extra", cachePreferring, SpreadBoundConfig{HolderShare: 0.5}},
 		{"active extra below holder extra", cachePreferring, SpreadBoundConfig{HolderShare: 0.5, HolderExtra: 2, ActiveExtra: 1}},
+		{"idle first in KV blocks", cachePreferring, SpreadBoundConfig{IdleFirst: true, Measure: scheduling.MeasureKVBlocks}},
 		{"active extra in KV blocks", cachePreferring, SpreadBoundConfig{HolderShare: 0.5, HolderExtra: 1, ActiveExtra: 2, Measure: scheduling.MeasureKVBlocks}},
 	}
 	for _, tc := range tests {
