@@ -1,6 +1,7 @@
 package indexer_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -174,12 +175,15 @@ func probes() [][]kvroute.SeqHash {
 // TestRandomizedAgainstModel applies random events of many workers
 // concurrently (stores under random held parents, removals of random
 // blocks, most of them in the middle of chains, clears, engine hashes
-// reused, unknown parents) while readers match concurrently, in rounds; after
-// each round every probe's Match is compared with the plain model of every
-// worker.
+// reused, unknown parents) while readers match concurrently, in rounds. The
+// workers spread over three 64-slot holder chunks. During a round one reader
+// also recounts the holder bits against the index's pair count now and
+// then; after each round every worker's held blocks and tiers, as the
+// holder bits have them, and every probe's Match are compared with the
+// plain model of every worker.
 func TestRandomizedAgainstModel(t *testing.T) {
 	const (
-		workers = 70 // more than one 64-slot chunk
+		workers = 130 // slots in three 64-slot chunks
 		rounds  = 8
 		events  = 50 // per worker and round
 		readers = 2
@@ -217,6 +221,13 @@ func TestRandomizedAgainstModel(t *testing.T) {
 						}
 					}
 					_ = ix.Size()
+					if r == 0 && i%256 == 0 {
+						// The bits agree with the counts at every write's end.
+						if _, _, err := indexer.HeldBlocks(ix); err != nil {
+							t.Errorf("round %d: %v", round, err)
+							return
+						}
+					}
 				}
 			}()
 		}
@@ -262,10 +273,57 @@ func TestRandomizedAgainstModel(t *testing.T) {
 	require.LessOrEqual(t, ix.Size().Bytes, int64(1<<20), "an emptied index keeps only its table")
 }
 
-// checkAgainstModels compares the blocks every worker holds and every
-// probe's match with the models.
+// heldMismatch recounts the blocks every worker holds from the index's
+// holder bits (indexer.HeldBlocks) and compares them with models, which
+// has the model of every worker that was sent events: each worker's blocks
+// and their tiers exactly, and the pair count with Size().Pairs and the
+// models'. The bits are what Match reads, so a worker that lost blocks
+// anywhere in a chain is seen even where no prompt's match would show it.
+// It returns nil when they agree.
+func heldMismatch(ix *indexer.Index, models map[kvroute.WorkerKey]*model) error {
+	held, pairs, err := indexer.HeldBlocks(ix)
+	if err != nil {
+		return err
+	}
+	if n := ix.Size().Pairs; n != pairs {
+		return fmt.Errorf("holder bits make %d pairs, Size().Pairs %d", pairs, n)
+	}
+	modelPairs := 0
+	for w, m := range models {
+		want, got := m.tiersBySeq(), held[w]
+		modelPairs += len(want)
+		for s, tiers := range want {
+			if got[s] != tiers {
+				return fmt.Errorf("worker %v holds %#x in tiers %04b, model %04b", w, uint64(s), got[s], tiers)
+			}
+		}
+		for s, tiers := range got {
+			if want[s] == 0 {
+				return fmt.Errorf("worker %v holds %#x in tiers %04b, which the model does not", w, uint64(s), tiers)
+			}
+		}
+	}
+	for w, got := range held {
+		if models[w] == nil {
+			return fmt.Errorf("worker %v, sent no event, holds %d blocks", w, len(got))
+		}
+	}
+	if modelPairs != pairs {
+		return fmt.Errorf("holder bits make %d pairs, models %d", pairs, modelPairs)
+	}
+	return nil
+}
+
+// checkAgainstModels compares the blocks every worker holds (its
+// engine-hash map and the holder bits) and every probe's match with the
+// models.
 func checkAgainstModels(t *testing.T, ix *indexer.Index, models []*model, probeSet [][]kvroute.SeqHash) {
 	t.Helper()
+	byKey := make(map[kvroute.WorkerKey]*model, len(models))
+	for w, m := range models {
+		byKey[wk(uint64(w))] = m
+	}
+	require.NoError(t, heldMismatch(ix, byKey))
 	pairs := 0
 	for w, m := range models {
 		seqs := map[kvroute.SeqHash]bool{}
@@ -302,13 +360,19 @@ func checkAgainstModels(t *testing.T, ix *indexer.Index, models []*model, probeS
 	}
 }
 
-// FuzzApply applies events decoded from the input (3 workers, 8 engine
-// hashes, 3 block contents, every kind, tier and parent, malformed ones
-// included) and checks the index against the plain model: the blocks each
-// worker holds, the pair count, every match of every prompt over the three
+// FuzzApply applies events decoded from the input (8 engine hashes, 3
+// block contents, every kind, tier and parent, malformed ones included) of
+// the workers of fuzzSlots, whose slots are on both sides of each 64-slot
+// chunk boundary, and checks the index against the plain model: the blocks
+// each worker holds by its engine-hash map and by the holder bits (with
+// their tiers), the pair count, every match of every prompt over the three
 // contents up to depth 4, and a Dump round trip. The checks use no
 // reflection, so that an execution costs little more than the events.
 func FuzzApply(f *testing.F) {
+	// Every worker is known, in slot order, before the input's events, so
+	// that the input's workers are in fuzzSlots' slots.
+	const fuzzWorkers = 130
+	fuzzSlots := [...]int{0, 1, 2, 62, 63, 64, 65, 127, 128, 129}
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte("stored removed cleared and more bytes"))
 	f.Add([]byte{0, 0x80, 3, 0, 0x81, 3, 1, 0x80, 2, 0, 1, 1, 1, 0x80, 3, 0, 1, 2})
@@ -329,10 +393,15 @@ func FuzzApply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ix, _ := indexer.New(indexer.Config{Hasher: testHasher})
 		indexer.SetSweepMin(ix, 1)
+		for id := range fuzzWorkers { // worker id takes slot id
+			if err := ix.Apply(cleared(wk(uint64(id)), 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		models := map[kvroute.WorkerKey]*model{}
 		r := rand.New(rand.NewPCG(uint64(len(data)), 7))
 		for i := 0; i+3 <= len(data); i += 3 {
-			w := wk(uint64(data[i] % 3))
+			w := wk(uint64(fuzzSlots[int(data[i])%len(fuzzSlots)]))
 			m := models[w]
 			if m == nil {
 				m = newModel()
@@ -376,6 +445,9 @@ func FuzzApply(f *testing.F) {
 		}
 		if got := ix.Size().Pairs; got != pairs {
 			t.Fatalf("%d pairs, model %d", got, pairs)
+		}
+		if err := heldMismatch(ix, models); err != nil {
+			t.Fatal(err)
 		}
 		var res indexer.MatchResult
 		for _, p := range fuzzProbes {
