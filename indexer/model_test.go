@@ -118,12 +118,19 @@ func randomEvent(r *rand.Rand, w kvroute.WorkerKey, id uint64, m *model, nextExt
 		}
 		for range 1 + r.IntN(6) {
 			var ext kvroute.ExternalHash
-			if len(m.blocks) > 0 && r.IntN(10) == 0 {
+			switch reuse := r.IntN(20); {
+			case reuse == 0 && len(ev.Blocks) > 0:
+				// Reuse the previous block's engine hash: the worker
+				// holds this block and not its parent.
+				ext = ev.Blocks[len(ev.Blocks)-1].External
+			case reuse == 1 && ev.HasParent:
+				ext = ev.Parent // the same with the event's parent
+			case reuse == 2 && len(m.blocks) > 0:
 				for h := range m.blocks { // reuse an engine hash
 					ext = h
 					break
 				}
-			} else {
+			default:
 				*nextExt++
 				ext = *nextExt
 			}
@@ -369,13 +376,16 @@ func checkAgainstModels(t *testing.T, ix *indexer.Index, models []*model, probeS
 // contents up to depth 4, and a Dump round trip. The checks use no
 // reflection, so that an execution costs little more than the events.
 func FuzzApply(f *testing.F) {
-	// Every worker is known, in slot order, before the input's events, so
-	// that the input's workers are in fuzzSlots' slots.
-	const fuzzWorkers = 130
-	fuzzSlots := [...]int{0, 1, 2, 62, 63, 64, 65, 127, 128, 129}
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte("stored removed cleared and more bytes"))
 	f.Add([]byte{0, 0x80, 3, 0, 0x81, 3, 1, 0x80, 2, 0, 1, 1, 1, 0x80, 3, 0, 1, 2})
+	// Slot 0 stores three blocks, slot 1 the first two and drops them one
+	// at a time (which leaves two neighbouring segments with the same
+	// holders); then a worker of the second chunk (slot 64, then 127)
+	// stores the first block and, under it and with its engine hash, the
+	// second, which it then holds without the first.
+	f.Add([]byte{10, 1, 15, 11, 1, 10, 11, 27, 5, 11, 12, 5, 5, 1, 5, 5, 131, 5})
+	f.Add([]byte{10, 1, 15, 11, 1, 10, 11, 27, 5, 11, 12, 5, 17, 1, 5, 17, 131, 25})
 	// Prompts over the three block contents up to depth 4.
 	var fuzzProbes [][]kvroute.SeqHash
 	var rec func(prefix []kvroute.BlockHash)
@@ -390,82 +400,241 @@ func FuzzApply(f *testing.F) {
 		}
 	}
 	rec(nil)
-	f.Fuzz(func(t *testing.T, data []byte) {
-		ix, _ := indexer.New(indexer.Config{Hasher: testHasher})
-		indexer.SetSweepMin(ix, 1)
-		for id := range fuzzWorkers { // worker id takes slot id
-			if err := ix.Apply(cleared(wk(uint64(id)), 0)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		models := map[kvroute.WorkerKey]*model{}
-		r := rand.New(rand.NewPCG(uint64(len(data)), 7))
-		for i := 0; i+3 <= len(data); i += 3 {
-			w := wk(uint64(fuzzSlots[int(data[i])%len(fuzzSlots)]))
-			m := models[w]
-			if m == nil {
-				m = newModel()
-				models[w] = m
-			}
-			ev := &kvroute.Event{Kind: kvroute.EventKind(data[i+1] % 5), Worker: w, Tier: kvroute.Tier(data[i+2] % 5)}
-			if data[i+1]&0x80 != 0 {
-				ev.HasParent, ev.Parent = true, kvroute.ExternalHash(data[i+2]%8)
-			}
-			for j := range int(data[i+2] % 4) {
-				ev.Blocks = append(ev.Blocks, kvroute.StoredBlock{External: kvroute.ExternalHash((int(data[i]) + j) % 8), Hash: kvroute.BlockHash(r.IntN(3))})
-				ev.Removed = append(ev.Removed, kvroute.ExternalHash((int(data[i+1])+j)%8))
-			}
-			switch ev.Kind {
-			case kvroute.EventStored:
-				ev.Removed = nil
-			case kvroute.EventRemoved:
-				ev.Blocks, ev.HasParent = nil, false
-			}
-			if err := ix.Apply(ev); err == nil {
-				m.apply(ev)
-			} else if ev.Validate() == nil && ev.Kind != kvroute.EventStored {
-				t.Fatalf("valid %v rejected: %v", ev, err)
-			}
-		}
-		pairs := 0
-		tiers := map[kvroute.WorkerKey]map[kvroute.SeqHash]uint8{}
-		for w, m := range models {
-			held := m.tiersBySeq()
-			tiers[w] = held
-			pairs += len(held)
-			got := ix.AppendWorkerBlocks(w, nil)
-			if len(got) != len(held) {
-				t.Fatalf("worker %v holds %d blocks, model %d", w, len(got), len(held))
-			}
-			for _, s := range got {
-				if held[s] == 0 {
-					t.Fatalf("worker %v holds %#x, which the model does not", w, uint64(s))
-				}
-			}
-		}
-		if got := ix.Size().Pairs; got != pairs {
-			t.Fatalf("%d pairs, model %d", got, pairs)
-		}
-		if err := heldMismatch(ix, models); err != nil {
+	f.Fuzz(func(t *testing.T, data []byte) { applyAndCheck(t, data, fuzzProbes) })
+}
+
+// fuzzSlots are the slots (and ids) of FuzzApply's workers: on both sides
+// of each 64-slot chunk boundary, so that holder sets span three chunks.
+var fuzzSlots = [...]int{0, 1, 2, 62, 63, 64, 65, 127, 128, 129}
+
+// applyAndCheck is FuzzApply's body: it applies the events data encodes
+// and checks the index against the model.
+func applyAndCheck(t *testing.T, data []byte, fuzzProbes [][]kvroute.SeqHash) {
+	ix, _ := indexer.New(indexer.Config{Hasher: testHasher})
+	indexer.SetSweepMin(ix, 1)
+	// Workers take slots in the order they are first seen: every worker
+	// up to the highest the input names is known first, so that worker id
+	// has slot id.
+	top := -1
+	for i := 0; i+3 <= len(data); i += 3 {
+		top = max(top, fuzzSlots[int(data[i])%len(fuzzSlots)])
+	}
+	for id := range top + 1 {
+		if err := ix.Apply(cleared(wk(uint64(id)), 0)); err != nil {
 			t.Fatal(err)
 		}
-		var res indexer.MatchResult
-		for _, p := range fuzzProbes {
-			ix.Match(p, &res)
-			for w := range models {
-				byTier, depth := matchTiers(tiers[w], p)
-				got, ok := res.Find(w)
-				if ok != (depth > 0) || got.Blocks != depth || (ok && got.ByTier != byTier) {
-					t.Fatalf("worker %v on a %d-block prompt: index %+v (found %v), model %d blocks %v", w, len(p), got, ok, depth, byTier)
+	}
+	models := map[kvroute.WorkerKey]*model{}
+	for i := 0; i+3 <= len(data); i += 3 {
+		w := wk(uint64(fuzzSlots[int(data[i])%len(fuzzSlots)]))
+		m := models[w]
+		if m == nil {
+			m = newModel()
+			models[w] = m
+		}
+		ev := &kvroute.Event{Kind: kvroute.EventKind(data[i+1] % 5), Worker: w, Tier: kvroute.Tier(data[i+2] % 5)}
+		if data[i+1]&0x80 != 0 {
+			ev.HasParent, ev.Parent = true, kvroute.ExternalHash(data[i+2]%8)
+		}
+		for j := range int(data[i+2] % 4) {
+			ev.Blocks = append(ev.Blocks, kvroute.StoredBlock{External: kvroute.ExternalHash((int(data[i]) + j) % 8), Hash: kvroute.BlockHash((j + int(data[i+1]>>5)) % 3)})
+			ev.Removed = append(ev.Removed, kvroute.ExternalHash((int(data[i+1])+j)%8))
+		}
+		switch ev.Kind {
+		case kvroute.EventStored:
+			ev.Removed = nil
+		case kvroute.EventRemoved:
+			ev.Blocks, ev.HasParent = nil, false
+		}
+		if err := ix.Apply(ev); err == nil {
+			m.apply(ev)
+		} else if ev.Validate() == nil && ev.Kind != kvroute.EventStored {
+			t.Fatalf("valid %v rejected: %v", ev, err)
+		}
+	}
+	pairs := 0
+	tiers := map[kvroute.WorkerKey]map[kvroute.SeqHash]uint8{}
+	for w, m := range models {
+		held := m.tiersBySeq()
+		tiers[w] = held
+		pairs += len(held)
+		got := ix.AppendWorkerBlocks(w, nil)
+		if len(got) != len(held) {
+			t.Fatalf("worker %v holds %d blocks, model %d", w, len(got), len(held))
+		}
+		for _, s := range got {
+			if held[s] == 0 {
+				t.Fatalf("worker %v holds %#x, which the model does not", w, uint64(s))
+			}
+		}
+	}
+	if got := ix.Size().Pairs; got != pairs {
+		t.Fatalf("%d pairs, model %d", got, pairs)
+	}
+	if err := heldMismatch(ix, models); err != nil {
+		t.Fatal(err)
+	}
+	var res indexer.MatchResult
+	for _, p := range fuzzProbes {
+		ix.Match(p, &res)
+		for w := range models {
+			byTier, depth := matchTiers(tiers[w], p)
+			got, ok := res.Find(w)
+			if ok != (depth > 0) || got.Blocks != depth || (ok && got.ByTier != byTier) {
+				t.Fatalf("worker %v on a %d-block prompt: index %+v (found %v), model %d blocks %v", w, len(p), got, ok, depth, byTier)
+			}
+		}
+	}
+	rebuilt, _ := indexer.New(indexer.Config{Hasher: testHasher})
+	if err := ix.Dump(rebuilt.Apply); err != nil {
+		t.Fatalf("dump: %v", err)
+	}
+	if a, b := ix.Size(), rebuilt.Size(); a.Pairs != b.Pairs || a.Entries != b.Entries || a.Blocks != b.Blocks {
+		t.Fatalf("rebuilt from its dump: %+v, index %+v", b, a)
+	}
+}
+
+// TestRandomizedSpreadSlots applies random events (docEvent) of a few
+// workers, one at a time, after 130 workers took their slots, so that the
+// few are in slots on both sides of each 64-slot chunk boundary and share
+// their blocks' holder sets with each other only. Every few events and after
+// every trial, each worker's held blocks and tiers, as the holder bits
+// have them, and the pair count are compared with the models.
+func TestRandomizedSpreadSlots(t *testing.T) {
+	const (
+		trials     = 200
+		events     = 400 // per trial
+		checkEvery = 10
+		allWorkers = 130
+	)
+	spread := []int{0, 1, 62, 63, 64, 65, 127, 128, 129} // the first four in chunk 0
+	probeSet := probes()
+	for trial := range trials {
+		r := rand.New(rand.NewPCG(uint64(trial), 43))
+		ix := newIndex(t)
+		indexer.SetSweepMin(ix, 1+r.IntN(4))
+		for id := range allWorkers { // worker id takes slot id
+			require.NoError(t, ix.Apply(cleared(wk(uint64(id)), 0)))
+		}
+		// Two or three workers of the first chunk and one of a later
+		// one, so that they share holder sets.
+		low, high := spread[:4], spread[4:]
+		active := []int{low[r.IntN(len(low))], low[r.IntN(len(low))], high[r.IntN(len(high))]}
+		if r.IntN(2) == 0 {
+			active = append(active, low[r.IntN(len(low))])
+		}
+		models := map[kvroute.WorkerKey]*model{}
+		ids := map[kvroute.WorkerKey]uint64{}
+		var next kvroute.ExternalHash
+		docWorkers := map[kvroute.WorkerKey]*docWorker{}
+		for i := range events {
+			w := wk(uint64(active[r.IntN(len(active))]))
+			if models[w] == nil {
+				models[w] = newModel()
+				docWorkers[w] = &docWorker{ext: map[[2]int]kvroute.ExternalHash{}}
+			}
+			ids[w]++
+			ev := docEvent(r, w, ids[w], models[w], docWorkers[w], &next)
+			if err := ix.Apply(ev); err != nil && !(ev.HasParent && ev.Parent == 1<<60) {
+				t.Fatalf("trial %d event %d: %v", trial, i, err)
+			}
+			models[w].apply(ev)
+			if i%checkEvery == 0 {
+				if err := heldMismatch(ix, models); err != nil {
+					t.Fatalf("trial %d (workers in slots %v) after event %d: %v", trial, active, i, err)
 				}
 			}
 		}
-		rebuilt, _ := indexer.New(indexer.Config{Hasher: testHasher})
-		if err := ix.Dump(rebuilt.Apply); err != nil {
-			t.Fatalf("dump: %v", err)
+		if err := heldMismatch(ix, models); err != nil {
+			t.Fatalf("trial %d (workers in slots %v) at its end: %v", trial, active, err)
 		}
-		if a, b := ix.Size(), rebuilt.Size(); a.Pairs != b.Pairs || a.Entries != b.Entries || a.Blocks != b.Blocks {
-			t.Fatalf("rebuilt from its dump: %+v, index %+v", b, a)
+		var res indexer.MatchResult
+		for _, p := range probeSet {
+			ix.Match(p, &res)
+			for w, m := range models {
+				byTier, depth := m.match(p)
+				got, ok := res.Find(w)
+				if ok != (depth > 0) || got.Blocks != depth || (ok && got.ByTier != byTier) {
+					t.Fatalf("trial %d: worker %v on a %d-block prompt: index %+v (found %v), model %d blocks %v", trial, w, len(p), got, ok, depth, byTier)
+				}
+			}
 		}
-	})
+	}
+}
+
+// docWorker is what docEvent remembers of a worker: the engine hash it
+// last gave each (document, block) it stored.
+type docWorker struct {
+	ext map[[2]int]kvroute.ExternalHash
+}
+
+// docs are the block hashes of three 8-block documents over the probe
+// alphabet that every docEvent worker stores parts of, so that workers
+// share long stretches of runs.
+var docs = func() [][]kvroute.BlockHash {
+	r := rand.New(rand.NewPCG(1, 2))
+	out := make([][]kvroute.BlockHash, 3)
+	for d := range out {
+		for range 8 {
+			out[d] = append(out[d], testHasher.HashBlock(prompt(uint32(r.IntN(3)))))
+		}
+	}
+	return out
+}()
+
+// docEvent makes a plausible event for a worker whose state is m and dw:
+// stores of a part of a document, at the root or under the worker's block
+// before it, often reusing the engine hash of the block before (the worker
+// then holds a block and not its parent); removals of a few held blocks;
+// clears.
+func docEvent(r *rand.Rand, w kvroute.WorkerKey, id uint64, m *model, dw *docWorker, nextExt *kvroute.ExternalHash) *kvroute.Event {
+	tier := kvroute.Tier(r.IntN(3) * r.IntN(2))
+	// Forget the blocks the worker no longer holds.
+	for k, h := range dw.ext {
+		if _, ok := m.blocks[h]; !ok {
+			delete(dw.ext, k)
+		}
+	}
+	switch p := r.IntN(100); {
+	case p < 55:
+		d := r.IntN(len(docs))
+		start := 0
+		if r.IntN(2) == 0 {
+			start = r.IntN(len(docs[d]))
+		}
+		ev := &kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: id, Tier: tier}
+		if start > 0 {
+			h, ok := dw.ext[[2]int{d, start - 1}]
+			if !ok {
+				start = 0
+			} else {
+				ev.HasParent, ev.Parent = true, h
+			}
+		}
+		end := start + 1 + r.IntN(len(docs[d])-start)
+		for b := start; b < end; b++ {
+			*nextExt++
+			ext := *nextExt
+			switch reuse := r.IntN(6); {
+			case reuse == 0 && b > start:
+				ext = ev.Blocks[len(ev.Blocks)-1].External
+			case reuse == 1 && ev.HasParent && b == start:
+				ext = ev.Parent
+			}
+			ev.Blocks = append(ev.Blocks, kvroute.StoredBlock{External: ext, Hash: docs[d][b]})
+			dw.ext[[2]int{d, b}] = ext
+		}
+		return ev
+	case p < 95:
+		ev := &kvroute.Event{Kind: kvroute.EventRemoved, Worker: w, ID: id, Tier: tier}
+		for h := range m.blocks {
+			ev.Removed = append(ev.Removed, h)
+			if r.IntN(3) > 0 {
+				break
+			}
+		}
+		return ev
+	default:
+		return &kvroute.Event{Kind: kvroute.EventCleared, Worker: w, ID: id}
+	}
 }
