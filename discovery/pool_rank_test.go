@@ -3,8 +3,6 @@ package discovery_test
 import (
 	"context"
 	"encoding/binary"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,49 +11,11 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/internal/zmqtest"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/zmq"
 	"github.com/kvroute/kvroute/router"
 )
-
-// rankPublishers binds n ZMQ PUB sockets on consecutive loopback ports,
-// as an engine with n data-parallel ranks does, and returns them with the
-// endpoint of rank 0.
-func rankPublishers(t *testing.T, n int) ([]zmq4.Socket, string) {
-	t.Helper()
-	for range 20 {
-		first := zmq4.NewPub(context.Background())
-		if err := first.Listen("tcp://127.0.0.1:0"); err != nil {
-			first.Close()
-			t.Fatal(err)
-		}
-		addr := first.Addr().String()
-		port, err := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
-		require.NoError(t, err)
-		socks := []zmq4.Socket{first}
-		for r := 1; r < n; r++ {
-			s := zmq4.NewPub(context.Background())
-			if err := s.Listen("tcp://127.0.0.1:" + strconv.Itoa(port+r)); err != nil {
-				s.Close()
-				break
-			}
-			socks = append(socks, s)
-		}
-		if len(socks) == n {
-			t.Cleanup(func() {
-				for _, s := range socks {
-					s.Close()
-				}
-			})
-			return socks, "tcp://" + addr
-		}
-		for _, s := range socks {
-			s.Close()
-		}
-	}
-	t.Fatalf("no %d consecutive free loopback ports", n)
-	return nil, ""
-}
 
 // rankless is a vLLM v0.9-style batch (no rank slot) storing two 16-token
 // blocks.
@@ -85,7 +45,7 @@ func TestPoolRanklessBatchesLandOnTheirRank(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 
-	pubs, events := rankPublishers(t, 2)
+	pubs, events := zmqtest.RankPublishers(t, 2)
 	e := discovery.Engine{Name: "ns/dp", ID: 7, Host: "127.0.0.1", Ports: []int{8000, 8001}, Ready: true,
 		Events: events, Topic: "kv", Kind: "vllm"}
 	pool.Sync(ctx, []discovery.Engine{e})

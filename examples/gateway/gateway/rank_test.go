@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,52 +14,17 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/internal/zmqtest"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/kvprom"
 	"github.com/kvroute/kvroute/router"
 )
 
-// rankPublishers binds n ZMQ PUB sockets on consecutive loopback ports,
-// as an engine with n data-parallel ranks does, and returns them with the
-// endpoint of rank 0.
-func rankPublishers(t *testing.T, n int) ([]zmq4.Socket, string) {
-	t.Helper()
-	for range 20 {
-		first := zmq4.NewPub(context.Background())
-		require.NoError(t, first.Listen("tcp://127.0.0.1:0"))
-		addr := first.Addr().String()
-		port, err := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
-		require.NoError(t, err)
-		socks := []zmq4.Socket{first}
-		for r := 1; r < n; r++ {
-			s := zmq4.NewPub(context.Background())
-			if err := s.Listen("tcp://127.0.0.1:" + strconv.Itoa(port+r)); err != nil {
-				s.Close()
-				break
-			}
-			socks = append(socks, s)
-		}
-		if len(socks) == n {
-			t.Cleanup(func() {
-				for _, s := range socks {
-					s.Close()
-				}
-			})
-			return socks, "tcp://" + addr
-		}
-		for _, s := range socks {
-			s.Close()
-		}
-	}
-	t.Fatalf("no %d consecutive free loopback ports", n)
-	return nil, ""
-}
-
 // A batch without a data-parallel rank (vLLM v0.9's two-element batch),
 // published on rank 1's endpoint, is indexed under rank 1: the rank of the
 // endpoint its subscriber listens to, not rank 0.
 func TestGatewayRanklessBatchesLandOnTheirRank(t *testing.T) {
-	pubs, events := rankPublishers(t, 2)
+	pubs, events := zmqtest.RankPublishers(t, 2)
 	r, err := router.New(router.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})})
 	require.NoError(t, err)
 	gw, err := gateway.New(gateway.Config{Router: r, HealthInterval: time.Hour, Engines: []gateway.Engine{
