@@ -368,7 +368,8 @@ func checkAgainstModels(t *testing.T, ix *indexer.Index, models []*model, probeS
 }
 
 // FuzzApply applies events decoded from the input (8 engine hashes, 3
-// block contents, every kind, tier and parent, malformed ones included) of
+// block contents, every kind, tier and parent, malformed ones included,
+// and removals of a worker, which free its slot for its next event) of
 // the workers of fuzzSlots, whose slots are on both sides of each 64-slot
 // chunk boundary, and checks the index against the plain model: the blocks
 // each worker holds by its engine-hash map and by the holder bits (with
@@ -386,6 +387,11 @@ func FuzzApply(f *testing.F) {
 	// second, which it then holds without the first.
 	f.Add([]byte{10, 1, 15, 11, 1, 10, 11, 27, 5, 11, 12, 5, 5, 1, 5, 5, 131, 5})
 	f.Add([]byte{10, 1, 15, 11, 1, 10, 11, 27, 5, 11, 12, 5, 17, 1, 5, 17, 131, 25})
+	// Slots 0 and 64 store three blocks each; slot 0's worker is removed
+	// (kind 4) and stores two again; slot 64's worker is removed, slot
+	// 0's worker clears and slot 64's stores three again: a reused slot
+	// must hold only what its worker stored since.
+	f.Add([]byte{10, 1, 15, 5, 1, 15, 10, 4, 0, 10, 1, 6, 5, 4, 0, 10, 3, 0, 5, 1, 7})
 	// Prompts over the three block contents up to depth 4.
 	var fuzzProbes [][]kvroute.SeqHash
 	var rec func(prefix []kvroute.BlockHash)
@@ -431,6 +437,14 @@ func applyAndCheck(t *testing.T, data []byte, fuzzProbes [][]kvroute.SeqHash) {
 		if m == nil {
 			m = newModel()
 			models[w] = m
+		}
+		if data[i+1]%5 == 4 {
+			// The worker is removed: its slot is freed, and its next
+			// event registers it again, in a slot whose old bits must
+			// not come back.
+			ix.RemoveWorker(w)
+			models[w] = newModel()
+			continue
 		}
 		ev := &kvroute.Event{Kind: kvroute.EventKind(data[i+1] % 5), Worker: w, Tier: kvroute.Tier(data[i+2] % 5)}
 		if data[i+1]&0x80 != 0 {
