@@ -1,15 +1,19 @@
-// Package zmqtest provides ZMQ sockets for tests: publishers bound the way
-// a data-parallel engine binds them, one per rank on consecutive loopback
-// ports.
+// Package zmqtest provides ZMQ publishing for tests: publishers bound the
+// way a data-parallel engine binds them, one per rank on consecutive
+// loopback ports, and vLLM-framed batches sent until they are applied.
 package zmqtest
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvroute/kvroute/kvevents"
 )
 
 // RankPublishers binds n ZMQ PUB sockets on consecutive loopback ports, as
@@ -53,4 +57,42 @@ func RankPublishers(t testing.TB, n int) ([]zmq4.Socket, string) {
 	}
 	t.Fatalf("no %d consecutive free loopback ports", n)
 	return nil, ""
+}
+
+// PublishUntil sends payload on s under topic, framed as vLLM's publisher
+// frames it (topic, big-endian sequence number, payload) with a new
+// sequence number each time, until done reports true or 10 seconds have
+// passed, which fails the test. A PUB socket drops what it sends before a
+// subscriber has joined, so a test publishes until its batch is applied.
+func PublishUntil(t testing.TB, s zmq4.Socket, topic string, payload []byte, done func() bool) {
+	t.Helper()
+	var seq uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("published %d times on %s, never applied", seq, s.Addr())
+		}
+		_ = s.Send(zmq4.NewMsgFrom([]byte(topic), binary.BigEndian.AppendUint64(nil, seq), payload))
+		seq++
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// RanklessBatch returns a vLLM v0.9-style batch (two elements, no
+// data-parallel rank) storing two 16-token blocks, engine hashes 11 and 12.
+func RanklessBatch(t testing.TB) []byte {
+	t.Helper()
+	tokens := make([]uint32, 32)
+	for i := range tokens {
+		tokens[i] = uint32(100 + i)
+	}
+	payload, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: 1, Events: []kvevents.EngineEvent{{
+		Type: kvevents.BlockStored, Fields: kvevents.StoredFieldsV09,
+		BlockHashes: []kvevents.Hash{kvevents.UintHash(11), kvevents.UintHash(12)},
+		TokenIDs:    tokens, BlockSize: 16,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return payload
 }

@@ -2,20 +2,17 @@ package gateway_test
 
 import (
 	"context"
-	"encoding/binary"
 	"maps"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
 	"github.com/kvroute/kvroute/internal/zmqtest"
-	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/kvprom"
 	"github.com/kvroute/kvroute/router"
 )
@@ -39,24 +36,8 @@ func TestGatewayRanklessBatchesLandOnTheirRank(t *testing.T) {
 		require.NoError(t, <-ran)
 	}()
 
-	tokens := make([]uint32, 32)
-	for i := range tokens {
-		tokens[i] = uint32(100 + i)
-	}
-	payload, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: 1, Events: []kvevents.EngineEvent{{
-		Type: kvevents.BlockStored, Fields: kvevents.StoredFieldsV09,
-		BlockHashes: []kvevents.Hash{kvevents.UintHash(11), kvevents.UintHash(12)},
-		TokenIDs:    tokens, BlockSize: 16,
-	}}})
-	require.NoError(t, err)
-	// A PUB socket drops what is sent before the subscriber has joined:
-	// publish until the batch is applied.
-	var seq uint64
-	require.Eventually(t, func() bool {
-		_ = pubs[1].Send(zmq4.NewMsgFrom([]byte("kv"), binary.BigEndian.AppendUint64(nil, seq), payload))
-		seq++
-		return r.Index().Stats().Applied > 0
-	}, 10*time.Second, 20*time.Millisecond)
+	applied := func() bool { return r.Index().Stats().Applied > 0 }
+	zmqtest.PublishUntil(t, pubs[1], "kv", zmqtest.RanklessBatch(t), applied)
 
 	ix := r.Index()
 	require.Len(t, ix.AppendWorkerBlocks(kvroute.WorkerKey{ID: 7, Rank: 1}, nil), 2, "blocks on rank 1")
