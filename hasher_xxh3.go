@@ -7,8 +7,10 @@ import (
 
 // The block hash of a 16-token block (64 bytes, the block size of vLLM,
 // SGLang and Dynamo by default) is XXH3-64's 17-to-128-byte path, written
-// out here for exactly 64 bytes so that the hashing loops inline it and
-// overlap each block's multiplies with the chaining of the previous one.
+// out here for exactly 64 bytes with the seed folded into the secret words
+// once per call, so that the hashing loops make one small call per block
+// (no length switch, no per-block keying) and overlap each block's
+// multiplies with the chaining of the previous one.
 // Other windows go through github.com/zeebo/xxh3. TestHasher16MatchesReference
 // and FuzzHasherMatchesReference check it against that package; it makes
 // chained hashing of 16-token blocks about a fifth cheaper (BenchmarkHash).
