@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"math/rand/v2"
 
@@ -8,21 +9,28 @@ import (
 )
 
 // extMap maps a worker's engine block hashes to the blocks they name. It
-// is an open-addressing table with linear probing over slots of a key and
-// its packed entry, beside an array of one control byte per slot: zero
-// for an empty slot, else a 7-bit fingerprint of the key's hash with the
-// top bit set. Probing reads the control bytes, which take a sixteenth of
-// the slots' memory and so stay in the CPU caches, and reads a slot only
-// where the fingerprint matches: inserting a new key (every block an
-// engine stores) reads no slot at all and only writes one, a store the
-// CPU does not wait for, and a lookup reads the one slot it finds.
+// is an open-addressing hash table of slots holding a key and its packed
+// entry, beside an array of one control byte per slot: zero for an empty
+// slot, ctrlDeleted for a deleted one (a tombstone), else a 7-bit
+// fingerprint of the key's hash with the top bit set. The slots form
+// aligned groups of eight whose control bytes are read as one word: a key
+// lives in its home group or, when that group was full, in one of the
+// groups after it, and a probe finds the key's fingerprint and the empty
+// slots of a group with word arithmetic, not a branch per slot, and stops
+// at the first group with an empty slot. The control bytes take a
+// sixteenth of the slots' memory and so stay in the CPU caches, and a
+// probe reads a slot only where the fingerprint matches: inserting a new
+// key (every block an engine stores) reads no slot at all and only writes
+// one, a store the CPU does not wait for, and a lookup reads the one slot
+// it finds.
 //
-// Deletion shifts the entries after the deleted one back (backward-shift
-// deletion), so the table never holds tombstones: under steady churn, as
-// when an engine evicts as much as it stores, probe sequences stay as
-// short as at insertion and no rebuild is needed to clean them. The table
-// doubles when live entries would fill more than maxLoadNum/maxLoadDen of
-// it and halves when they fill less than an eighth.
+// Deleting a key (every block an engine evicts) writes its control byte
+// only: empty when its group has another empty slot, as it almost always
+// has (no probe goes past that group), else a tombstone, which probes pass
+// over and inserts reuse. The table doubles when live keys would fill more
+// than maxLoadNum/maxLoadDen of it, is rebuilt without tombstones when
+// they and the live keys would, and halves when live keys fill less than
+// an eighth.
 // Its slots hold no pointers, so the garbage collector never scans them.
 // An extMap is not safe for concurrent use; the index's write lock
 // protects it.
@@ -31,6 +39,7 @@ type extMap struct {
 	ctrl  []uint8
 	slots []extSlot
 	count int // live entries
+	used  int // slots not empty: live entries and tombstones
 	seed  uint64
 }
 
@@ -55,7 +64,23 @@ func unpack(v uint64) entry {
 	return entry{id: uint32(v >> 32), pos: int32(uint32(v) >> 8), tiers: uint8(v)}
 }
 
-const extMapMinSlots = 8
+// extMapMinSlots is the smallest table: one group.
+const extMapMinSlots = groupWidth
+
+// groupWidth is the number of slots in a group, whose control bytes a
+// probe reads as one word.
+const groupWidth = 8
+
+// ctrlDeleted is the control byte of a deleted slot. Its high bit is
+// clear, like an empty slot's, and it is not zero: matchEmpty tells the
+// two apart exactly.
+const ctrlDeleted = 0x7f
+
+// Masks for matching the bytes of a group word.
+const (
+	lsbs = 0x0101010101010101 // the low bit of every byte
+	msbs = 0x8080808080808080 // the high bit of every byte
+)
 
 func newExtMap() extMap {
 	return extMap{ctrl: make([]uint8, extMapMinSlots), slots: make([]extSlot, extMapMinSlots), seed: rand.Uint64() | 1}
@@ -86,19 +111,46 @@ func (m *extMap) hash(k kvroute.ExternalHash) int { return home(mix(k, m.seed), 
 func (m *extMap) find(k kvroute.ExternalHash) int {
 	x := mix(k, m.seed)
 	fp := fingerprint(x)
-	ctrl := m.ctrl
-	for i := home(x, len(ctrl)); ; {
-		switch c := ctrl[i]; {
-		case c == 0:
-			return -1
-		case c == fp && m.slots[i].key == k:
-			return i
+	n := len(m.slots)
+	for g := home(x, n) &^ (groupWidth - 1); ; {
+		w := m.group(g)
+		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
+			if j := g + bits.TrailingZeros64(cand)>>3; m.slots[j].key == k {
+				return j
+			}
 		}
-		if i++; i == len(ctrl) {
-			i = 0
+		if matchEmpty(w) != 0 {
+			return -1
+		}
+		if g += groupWidth; g == n {
+			g = 0
 		}
 	}
 }
+
+// group returns the control bytes of the group that starts at slot g as
+// a little-endian word.
+func (m *extMap) group(g int) uint64 {
+	return binary.LittleEndian.Uint64(m.ctrl[g : g+groupWidth])
+}
+
+// matchByte returns the high bit of every byte of w equal to fp, a full
+// slot's control byte, and possibly of full slots' bytes above such a byte
+// (a borrow): callers check the key of every slot it names. It never names
+// an empty or deleted slot: their bytes differ from fp in the high bit.
+func matchByte(w uint64, fp uint8) uint64 {
+	x := w ^ lsbs*uint64(fp)
+	return (x - lsbs) &^ x & msbs
+}
+
+// matchEmpty returns the high bit of every byte of w that is an empty
+// slot's, exactly: a borrow from a zero byte turns no other control byte
+// (ctrlDeleted or a full slot's) into a match.
+func matchEmpty(w uint64) uint64 { return (w - lsbs) &^ w & msbs }
+
+// matchFree returns the high bit of every byte of w that is an empty or
+// deleted slot's.
+func matchFree(w uint64) uint64 { return ^w & msbs }
 
 // prefetch touches the slot at the home of each key of keys[i] for i in
 // [0, min(n, prefetchAhead)), where key returns keys[i]; the loop that
@@ -159,26 +211,45 @@ func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 	x := mix(k, m.seed)
 	fp := fingerprint(x)
-	ctrl := m.ctrl
-	for i := home(x, len(ctrl)); ; {
-		switch c := ctrl[i]; {
-		case c == 0:
-			if (m.count+1)*maxLoadDen > len(ctrl)*maxLoadNum {
-				m.resize(2 * len(ctrl))
-				return m.upsert(k)
+	n := len(m.slots)
+	free := -1 // the first empty or deleted slot the probe passed
+	for g := home(x, n) &^ (groupWidth - 1); ; {
+		w := m.group(g)
+		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
+			if j := g + bits.TrailingZeros64(cand)>>3; m.slots[j].key == k {
+				return &m.slots[j].val, true
 			}
-			ctrl[i] = fp
-			s := &m.slots[i]
-			s.key = k
-			m.count++
-			return &s.val, false
-		case c == fp && m.slots[i].key == k:
-			return &m.slots[i].val, true
 		}
-		if i++; i == len(ctrl) {
-			i = 0
+		if free < 0 {
+			if f := matchFree(w); f != 0 {
+				free = g + bits.TrailingZeros64(f)>>3
+			}
+		}
+		if matchEmpty(w) != 0 {
+			break
+		}
+		if g += groupWidth; g == n {
+			g = 0
 		}
 	}
+	if m.ctrl[free] == 0 {
+		// Taking an empty slot: grow when live keys would fill the
+		// table, or rebuild it without tombstones when they and the
+		// tombstones would.
+		if (m.used+1)*maxLoadDen > n*maxLoadNum {
+			if (m.count+1)*maxLoadDen > n*maxLoadNum/2 {
+				n *= 2
+			}
+			m.resize(n)
+			return m.upsert(k)
+		}
+		m.used++
+	}
+	m.ctrl[free] = fp
+	s := &m.slots[free]
+	s.key = k
+	m.count++
+	return &s.val, false
 }
 
 // del removes k.
@@ -188,53 +259,51 @@ func (m *extMap) del(k kvroute.ExternalHash) {
 	}
 }
 
-// delAt removes the entry in slot i, which find returned, and moves back
-// into the hole each later entry of the probe run that may live there (one
-// whose home is not between the hole and its slot), so that every entry
-// stays reachable from its home without tombstones.
+// delAt removes the entry in slot i, which find returned. The slot becomes
+// empty when another slot of its group is empty: a probe for any key stops
+// at that group anyway. Otherwise a probe may have passed the full group
+// to a later one, and the slot becomes a tombstone.
 func (m *extMap) delAt(i int) {
 	m.count--
 	n := len(m.slots)
-	for j := m.next(i); m.ctrl[j] != 0; j = m.next(j) {
-		// The entry at j stays when its home h is cyclically in (i, j].
-		h := m.hash(m.slots[j].key)
-		if i < j {
-			if i < h && h <= j {
-				continue
-			}
-		} else if h > i || h <= j {
-			continue
-		}
-		m.ctrl[i], m.slots[i] = m.ctrl[j], m.slots[j]
-		i = j
+	if matchEmpty(m.group(i&^(groupWidth-1))) != 0 {
+		m.ctrl[i] = 0
+		m.used--
+	} else {
+		m.ctrl[i] = ctrlDeleted
 	}
-	m.ctrl[i] = 0
 	if n > extMapMinSlots && m.count*8 < n {
 		m.resize(n / 2)
 	}
 }
 
-// resize rehashes the entries into a table of n slots. It works on local
-// copies of the map's fields, which the stores into the new table would
-// otherwise make the compiler reload for every entry.
+// resize rehashes the live entries into a table of n slots, without
+// tombstones. It works on local copies of the map's fields, which the
+// stores into the new table would otherwise make the compiler reload for
+// every entry.
 func (m *extMap) resize(n int) {
 	oldCtrl, oldSlots, seed := m.ctrl, m.slots, m.seed
 	n = max(extMapMinSlots, n)
 	ctrl, slots := make([]uint8, n), make([]extSlot, n)
 	m.ctrl, m.slots = ctrl, slots
 	for i, c := range oldCtrl {
-		if c == 0 {
-			continue
+		if c&0x80 == 0 {
+			continue // empty or deleted
 		}
 		s := oldSlots[i]
-		j := home(mix(s.key, seed), n)
-		for ctrl[j] != 0 {
-			if j++; j == n {
-				j = 0
+		g := home(mix(s.key, seed), n) &^ (groupWidth - 1)
+		for {
+			if f := ^binary.LittleEndian.Uint64(ctrl[g:g+groupWidth]) & msbs; f != 0 {
+				j := g + bits.TrailingZeros64(f)>>3
+				ctrl[j], slots[j] = c, s
+				break
+			}
+			if g += groupWidth; g == n {
+				g = 0
 			}
 		}
-		ctrl[j], slots[j] = c, s
 	}
+	m.used = m.count
 }
 
 // len returns the number of entries.
@@ -243,7 +312,7 @@ func (m *extMap) len() int { return m.count }
 // all calls fn for every entry, in table order.
 func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
 	for i, c := range m.ctrl {
-		if c != 0 {
+		if c&0x80 != 0 {
 			fn(m.slots[i].key, unpack(m.slots[i].val))
 		}
 	}
@@ -256,5 +325,5 @@ func (m *extMap) reset() {
 	} else {
 		clear(m.ctrl)
 	}
-	m.count = 0
+	m.count, m.used = 0, 0
 }

@@ -60,3 +60,71 @@ func (m *extMap) put(k kvroute.ExternalHash, e entry) {
 	p, _ := m.upsert(k)
 	*p = e.pack()
 }
+
+// TestExtMapFullGroupsAndTombstones fills small tables with keys whose
+// home is the last group, so that they overflow it and probes wrap around
+// to the first group, then deletes them in an order that leaves
+// tombstones in the full group, and checks every remaining key after
+// each step, the tombstones' reuse and the table's counts.
+func TestExtMapFullGroupsAndTombstones(t *testing.T) {
+	for _, size := range []int{16, 32, 64} {
+		m := newExtMap()
+		m.resize(size)
+		var keys []kvroute.ExternalHash
+		for k := kvroute.ExternalHash(1); len(keys) < size*maxLoadNum/maxLoadDen-1; k++ {
+			if m.hash(k) >= size-groupWidth {
+				keys = append(keys, k)
+			}
+		}
+		for i, k := range keys {
+			m.put(k, entry{id: uint32(i), pos: 1, tiers: 1})
+		}
+		require.Len(t, m.slots, size, "the table must not have grown")
+		require.Zero(t, matchEmpty(m.group(size-groupWidth)), "the last group is full")
+		checkCounts := func() {
+			t.Helper()
+			tombs := 0
+			for _, c := range m.ctrl {
+				if c == ctrlDeleted {
+					tombs++
+				}
+			}
+			require.Equal(t, m.count+tombs, m.used)
+		}
+		left := map[int]bool{}
+		for i := range keys {
+			left[i] = true
+		}
+		check := func(gone int) {
+			t.Helper()
+			checkCounts()
+			for i := range left {
+				got, ok := m.get(keys[i])
+				require.True(t, ok, "key %d lost after deleting %d", i, gone)
+				require.Equal(t, uint32(i), got.id)
+			}
+			_, ok := m.get(keys[gone])
+			require.False(t, ok)
+		}
+		// Keys 0-7 fill the last group; deleting one of them while the
+		// group is full leaves a tombstone that probes for the keys that
+		// wrapped to the first group pass over.
+		m.del(keys[3])
+		delete(left, 3)
+		require.Equal(t, uint8(ctrlDeleted), m.ctrl[size-groupWidth+3])
+		check(3)
+		// Inserting a key again reuses the tombstone.
+		used := m.used
+		m.put(keys[3], entry{id: 3, pos: 1, tiers: 1})
+		left[3] = true
+		require.Equal(t, used, m.used)
+		checkCounts()
+		// Delete the keys that wrapped first, then the rest.
+		for i := len(keys) - 1; i >= 0; i-- {
+			m.del(keys[i])
+			delete(left, i)
+			check(i)
+		}
+		require.Zero(t, m.len())
+	}
+}
