@@ -76,7 +76,10 @@
 //     with ErrEngineStatus for a 429 or 5xx answer. A stream that ends
 //     before the response does (client cancel, Envoy gone) ends the
 //     decision with an error wrapping context.Canceled, which does not
-//     count against the engine.
+//     count against the engine; that includes a stream that ends between
+//     the response headers and the first body chunk when the protocol
+//     configuration of its first message (Envoy 1.33 and later) says Envoy
+//     sends the picker the response body.
 //
 // Every Select is balanced by exactly one Done, whatever the order of the
 // messages (a fuzz target plays arbitrary sequences); request headers sent

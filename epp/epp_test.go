@@ -2,6 +2,7 @@ package epp_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -182,10 +184,30 @@ type envoyOpts struct {
 	// not at all.
 	servedAs string
 	// cancelAt is where the stream ends early: "after-route" and
-	// "mid-response" cancel it, "close-mid-response" half-closes it.
-	cancelAt  string
-	chunk     int // request body chunk size
-	noTrailer bool
+	// "mid-response" cancel it, "close-mid-response" and
+	// "close-after-response-headers" half-close it.
+	cancelAt string
+	// responseBodyMode is the response body mode the first message's
+	// protocol configuration announces, as Envoy 1.33 and later send it;
+	// "" sends FULL_DUPLEX_STREAMED, "absent" no configuration.
+	responseBodyMode string
+	chunk            int // request body chunk size
+	noTrailer        bool
+}
+
+// protocolConfig returns the protocol configuration whose response body
+// mode is mode (see envoyOpts.responseBodyMode).
+func protocolConfig(mode string) *extprocv3.ProtocolConfiguration {
+	switch mode {
+	case "absent":
+		return nil
+	case "":
+		mode = "FULL_DUPLEX_STREAMED"
+	}
+	return &extprocv3.ProtocolConfiguration{
+		RequestBodyMode:  extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+		ResponseBodyMode: extprocfilterv3.ProcessingMode_BodySendMode(extprocfilterv3.ProcessingMode_BodySendMode_value[mode]),
+	}
 }
 
 func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
@@ -227,6 +249,7 @@ func (c *cluster) do(o envoyOpts) exchange {
 			EndOfStream: o.body == "",
 		}},
 		MetadataContext: md,
+		ProtocolConfig:  protocolConfig(o.responseBodyMode),
 	}))
 	body := []byte(o.body)
 	for len(body) > 0 {
@@ -305,6 +328,14 @@ func (c *cluster) do(o envoyOpts) exchange {
 	m, err := stream.Recv()
 	require.NoError(t, err)
 	require.NotNil(t, m.GetResponseHeaders(), "response headers answer: %v", m)
+	if o.cancelAt == "close-after-response-headers" {
+		// The client went away before the first body chunk, or Envoy
+		// sends the picker no body: Envoy half-closes the stream.
+		require.NoError(t, stream.CloseSend())
+		_, err := stream.Recv()
+		require.ErrorIs(t, err, io.EOF)
+		return ex
+	}
 	buf := make([]byte, 23)
 	var out []byte
 	sent := 0
@@ -514,6 +545,39 @@ func TestDoneOnErrorCancelAndFallback(t *testing.T) {
 		}
 	}
 	require.NotZero(t, servedDecisions, "the request was tracked on the endpoint that served it")
+}
+
+// TestCloseAfterResponseHeaders ends streams right after the response
+// headers: a cancellation when Envoy was to send the picker the response
+// body (the client went away before its first chunk), a success when it
+// sends none.
+func TestCloseAfterResponseHeaders(t *testing.T) {
+	tests := []struct {
+		mode     string
+		canceled bool
+	}{
+		{mode: "", canceled: true},
+		{mode: "STREAMED", canceled: true},
+		{mode: "NONE", canceled: false},
+		{mode: "absent", canceled: false},
+	}
+	for _, tt := range tests {
+		t.Run(cmp.Or(tt.mode, "FULL_DUPLEX_STREAMED"), func(t *testing.T) {
+			c := newCluster(t, clusterOpts{engines: 2})
+			ex := c.do(envoyOpts{body: prompt(4, 0, true), cancelAt: "close-after-response-headers", responseBodyMode: tt.mode})
+			require.Equal(t, 200, ex.status)
+			c.balanced()
+			st := c.srv.Stats()
+			if tt.canceled {
+				require.EqualValues(t, 1, st.Canceled)
+				require.Zero(t, st.Completed)
+			} else {
+				require.EqualValues(t, 1, st.Completed)
+				require.Zero(t, st.Canceled)
+			}
+			require.Zero(t, c.r.Stats().Failures, "neither counts against the engine")
+		})
+	}
 }
 
 func TestRequestWithoutBody(t *testing.T) {
