@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kvroute/kvroute"
@@ -40,13 +41,25 @@ import (
 //   - kvroute-spread-kv-own: SpreadBound on distinct active KV blocks
 //     inside BoundedLoad on KV blocks, counting only the router's own
 //     requests: a request whose prefix is active on a worker adds only its
-//     own blocks there.
+//     own blocks there;
+//   - kvroute-spread-kv-holder: SpreadBound on distinct active KV blocks,
+//     holders of 80% of the prompt allowed the request's blocks more,
+//     inside the default's BoundedLoad on requests, load reports merged as
+//     by default; kvroute-spread-kv-own-holder the same counting only the
+//     router's own requests, kvroute-spread-kv2-holder with Slack 2;
+//   - kvroute-kvpressure: the default cost plus KVPressure with weight
+//     8,000 (a worker's KV cache held in flight, with the request, costs
+//     up to 8,000 blocks of the default cost: at 800 blocks per worker one
+//     block in flight costs 10, at 32,768 a quarter), inside BoundedLoad on
+//     requests with factor 2; kvroute-kvpressure-own the same counting only
+//     the router's own requests, kvroute-kvpressure4k-own with weight
+//     4,000.
 func CandidatePolicies() []Policy {
 	return []Policy{
 		{
 			Name:        "kvroute-own",
 			Description: "kvroute's default counting only its own requests",
-			Configure:   func(kvroute.Clock) (router.Config, error) { return DefaultCostUnder(nil) },
+			Configure:   func(kvroute.Clock) (router.Config, error) { return DefaultCostUnder(nil, scheduling.MeasureRequests) },
 			OwnLoad:     true,
 		},
 		spreadPolicy("kvroute-spread", "kvroute's default cost, spread bound", SpreadBoundConfig{}, false),
@@ -69,7 +82,54 @@ func CandidatePolicies() []Policy {
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, ActiveExtra: 2, IdleFirst: true}, false),
 		spreadPolicy("kvroute-spread-kv-own", "kvroute's default cost, spread and load bounds on distinct active KV blocks, own requests only",
 			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks}, true),
+		boundedSpreadPolicy("kvroute-spread-kv-holder", "kvroute's default cost, spread bound on distinct active KV blocks with a request's blocks more for holders of 80% of the prompt",
+			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks, HolderShare: 0.8, HolderExtra: 1}, scheduling.MeasureRequests, false),
+		boundedSpreadPolicy("kvroute-spread-kv-own-holder", "kvroute-spread-kv-holder, own requests only",
+			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks, HolderShare: 0.8, HolderExtra: 1}, scheduling.MeasureRequests, true),
+		boundedSpreadPolicy("kvroute-spread-kv2-holder", "kvroute-spread-kv-holder with twice the slack",
+			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks, Slack: 2, HolderShare: 0.8, HolderExtra: 1}, scheduling.MeasureRequests, false),
+		kvPressurePolicy("kvroute-kvpressure", 8000, 2, false),
+		kvPressurePolicy("kvroute-kvpressure-own", 8000, 2, true),
+		kvPressurePolicy("kvroute-kvpressure4k-own", 4000, 2, true),
 	}
+}
+
+// kvPressurePolicy returns kvroute's default cost plus KVPressure with the
+// given weight, inside scheduling.BoundedLoad on requests with the given
+// factor.
+func kvPressurePolicy(name string, weight, factor float64, own bool) Policy {
+	desc := fmt.Sprintf("kvroute's default cost plus %g times the KV cache share held in flight, at most %g times the mean of requests", weight, factor)
+	if own {
+		desc += ", own requests only"
+	}
+	return Policy{
+		Name:        name,
+		Description: desc,
+		Configure: func(kvroute.Clock) (router.Config, error) {
+			return KVPressureCost(weight, factor)
+		},
+		OwnLoad: own,
+	}
+}
+
+// KVPressureCost returns a router configuration whose cost is kvroute's
+// default cost (scheduling.DynamoCost with scheduling.DefaultCostConfig())
+// plus KVPressure with weight, inside scheduling.BoundedLoad on requests
+// with factor.
+func KVPressureCost(weight, factor float64) (router.Config, error) {
+	c, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
+	if err != nil {
+		return router.Config{}, err
+	}
+	k, err := NewKVPressure(c, weight)
+	if err != nil {
+		return router.Config{}, err
+	}
+	b, err := scheduling.NewBoundedLoad(k, scheduling.BoundedLoadConfig{Factor: factor})
+	if err != nil {
+		return router.Config{}, err
+	}
+	return router.Config{Cost: b}, nil
 }
 
 // FreshLoadWindow is how long the kvroute-spread-fresh-holder candidate
@@ -79,11 +139,17 @@ func CandidatePolicies() []Policy {
 const FreshLoadWindow = 200 * time.Millisecond
 
 func spreadPolicy(name, desc string, cfg SpreadBoundConfig, own bool) Policy {
+	return boundedSpreadPolicy(name, desc, cfg, cfg.Measure, own)
+}
+
+// boundedSpreadPolicy is spreadPolicy with the outer BoundedLoad on load
+// measure outer instead of the spread bound's.
+func boundedSpreadPolicy(name, desc string, cfg SpreadBoundConfig, outer scheduling.LoadMeasure, own bool) Policy {
 	return Policy{
 		Name:        name,
 		Description: desc,
 		Configure: func(kvroute.Clock) (router.Config, error) {
-			return DefaultCostUnder(&cfg)
+			return DefaultCostUnder(&cfg, outer)
 		},
 		OwnLoad: own,
 	}
@@ -92,22 +158,21 @@ func spreadPolicy(name, desc string, cfg SpreadBoundConfig, own bool) Policy {
 // DefaultCostUnder returns a router configuration whose cost is kvroute's
 // default cost (scheduling.DynamoCost with scheduling.DefaultCostConfig())
 // inside a SpreadBound with spread, when spread is not nil, inside
-// scheduling.BoundedLoad with its default factor and spread's measure:
-// with nil spread, the zero router.Config's cost.
-func DefaultCostUnder(spread *SpreadBoundConfig) (router.Config, error) {
+// scheduling.BoundedLoad with its default factor on load measure outer:
+// with nil spread and outer scheduling.MeasureRequests, the zero
+// router.Config's cost.
+func DefaultCostUnder(spread *SpreadBoundConfig, outer scheduling.LoadMeasure) (router.Config, error) {
 	var c scheduling.CostFunc
 	c, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
 	if err != nil {
 		return router.Config{}, err
 	}
-	var m scheduling.LoadMeasure
 	if spread != nil {
 		if c, err = NewSpreadBound(c, *spread); err != nil {
 			return router.Config{}, err
 		}
-		m = spread.Measure
 	}
-	b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Measure: m})
+	b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Measure: outer})
 	if err != nil {
 		return router.Config{}, err
 	}
