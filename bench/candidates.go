@@ -52,8 +52,8 @@ import (
 //     up to 8,000 blocks of the default cost: at 800 blocks per worker one
 //     block in flight costs 10, at 32,768 a quarter), inside BoundedLoad on
 //     requests with factor 2; kvroute-kvpressure-own the same counting only
-//     the router's own requests, kvroute-kvpressure4k-own with weight
-//     4,000.
+//     the router's own requests, kvroute-kvpressure4k-own and
+//     kvroute-kvpressure6k-own with weights 4,000 and 6,000.
 func CandidatePolicies() []Policy {
 	return []Policy{
 		{
@@ -91,6 +91,7 @@ func CandidatePolicies() []Policy {
 		kvPressurePolicy("kvroute-kvpressure", 8000, 2, false),
 		kvPressurePolicy("kvroute-kvpressure-own", 8000, 2, true),
 		kvPressurePolicy("kvroute-kvpressure4k-own", 4000, 2, true),
+		kvPressurePolicy("kvroute-kvpressure6k-own", 6000, 2, true),
 	}
 }
 
