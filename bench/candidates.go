@@ -53,7 +53,12 @@ import (
 //     block in flight costs 10, at 32,768 a quarter), inside BoundedLoad on
 //     requests with factor 2; kvroute-kvpressure-own the same counting only
 //     the router's own requests, kvroute-kvpressure4k-own and
-//     kvroute-kvpressure6k-own with weights 4,000 and 6,000.
+//     kvroute-kvpressure6k-own with weights 4,000 and 6,000;
+//   - kvroute-kvadded: the default cost plus KVPressure on the blocks the
+//     request adds to a worker's active KV, times the requests they slow
+//     (KVPressureAdded), weight 8,000, inside BoundedLoad on requests with
+//     factor 2, load reports merged as by default; kvroute-kvadded4k with
+//     weight 4,000.
 func CandidatePolicies() []Policy {
 	return []Policy{
 		{
@@ -88,18 +93,24 @@ func CandidatePolicies() []Policy {
 			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks, HolderShare: 0.8, HolderExtra: 1}, scheduling.MeasureRequests, true),
 		boundedSpreadPolicy("kvroute-spread-kv2-holder", "kvroute-spread-kv-holder with twice the slack",
 			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks, Slack: 2, HolderShare: 0.8, HolderExtra: 1}, scheduling.MeasureRequests, false),
-		kvPressurePolicy("kvroute-kvpressure", 8000, 2, false),
-		kvPressurePolicy("kvroute-kvpressure-own", 8000, 2, true),
-		kvPressurePolicy("kvroute-kvpressure4k-own", 4000, 2, true),
-		kvPressurePolicy("kvroute-kvpressure6k-own", 6000, 2, true),
+		kvPressurePolicy("kvroute-kvpressure", KVPressureConfig{Weight: 8000}, 2, false),
+		kvPressurePolicy("kvroute-kvpressure-own", KVPressureConfig{Weight: 8000}, 2, true),
+		kvPressurePolicy("kvroute-kvpressure4k-own", KVPressureConfig{Weight: 4000}, 2, true),
+		kvPressurePolicy("kvroute-kvpressure6k-own", KVPressureConfig{Weight: 6000}, 2, true),
+		kvPressurePolicy("kvroute-kvadded", KVPressureConfig{Weight: 8000, Measure: KVPressureAdded}, 2, false),
+		kvPressurePolicy("kvroute-kvadded4k", KVPressureConfig{Weight: 4000, Measure: KVPressureAdded}, 2, false),
 	}
 }
 
 // kvPressurePolicy returns kvroute's default cost plus KVPressure with the
 // given weight, inside scheduling.BoundedLoad on requests with the given
 // factor.
-func kvPressurePolicy(name string, weight, factor float64, own bool) Policy {
-	desc := fmt.Sprintf("kvroute's default cost plus %g times the KV cache share held in flight, at most %g times the mean of requests", weight, factor)
+func kvPressurePolicy(name string, kv KVPressureConfig, factor float64, own bool) Policy {
+	what := "held in flight"
+	if kv.Measure == KVPressureAdded {
+		what = "added in flight, times the requests it slows"
+	}
+	desc := fmt.Sprintf("kvroute's default cost plus %g times the KV cache share %s, at most %g times the mean of requests", kv.Weight, what, factor)
 	if own {
 		desc += ", own requests only"
 	}
@@ -107,7 +118,7 @@ func kvPressurePolicy(name string, weight, factor float64, own bool) Policy {
 		Name:        name,
 		Description: desc,
 		Configure: func(kvroute.Clock) (router.Config, error) {
-			return KVPressureCost(weight, factor)
+			return KVPressureCost(kv, factor)
 		},
 		OwnLoad: own,
 	}
@@ -115,14 +126,14 @@ func kvPressurePolicy(name string, weight, factor float64, own bool) Policy {
 
 // KVPressureCost returns a router configuration whose cost is kvroute's
 // default cost (scheduling.DynamoCost with scheduling.DefaultCostConfig())
-// plus KVPressure with weight, inside scheduling.BoundedLoad on requests
-// with factor.
-func KVPressureCost(weight, factor float64) (router.Config, error) {
+// plus KVPressure with kv, inside scheduling.BoundedLoad on requests with
+// factor.
+func KVPressureCost(kv KVPressureConfig, factor float64) (router.Config, error) {
 	c, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
 	if err != nil {
 		return router.Config{}, err
 	}
-	k, err := NewKVPressure(c, weight)
+	k, err := NewKVPressure(c, kv)
 	if err != nil {
 		return router.Config{}, err
 	}
