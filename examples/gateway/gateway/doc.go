@@ -15,7 +15,10 @@
 //     PresetDynamo for NVIDIA Dynamo's frontend in direct routing mode.
 //  3. Create the Gateway with New and a Tokenizer that agrees with the
 //     engines (RemoteTokenizer asks the engine itself; ModelTokenizer
-//     reads the model directory and asks no one).
+//     reads the model directory and asks no one). A Tokenizer that is
+//     also an MMTokenizer (RemoteTokenizer with Render) reports the
+//     prompt's images, which the router hashes into the blocks as the
+//     engines do, as it does the request's cache_salt.
 //  4. Start Gateway.Run on a goroutine: it subscribes to every engine's KV
 //     events (applied to the router's index) and probes their health
 //     (router heartbeats), until its context ends.

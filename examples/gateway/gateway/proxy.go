@@ -126,7 +126,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, kind openai.Kind
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
-	tokens, err := g.tok.Tokenize(ctx, req.Request, nil)
+	tokens, mm, err := tokenize(ctx, g.tok, req.Request)
 	if err != nil {
 		g.failed.Add(1)
 		if errors.Is(err, openai.ErrBadRequest) || errors.Is(err, ErrBadRequest) {
@@ -136,7 +136,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, kind openai.Kind
 		writeError(w, http.StatusBadGateway, "tokenizer_error", err.Error())
 		return
 	}
-	rreq := router.Request{Tokens: tokens, ExpectedOutputTokens: req.MaxTokens, LoRA: lora, CacheSalt: req.CacheSalt}
+	rreq := router.Request{Tokens: tokens, ExpectedOutputTokens: req.MaxTokens, LoRA: lora, CacheSalt: req.CacheSalt, MM: mm}
 
 	var (
 		tried []kvroute.WorkerKey

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/chattemplate"
 	"github.com/kvroute/kvroute/internal/words"
 	"github.com/kvroute/kvroute/openai"
@@ -33,6 +34,25 @@ var ErrTokenize = errors.New("gateway: cannot tokenize")
 // openai.ErrBadRequest, 400.
 type Tokenizer interface {
 	Tokenize(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error)
+}
+
+// MMTokenizer is an optional interface of a Tokenizer that also reports
+// the prompt's multimodal items (images and the placeholder tokens they
+// occupy), which the engines hash into their blocks: the gateway passes
+// them to the router, so that a prompt whose image differs from the
+// cached one's is not predicted to hit the blocks that hold the image.
+// RemoteTokenizer has it (the items come from vLLM's render endpoints).
+type MMTokenizer interface {
+	TokenizeMM(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, []kvroute.MMObject, error)
+}
+
+// tokenize calls t, with the multimodal items when it knows them.
+func tokenize(ctx context.Context, t Tokenizer, req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
+	if mt, ok := t.(MMTokenizer); ok {
+		return mt.TokenizeMM(ctx, req, nil)
+	}
+	ids, err := t.Tokenize(ctx, req, nil)
+	return ids, nil, err
 }
 
 // TokenizerFunc adapts a function to Tokenizer.
@@ -97,19 +117,27 @@ var defaultTokenizeClient = &http.Client{Timeout: 10 * time.Second}
 
 // Tokenize implements Tokenizer. Errors wrap ErrTokenize.
 func (t *RemoteTokenizer) Tokenize(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error) {
+	ids, _, err := t.TokenizeMM(ctx, req, dst)
+	return ids, err
+}
+
+// TokenizeMM implements MMTokenizer: with Render, the multimodal items
+// are those the engine's render endpoint reports; /tokenize reports none.
+// Errors wrap ErrTokenize.
+func (t *RemoteTokenizer) TokenizeMM(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, []kvroute.MMObject, error) {
 	if req.Kind != openai.KindChat && req.HasTokens {
-		return append(dst, req.PromptTokens...), nil
+		return append(dst, req.PromptTokens...), nil, nil
 	}
 	api := render.APIVLLMTokenize
 	if t.Render {
 		api = render.APIVLLMRender
 	}
 	c := render.Client{URL: t.URL, API: api, HTTP: cmp.Or(t.Client, defaultTokenizeClient)}
-	ids, err := c.Tokenize(ctx, req, dst)
+	ids, mm, err := c.TokenizeMM(ctx, req, dst)
 	if err != nil {
-		return dst, fmt.Errorf("%w: %w", ErrTokenize, err)
+		return dst, nil, fmt.Errorf("%w: %w", ErrTokenize, err)
 	}
-	return ids, nil
+	return ids, mm, nil
 }
 
 // ModelTokenizer tokenizes in process with a model directory's tokenizer

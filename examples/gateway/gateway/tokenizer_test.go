@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"cmp"
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
 	"github.com/kvroute/kvroute/internal/fakeengine"
 	"github.com/kvroute/kvroute/openai"
+	"github.com/kvroute/kvroute/router"
 )
 
 func TestTokenizers(t *testing.T) {
@@ -83,4 +85,49 @@ func TestRemoteTokenizerSendsTheWholeChat(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got, "render %v", rt.Render)
 	}
+}
+
+// TestGatewayPassesImagesToTheRouter sends chats whose prompts differ only
+// in an image through a gateway that tokenizes with the engine's render
+// endpoint: the router learns the images from it, so a different image
+// is predicted to hit only the blocks before it, as the engine's cache
+// (which hashes the image into its blocks) reports.
+func TestGatewayPassesImagesToTheRouter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tok := &gateway.RemoteTokenizer{Render: true}
+	c := newCluster(t, ctx, 1, router.Config{}, gateway.Config{Tokenizer: tok}, func(_ int, e *fakeEngine) { tok.URL = e.URL() })
+	c.waitConnected(t, ctx)
+	rng := rand.New(rand.NewPCG(7, 7))
+	before, after := words(rng, 3*blockSize), words(rng, 2*blockSize)
+	chat := func(image string) map[string]any {
+		return map[string]any{"model": "m", "max_tokens": 2, "messages": []map[string]any{{"role": "user", "content": []map[string]any{
+			{"type": "text", "text": before},
+			{"type": "image_url", "image_url": map[string]any{"url": image}},
+			{"type": "text", "text": after},
+		}}}}
+	}
+	tests := []struct {
+		name, image string
+		hit         bool // the image's blocks are cached
+	}{
+		{name: "first", image: "https://img.example/a.png"},
+		{name: "same image", image: "https://img.example/a.png", hit: true},
+		{name: "other image", image: "https://img.example/b.png"},
+	}
+	predicted := map[string]int{}
+	for i, tt := range tests {
+		a, err := call(ctx, c.client, c.srv.URL, "/v1/chat/completions", chat(tt.image), i)
+		require.NoError(t, err, tt.name)
+		require.True(t, a.ok, "%s: %+v", tt.name, a)
+		require.NotNil(t, a.usage, tt.name)
+		cached := a.usage.PromptTokensDetails.CachedTokens
+		require.Equal(t, cached, a.predicted, "%s: the router predicts what the engine finds cached", tt.name)
+		predicted[tt.name] = a.predicted
+		c.waitSynced(t, ctx)
+	}
+	require.Zero(t, predicted["first"])
+	require.Greater(t, predicted["same image"], predicted["other image"], "the other image's blocks are not cached")
+	// The blocks before the image are cached whichever image follows.
+	require.Equal(t, 3*blockSize, predicted["other image"])
 }
