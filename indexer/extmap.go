@@ -17,8 +17,10 @@ import (
 // lives in its home group or, when that group was full, in one of the
 // groups after it, and a probe finds the key's fingerprint and the empty
 // slots of a group with word arithmetic, not a branch per slot, and stops
-// at the first group with an empty slot. The control bytes take a
-// sixteenth of the slots' memory and so stay in the CPU caches, and a
+// at the first group with an empty slot. A new key takes its home slot
+// when that is empty (so most keys sit there, where prefetching looks),
+// else the first free slot of the first group with one. The control bytes
+// take a sixteenth of the slots' memory and so stay in the CPU caches, and a
 // probe reads a slot only where the fingerprint matches: inserting a new
 // key (every block an engine stores) reads no slot at all and only writes
 // one, a store the CPU does not wait for, and a lookup reads the one slot
@@ -152,11 +154,9 @@ func matchEmpty(w uint64) uint64 { return (w - lsbs) &^ w & msbs }
 // deleted slot's.
 func matchFree(w uint64) uint64 { return ^w & msbs }
 
-// prefetch touches the first slot of the home group of each key of
-// keys[i] for i in [0, min(n, prefetchAhead)), where key returns keys[i]:
-// an insert takes the first free slot of the group, so with the table at
-// most five eighths full a key sits in its group's first cache line (four
-// slots) far more often than in the line of its home slot. The loop that
+// prefetch touches the home slot of each key of keys[i] for i in
+// [0, min(n, prefetchAhead)), where key returns keys[i] (upsert puts most
+// keys there). The loop that
 // then looks the keys up touches key i+prefetchAhead as it reaches key i
 // (touch). The loads are independent of one another, so the CPU overlaps
 // their cache misses, and each lookup finds its slot's line in the cache
@@ -169,7 +169,7 @@ func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 	}
 	var sum uint64
 	for i := range min(n, prefetchAhead) {
-		sum += m.slots[m.hash(key(i))&^(groupWidth-1)].val
+		sum += m.slots[m.hash(key(i))].val
 	}
 	m.sink += sum
 }
@@ -178,10 +178,9 @@ func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 // touch to pay.
 func (m *extMap) prefetching() bool { return len(m.slots) >= prefetchSlots }
 
-// touch loads the first slot of k's home group into the cache (see
-// prefetch).
+// touch loads the home slot of k into the cache (see prefetch).
 func (m *extMap) touch(k kvroute.ExternalHash) {
-	m.sink += m.slots[m.hash(k)&^(groupWidth-1)].val
+	m.sink += m.slots[m.hash(k)].val
 }
 
 // prefetchSlots is the table size from which prefetching pays: smaller
@@ -216,8 +215,24 @@ func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 	x := mix(k, m.seed)
 	fp := fingerprint(x)
 	n := len(m.slots)
+	h := home(x, n)
+	if m.ctrl[h] == 0 && matchByte(m.group(h&^(groupWidth-1)), fp) == 0 &&
+		(m.used+1)*maxLoadDen <= n*maxLoadNum {
+		// The common case of a new key whose home slot is empty, taken
+		// on branches the CPU predicts, so that the stores' address does
+		// not wait for the control word to load. A group with an empty
+		// slot holds every key whose home it is (delAt never empties a
+		// slot of a group that a key's probe went past), so no match in
+		// it means k is absent.
+		m.ctrl[h] = fp
+		s := &m.slots[h]
+		s.key = k
+		m.used++
+		m.count++
+		return &s.val, false
+	}
 	free := -1 // the first empty or deleted slot the probe passed
-	for g := home(x, n) &^ (groupWidth - 1); ; {
+	for g := h &^ (groupWidth - 1); ; {
 		w := m.group(g)
 		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
 			if j := g + bits.TrailingZeros64(cand)>>3; m.slots[j].key == k {
