@@ -24,7 +24,8 @@ import (
 
 const (
 	python    = "/usr/bin/python3"
-	publisher = "../../../shared/tools/kvevents_publisher.py"
+	// publisher is a copy of the workspace's shared/tools/kvevents_publisher.py.
+	publisher = "testdata/kvevents_publisher.py"
 )
 
 // requireExternal skips the test (or fails it under KVROUTE_EXTERNAL_TESTS=1)
