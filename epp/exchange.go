@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/openai"
+	"github.com/kvroute/kvroute/render"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -270,7 +271,7 @@ func (e *exchange) route(eos, noBody bool) (bool, error) {
 			rr.LoRA = req.Model
 		}
 		rr.CacheSalt = req.CacheSalt
-		if rr.Tokens, rr.MM, err = tokenize(e.ctx, cfg.Tokenizer, req); err != nil {
+		if rr.Tokens, rr.MM, err = render.TokenizeAll(e.ctx, cfg.Tokenizer, req); err != nil {
 			if e.ctx.Err() != nil {
 				return true, nil
 			}

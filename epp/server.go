@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/openai"
+	"github.com/kvroute/kvroute/render"
 	"github.com/kvroute/kvroute/router"
 )
 
@@ -75,19 +75,7 @@ type Tokenizer interface {
 // the prompt's multimodal items (images and the placeholder tokens they
 // occupy), which the engines hash into their blocks. The picker uses it
 // when the Tokenizer has it.
-type MMTokenizer interface {
-	TokenizeMM(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, []kvroute.MMObject, error)
-}
-
-// tokenize calls the tokenizer, with its multimodal items when it knows
-// them.
-func tokenize(ctx context.Context, t Tokenizer, req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
-	if mt, ok := t.(MMTokenizer); ok {
-		return mt.TokenizeMM(ctx, req, nil)
-	}
-	ids, err := t.Tokenize(ctx, req, nil)
-	return ids, nil, err
-}
+type MMTokenizer = render.MMTokenizer
 
 // TokenizerFunc adapts a function to Tokenizer.
 type TokenizerFunc func(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error)

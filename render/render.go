@@ -72,7 +72,7 @@ func ParseAPI(s string) (API, error) {
 }
 
 // Client tokenizes through an engine's (or a render server's) HTTP
-// endpoints. It implements epp.Tokenizer and epp.MMTokenizer. It is safe
+// endpoints. It implements Tokenizer and MMTokenizer (and so epp.Tokenizer and epp.MMTokenizer). It is safe
 // for concurrent use; URL is required.
 type Client struct {
 	// URL is the base URL, such as "http://127.0.0.1:8000".
@@ -95,7 +95,7 @@ func (c *Client) Tokenize(ctx context.Context, req *openai.Request, dst []uint32
 	return ids, err
 }
 
-// TokenizeMM implements epp.MMTokenizer: it appends the prompt's token ids
+// TokenizeMM implements MMTokenizer: it appends the prompt's token ids
 // to dst and returns its multimodal items (APIVLLMRender only). Errors wrap
 // ErrTokenize.
 func (c *Client) TokenizeMM(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, []kvroute.MMObject, error) {

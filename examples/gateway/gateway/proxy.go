@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/openai"
+	"github.com/kvroute/kvroute/render"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -126,7 +127,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, kind openai.Kind
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
-	tokens, mm, err := tokenize(ctx, g.tok, req.Request)
+	tokens, mm, err := render.TokenizeAll(ctx, g.tok, req.Request)
 	if err != nil {
 		g.failed.Add(1)
 		if errors.Is(err, openai.ErrBadRequest) || errors.Is(err, ErrBadRequest) {

@@ -42,18 +42,7 @@ type Tokenizer interface {
 // them to the router, so that a prompt whose image differs from the
 // cached one's is not predicted to hit the blocks that hold the image.
 // RemoteTokenizer has it (the items come from vLLM's render endpoints).
-type MMTokenizer interface {
-	TokenizeMM(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, []kvroute.MMObject, error)
-}
-
-// tokenize calls t, with the multimodal items when it knows them.
-func tokenize(ctx context.Context, t Tokenizer, req *openai.Request) ([]uint32, []kvroute.MMObject, error) {
-	if mt, ok := t.(MMTokenizer); ok {
-		return mt.TokenizeMM(ctx, req, nil)
-	}
-	ids, err := t.Tokenize(ctx, req, nil)
-	return ids, nil, err
-}
+type MMTokenizer = render.MMTokenizer
 
 // TokenizerFunc adapts a function to Tokenizer.
 type TokenizerFunc func(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error)
