@@ -257,7 +257,7 @@ func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 		// tombstones would.
 		if (m.used+1)*maxLoadDen > n*maxLoadNum {
 			if (m.count+1)*maxLoadDen > n*maxLoadNum/2 {
-				n *= 2
+				n *= growth(n)
 			}
 			m.resize(n)
 			return m.upsert(k)
@@ -270,6 +270,22 @@ func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 	m.count++
 	return &s.val, false
 }
+
+// growth is the factor by which a table of n slots grows: four while it
+// is small, so that a worker's map reaches its working size in half as
+// many rebuilds (a fresh worker's map grows from eight slots to tens of
+// thousands), then two, so that a large map never holds more than twice
+// the memory its keys need.
+func growth(n int) int {
+	if n < growFourBelow {
+		return 4
+	}
+	return 2
+}
+
+// growFourBelow is the table size below which a table grows fourfold:
+// 64 KiB of slots.
+const growFourBelow = 1 << 12
 
 // del removes k.
 func (m *extMap) del(k kvroute.ExternalHash) {
