@@ -155,10 +155,9 @@ func matchEmpty(w uint64) uint64 { return (w - lsbs) &^ w & msbs }
 func matchFree(w uint64) uint64 { return ^w & msbs }
 
 // prefetch touches the home slot of each key of keys[i] for i in
-// [0, min(n, prefetchAhead)), where key returns keys[i] (upsert puts most
-// keys there). The loop that
-// then looks the keys up touches key i+prefetchAhead as it reaches key i
-// (touch). The loads are independent of one another, so the CPU overlaps
+// [0, min(n, prefetchAhead)), where key returns keys[i] (upsert puts
+// most keys there); the loop that then looks the keys up
+// touches key i+prefetchAhead as it reaches key i (touch). The loads are independent of one another, so the CPU overlaps
 // their cache misses, and each lookup finds its slot's line in the cache
 // instead of missing one by one. Touching a window ahead rather than
 // every key first keeps the lines in the fastest cache until they are
@@ -191,14 +190,6 @@ const (
 	prefetchSlots = 1 << 12
 	prefetchAhead = 16
 )
-
-// next returns the slot after i, wrapping around.
-func (m *extMap) next(i int) int {
-	if i++; i == len(m.slots) {
-		return 0
-	}
-	return i
-}
 
 // get returns the entry for k.
 func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
