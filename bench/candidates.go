@@ -58,7 +58,13 @@ import (
 //     request adds to a worker's active KV, times the requests they slow
 //     (KVPressureAdded), weight 8,000, inside BoundedLoad on requests with
 //     factor 2, load reports merged as by default; kvroute-kvadded4k with
-//     weight 4,000.
+//     weight 4,000;
+//   - kvroute-kvpressure-dropprefill and kvroute-kvpressure-dropcount:
+//     kvroute-kvpressure with the engines' reported prefill tokens
+//     (WithoutReportedPrefill), or their reported request counts
+//     (WithoutReportedRequests), dropped (Policy.ReportFilter): which of the
+//     merged counts keeps the router from the placements of
+//     kvroute-kvpressure-own.
 func CandidatePolicies() []Policy {
 	return []Policy{
 		{
@@ -99,6 +105,18 @@ func CandidatePolicies() []Policy {
 		kvPressurePolicy("kvroute-kvpressure6k-own", KVPressureConfig{Weight: 6000}, 2, true),
 		kvPressurePolicy("kvroute-kvadded", KVPressureConfig{Weight: 8000, Measure: KVPressureAdded}, 2, false),
 		kvPressurePolicy("kvroute-kvadded4k", KVPressureConfig{Weight: 4000, Measure: KVPressureAdded}, 2, false),
+		func() Policy {
+			p := kvPressurePolicy("kvroute-kvpressure-dropprefill", KVPressureConfig{Weight: 8000}, 2, false)
+			p.Description += ", reported prefill tokens dropped"
+			p.ReportFilter = WithoutReportedPrefill
+			return p
+		}(),
+		func() Policy {
+			p := kvPressurePolicy("kvroute-kvpressure-dropcount", KVPressureConfig{Weight: 8000}, 2, false)
+			p.Description += ", reported request counts dropped"
+			p.ReportFilter = WithoutReportedRequests
+			return p
+		}(),
 	}
 }
 

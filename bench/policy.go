@@ -43,6 +43,26 @@ type Policy struct {
 	// OwnLoad it keeps counting requests that other routers send, while
 	// their engines report.
 	FreshLoad time.Duration
+	// ReportFilter, when not nil and OwnLoad is false, is applied to every
+	// engine load report before the router takes it (before FreshLoad's
+	// window): a filter that zeroes a count makes the router use its own
+	// tracked count of it alone, since it merges reports by the larger of
+	// the two.
+	ReportFilter func(scheduling.Load) scheduling.Load
+}
+
+// WithoutReportedPrefill returns l without its active prefill tokens: the
+// router then counts only those of the requests it routed itself.
+func WithoutReportedPrefill(l scheduling.Load) scheduling.Load {
+	l.ActivePrefillTokens = 0
+	return l
+}
+
+// WithoutReportedRequests returns l without its active and queued
+// requests: the router then counts only the requests it routed itself.
+func WithoutReportedRequests(l scheduling.Load) scheduling.Load {
+	l.ActiveRequests, l.QueueDepth = 0, 0
+	return l
 }
 
 // OwnLoadReport returns the part of an engine's load report that a router

@@ -372,6 +372,9 @@ func (s *sim) handle(ctx context.Context, ev *simEvent, arrivalsLeft bool) error
 		s.deliver(ev)
 	case evHeartbeat:
 		load := ev.load
+		if s.policy.ReportFilter != nil && !s.policy.OwnLoad {
+			load = s.policy.ReportFilter(load)
+		}
 		if s.policy.OwnLoad {
 			load = OwnLoadReport(load)
 		} else if s.policy.FreshLoad > 0 {

@@ -195,3 +195,33 @@ func TestCandidatePolicies(t *testing.T) {
 		})
 	}
 }
+
+func TestReportFilters(t *testing.T) {
+	in := scheduling.Load{
+		ActivePrefillTokens: 100, ActiveDecodeBlocks: 7, PotentialDecodeBlocks: 9, ActiveRequests: 3,
+		MaxRequests: 64, QueueDepth: 2, KVUtilization: 0.5, KVCapacityBlocks: 800,
+	}
+	noPrefill, noRequests := in, in
+	noPrefill.ActivePrefillTokens = 0
+	noRequests.ActiveRequests, noRequests.QueueDepth = 0, 0
+	require.Equal(t, noPrefill, WithoutReportedPrefill(in))
+	require.Equal(t, noRequests, WithoutReportedRequests(in))
+}
+
+func TestReportFilterApplied(t *testing.T) {
+	sc := reducedScenario(t, 200)
+	p := KVRoutePolicy()
+	var reports int
+	p.ReportFilter = func(l scheduling.Load) scheduling.Load {
+		reports++
+		return WithoutReportedRequests(l)
+	}
+	res, err := Run(context.Background(), sc.Config, sc.Workload, p)
+	require.NoError(t, err)
+	require.Equal(t, 200, res.Requests)
+	require.Positive(t, reports, "every engine load report passes the filter")
+	p.OwnLoad, reports = true, 0
+	_, err = Run(context.Background(), sc.Config, sc.Workload, p)
+	require.NoError(t, err)
+	require.Zero(t, reports, "OwnLoad takes precedence over the filter")
+}

@@ -160,6 +160,7 @@ func TestLibPolicies(t *testing.T) {
 		}
 		require.Equal(t, strings.Contains(name, "-own"), p.OwnLoad, name)
 		require.Equal(t, strings.Contains(name, "-fresh"), p.FreshLoad > 0, name)
+		require.Equal(t, strings.Contains(name, "-drop"), p.ReportFilter != nil, name)
 		_, ok := armSpecOf("kvroute-lib:" + name)
 		require.True(t, ok, name)
 	}
@@ -195,4 +196,41 @@ func TestFreshLoad(t *testing.T) {
 	defer stopOwn()
 	require.NoError(t, own.Heartbeat(w, busy))
 	require.Equal(t, scheduling.Load{KVCapacityBlocks: 800}, reported())
+}
+
+func TestReportFilter(t *testing.T) {
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	w := kvroute.WorkerKey{ID: 1}
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 1, Block: 16}))
+	reported := func() scheduling.Load {
+		for _, ws := range r.Stats().Workers {
+			if ws.Worker == w {
+				return ws.Reported
+			}
+		}
+		t.Fatal("worker missing from the router's stats")
+		return scheduling.Load{}
+	}
+	busy := scheduling.Load{ActiveRequests: 3, QueueDepth: 1, ActivePrefillTokens: 900, ActiveDecodeBlocks: 300, KVCapacityBlocks: 800}
+	tests := []struct {
+		name   string
+		policy kvbench.Policy
+		want   scheduling.Load
+	}{
+		{"prefill dropped", kvbench.Policy{ReportFilter: kvbench.WithoutReportedPrefill},
+			scheduling.Load{ActiveRequests: 3, QueueDepth: 1, ActiveDecodeBlocks: 300, PotentialDecodeBlocks: 0, KVCapacityBlocks: 800}},
+		{"requests dropped", kvbench.Policy{ReportFilter: kvbench.WithoutReportedRequests},
+			scheduling.Load{ActivePrefillTokens: 900, ActiveDecodeBlocks: 300, KVCapacityBlocks: 800}},
+		{"requests dropped, then counted while fresh", kvbench.Policy{ReportFilter: kvbench.WithoutReportedRequests, FreshLoad: time.Minute},
+			scheduling.Load{ActivePrefillTokens: 900, ActiveDecodeBlocks: 300, KVCapacityBlocks: 800}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, stop := loadReporter(r, tt.policy)
+			defer stop()
+			require.NoError(t, rep.Heartbeat(w, busy))
+			require.Equal(t, tt.want, reported())
+		})
+	}
 }

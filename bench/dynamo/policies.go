@@ -69,8 +69,9 @@ func libPolicyNames() []string {
 func knownLibPolicy(name string) bool { return slices.Contains(libPolicyNames(), name) }
 
 // libConfig returns the router configuration of the named policy and how
-// its router takes load reports: the fields OwnLoad and FreshLoad of the
-// returned policy (kvbench.Policy); the others are unset.
+// its router takes load reports: the fields OwnLoad, FreshLoad and
+// ReportFilter of the returned policy (kvbench.Policy); the others are
+// unset.
 func libConfig(name string) (router.Config, kvbench.Policy, error) {
 	if f, ok := libPolicies[name]; ok {
 		cfg, err := f()
@@ -92,10 +93,24 @@ func loadReporter(r *router.Router, p kvbench.Policy) (kvdynamo.LoadReporter, fu
 	case p.OwnLoad:
 		return ownLoad{r}, func() {}
 	case p.FreshLoad > 0:
-		f := &freshLoad{r: r, window: p.FreshLoad, gen: map[kvroute.WorkerKey]uint64{}, timers: map[kvroute.WorkerKey]*time.Timer{}}
+		f := &freshLoad{r: r, filter: p.ReportFilter, window: p.FreshLoad, gen: map[kvroute.WorkerKey]uint64{}, timers: map[kvroute.WorkerKey]*time.Timer{}}
 		return f, f.stop
+	case p.ReportFilter != nil:
+		return filteredLoad{r: r, filter: p.ReportFilter}, func() {}
 	}
 	return r, func() {}
+}
+
+// filteredLoad passes load reports to a router through a filter
+// (kvbench.Policy.ReportFilter).
+type filteredLoad struct {
+	r      *router.Router
+	filter func(scheduling.Load) scheduling.Load
+}
+
+// Heartbeat implements kvdynamo.LoadReporter.
+func (f filteredLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
+	return f.r.Heartbeat(w, f.filter(l))
 }
 
 // ownLoad passes load reports to a router through kvbench.OwnLoadReport.
@@ -112,6 +127,7 @@ func (o ownLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
 // (kvbench.Policy.FreshLoad).
 type freshLoad struct {
 	r      *router.Router
+	filter func(scheduling.Load) scheduling.Load // nil: none
 	window time.Duration
 
 	mu      sync.Mutex
@@ -122,6 +138,9 @@ type freshLoad struct {
 
 // Heartbeat implements kvdynamo.LoadReporter.
 func (f *freshLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
+	if f.filter != nil {
+		l = f.filter(l)
+	}
 	if err := f.r.Heartbeat(w, l); err != nil {
 		return err
 	}
