@@ -168,7 +168,10 @@ func TestLibPolicies(t *testing.T) {
 	require.Error(t, err)
 }
 
-func TestFreshLoad(t *testing.T) {
+// reportingRouter returns a router with one worker, the worker, and a
+// function that returns the load the router holds as the worker's report.
+func reportingRouter(t *testing.T) (*router.Router, kvroute.WorkerKey, func() scheduling.Load) {
+	t.Helper()
 	r, err := router.New(router.Config{})
 	require.NoError(t, err)
 	w := kvroute.WorkerKey{ID: 1}
@@ -182,6 +185,11 @@ func TestFreshLoad(t *testing.T) {
 		t.Fatal("worker missing from the router's stats")
 		return scheduling.Load{}
 	}
+	return r, w, reported
+}
+
+func TestFreshLoad(t *testing.T) {
+	r, w, reported := reportingRouter(t)
 	rep, stop := loadReporter(r, kvbench.Policy{FreshLoad: 50 * time.Millisecond})
 	defer stop()
 	busy := scheduling.Load{ActiveRequests: 3, ActivePrefillTokens: 900, KVCapacityBlocks: 800}
@@ -199,19 +207,7 @@ func TestFreshLoad(t *testing.T) {
 }
 
 func TestReportFilter(t *testing.T) {
-	r, err := router.New(router.Config{})
-	require.NoError(t, err)
-	w := kvroute.WorkerKey{ID: 1}
-	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 1, Block: 16}))
-	reported := func() scheduling.Load {
-		for _, ws := range r.Stats().Workers {
-			if ws.Worker == w {
-				return ws.Reported
-			}
-		}
-		t.Fatal("worker missing from the router's stats")
-		return scheduling.Load{}
-	}
+	r, w, reported := reportingRouter(t)
 	busy := scheduling.Load{ActiveRequests: 3, QueueDepth: 1, ActivePrefillTokens: 900, ActiveDecodeBlocks: 300, KVCapacityBlocks: 800}
 	tests := []struct {
 		name   string
