@@ -23,8 +23,9 @@ import (
 )
 
 const (
-	python    = "/usr/bin/python3"
-	// publisher is a copy of the workspace's shared/tools/kvevents_publisher.py.
+	python = "/usr/bin/python3"
+	// publisher is a copy of the reference publisher that
+	// kvevents/testdata/README.md describes.
 	publisher = "testdata/kvevents_publisher.py"
 )
 
