@@ -67,14 +67,12 @@ type exchange struct {
 	picked []string // addresses, the first is the pick
 
 	// bodyMode is how Envoy sends the response body to the picker, from
-	// the protocol configuration of the stream's first message; known is
-	// false when Envoy sent none (versions before 1.33).
-	bodyMode      extprocfilterv3.ProcessingMode_BodySendMode
-	bodyModeKnown bool
+	// the protocol configuration of the stream's first message; NONE when
+	// Envoy sent none (versions before 1.33 send no configuration).
+	bodyMode extprocfilterv3.ProcessingMode_BodySendMode
 
 	// Response side.
 	status    int
-	respEnd   bool // the response headers ended the response (no body)
 	statusErr error
 	streaming bool
 	firstBody bool
@@ -109,9 +107,9 @@ func (e *exchange) run() error {
 // closed ends the exchange when the stream ends, balancing the decision.
 // An engine error status counts as the engine's failure. A graceful close
 // after response headers that came without error counts as success when
-// no response body was to come to the picker: the headers ended the
-// response, or Envoy sends the picker no response body (its protocol
-// configuration says so, or it sent none, as Envoy before 1.33 does).
+// Envoy sends the picker no response body (its protocol configuration
+// says so, or it sent none, as Envoy before 1.33 does); response headers
+// that end the response finish the exchange when they come.
 // Anything else is a cancellation, which is not the engine's fault: in
 // particular a close before or in the middle of a response body the
 // picker was to see, which is how Envoy ends the stream when the client
@@ -120,7 +118,7 @@ func (e *exchange) closed(err error) error {
 	graceful := errors.Is(err, io.EOF)
 	switch {
 	case e.d == nil || e.finished:
-	case e.statusErr != nil, graceful && e.status != 0 && !e.firstBody && !e.bodyDue():
+	case e.statusErr != nil, graceful && e.status != 0 && !e.firstBody && e.bodyMode == extprocfilterv3.ProcessingMode_NONE:
 		e.finish()
 	default:
 		e.finishCanceled()
@@ -131,17 +129,11 @@ func (e *exchange) closed(err error) error {
 	return err
 }
 
-// bodyDue reports whether Envoy was to send the picker a response body
-// after the response headers.
-func (e *exchange) bodyDue() bool {
-	return !e.respEnd && e.bodyModeKnown && e.bodyMode != extprocfilterv3.ProcessingMode_NONE
-}
-
 // handle processes one message; stop is set when the exchange is over
 // (an immediate response was sent).
 func (e *exchange) handle(msg *extprocv3.ProcessingRequest) (stop bool, err error) {
-	if pc := msg.GetProtocolConfig(); pc != nil && !e.bodyModeKnown {
-		e.bodyMode, e.bodyModeKnown = pc.GetResponseBodyMode(), true
+	if pc := msg.GetProtocolConfig(); pc != nil {
+		e.bodyMode = pc.GetResponseBodyMode()
 	}
 	if e.d != nil && !e.served {
 		e.checkServed(msg)
@@ -185,7 +177,6 @@ func (e *exchange) handle(msg *extprocv3.ProcessingRequest) (stop bool, err erro
 			return false, err
 		}
 		if m.ResponseHeaders.GetEndOfStream() {
-			e.respEnd = true
 			e.finish()
 		}
 	case *extprocv3.ProcessingRequest_ResponseBody:

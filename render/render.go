@@ -72,8 +72,9 @@ func ParseAPI(s string) (API, error) {
 }
 
 // Client tokenizes through an engine's (or a render server's) HTTP
-// endpoints. It implements Tokenizer and MMTokenizer (and so epp.Tokenizer and epp.MMTokenizer). It is safe
-// for concurrent use; URL is required.
+// endpoints. It implements Tokenizer and MMTokenizer (and so
+// epp.Tokenizer and epp.MMTokenizer). It is safe for concurrent use; URL
+// is required.
 type Client struct {
 	// URL is the base URL, such as "http://127.0.0.1:8000".
 	URL string
