@@ -65,6 +65,20 @@ func WithoutReportedRequests(l scheduling.Load) scheduling.Load {
 	return l
 }
 
+// TakenReport returns the part of an engine's load report l that the
+// policy's router takes when it arrives: OwnLoadReport(l) with OwnLoad,
+// else ReportFilter(l) when set, else l. (FreshLoad later takes back what
+// OwnLoadReport drops.)
+func (p *Policy) TakenReport(l scheduling.Load) scheduling.Load {
+	switch {
+	case p.OwnLoad:
+		return OwnLoadReport(l)
+	case p.ReportFilter != nil:
+		return p.ReportFilter(l)
+	}
+	return l
+}
+
 // OwnLoadReport returns the part of an engine's load report that a router
 // counting only its own requests (Policy.OwnLoad) takes: the capacities
 // (KV blocks, request slots, batch budget, prefill throughput), not the

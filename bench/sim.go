@@ -371,13 +371,8 @@ func (s *sim) handle(ctx context.Context, ev *simEvent, arrivalsLeft bool) error
 	case evKVEvents:
 		s.deliver(ev)
 	case evHeartbeat:
-		load := ev.load
-		if s.policy.ReportFilter != nil && !s.policy.OwnLoad {
-			load = s.policy.ReportFilter(load)
-		}
-		if s.policy.OwnLoad {
-			load = OwnLoadReport(load)
-		} else if s.policy.FreshLoad > 0 {
+		load := s.policy.TakenReport(ev.load)
+		if !s.policy.OwnLoad && s.policy.FreshLoad > 0 {
 			s.reportGen[ev.engine]++
 			s.events.push(simEvent{at: s.clock.now + s.policy.FreshLoad, kind: evLoadStale, engine: ev.engine,
 				load: OwnLoadReport(load), gen: s.reportGen[ev.engine]})

@@ -90,19 +90,17 @@ func libConfig(name string) (router.Config, kvbench.Policy, error) {
 // rule (kvbench.Policy.OwnLoad, FreshLoad) and a function that stops it.
 func loadReporter(r *router.Router, p kvbench.Policy) (kvdynamo.LoadReporter, func()) {
 	switch {
-	case p.OwnLoad:
-		return ownLoad{r}, func() {}
-	case p.FreshLoad > 0:
+	case !p.OwnLoad && p.FreshLoad > 0:
 		f := &freshLoad{r: r, filter: p.ReportFilter, window: p.FreshLoad, gen: map[kvroute.WorkerKey]uint64{}, timers: map[kvroute.WorkerKey]*time.Timer{}}
 		return f, f.stop
-	case p.ReportFilter != nil:
-		return filteredLoad{r: r, filter: p.ReportFilter}, func() {}
+	case p.OwnLoad || p.ReportFilter != nil:
+		return filteredLoad{r: r, filter: p.TakenReport}, func() {}
 	}
 	return r, func() {}
 }
 
 // filteredLoad passes load reports to a router through a filter
-// (kvbench.Policy.ReportFilter).
+// (kvbench.Policy.TakenReport).
 type filteredLoad struct {
 	r      *router.Router
 	filter func(scheduling.Load) scheduling.Load
@@ -111,14 +109,6 @@ type filteredLoad struct {
 // Heartbeat implements kvdynamo.LoadReporter.
 func (f filteredLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
 	return f.r.Heartbeat(w, f.filter(l))
-}
-
-// ownLoad passes load reports to a router through kvbench.OwnLoadReport.
-type ownLoad struct{ r *router.Router }
-
-// Heartbeat implements kvdynamo.LoadReporter.
-func (o ownLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
-	return o.r.Heartbeat(w, kvbench.OwnLoadReport(l))
 }
 
 // freshLoad passes load reports to a router and, window after a worker's
