@@ -341,10 +341,7 @@ func readField(p []byte, f field, b *Batch, ev *EngineEvent, sp *span) ([]byte, 
 		ev.Medium, p, err = b.readOptString(p)
 	case fLoRAName:
 		if ev.Layout == LayoutArray && msgp.NextType(p) == msgp.MapType {
-			if p, err = readSaltMetadata(p, b, ev); err != nil {
-				return p, malformed("lora_name slot metadata", err)
-			}
-			return p, nil
+			return readSaltMetadata(p, b, ev)
 		}
 		ev.LoRAName, p, err = b.readOptString(p)
 	case fSpecKind:
@@ -381,30 +378,15 @@ func readField(p []byte, f field, b *Batch, ev *EngineEvent, sp *span) ([]byte, 
 // "cache_salt" (a string or nil) into ev.CacheSalt; other keys are skipped,
 // as Dynamo does.
 func readSaltMetadata(p []byte, b *Batch, ev *EngineEvent) ([]byte, error) {
-	n, p, err := msgp.ReadMapHeaderBytes(p)
-	if err != nil {
-		return p, err
-	}
-	if int64(n)*2 > int64(len(p)) {
-		return p, fmt.Errorf("%d map entries in %d bytes", n, len(p))
-	}
 	ev.SaltMetadata = true
-	for range n {
-		var key []byte
-		if key, p, err = msgp.ReadStringZC(p); err != nil {
-			return p, err
-		}
+	return readMap(p, "lora_name slot metadata", func(key, p []byte) ([]byte, error) {
 		if string(key) != "cache_salt" {
-			if p, err = msgp.Skip(p); err != nil {
-				return p, err
-			}
-			continue
+			return msgp.Skip(p)
 		}
-		if ev.CacheSalt, p, err = b.readOptString(p); err != nil {
-			return p, fmt.Errorf("cache_salt: %w", err)
-		}
-	}
-	return p, nil
+		var err error
+		ev.CacheSalt, p, err = b.readOptString(p)
+		return p, err
+	})
 }
 
 func fieldName(f field) string {
