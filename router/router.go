@@ -43,8 +43,10 @@ const MaxDataParallelRanks = 1 << 12
 
 // Config configures a Router. The zero value routes aggregated workers
 // with block size 16 by kvroute's default cost (scheduling.NewDefaultCost:
-// cache affinity under a bound on each worker's share of the load), exact
-// index, no queue.
+// cache affinity with a charge for the KV held in flight, under a bound on
+// each worker's share of the load), counting the load of the requests it
+// routed itself and taking only capacities from engines' load reports
+// (LoadReportCapacities), exact index, no queue.
 type Config struct {
 	// Hasher hashes prompts; its block size must match the workers'. Zero
 	// means kvroute.DefaultBlockSize.
@@ -61,8 +63,9 @@ type Config struct {
 	// Cost scores candidates (lower is better). Nil means kvroute's
 	// default, scheduling.NewDefaultCost: Dynamo's cost weighted towards
 	// the cache (overlap weight 2, prefill load scale 16, 16 blocks per
-	// active request) with no worker above 1.5 times its fair share of the
-	// requests in flight. For NVIDIA Dynamo's own default, pass
+	// active request) plus 8,000 blocks for a worker's whole KV cache held
+	// in flight, with no worker above twice its fair share of the requests
+	// in flight. For NVIDIA Dynamo's own default, pass
 	// scheduling.NewDynamoCost with the zero config. When it is a
 	// *scheduling.StalenessCost, candidates carry the time of their last
 	// KV event (indexer.Index.LastUpdate).
@@ -77,6 +80,19 @@ type Config struct {
 	// Queue, when set, enables the admission queue: requests wait while
 	// every eligible worker is saturated with prefill work.
 	Queue *scheduling.QueueConfig
+	// LoadReports says how the engines' load reports (Heartbeat) combine
+	// with the load the router tracks itself. The zero value,
+	// LoadReportCapacities, takes only capacities from a report and counts
+	// requests, prefill tokens and KV blocks in flight from the requests
+	// the router routed: right when this router sends all the traffic its
+	// workers get, or when its replicas share their requests through
+	// LoadTracker and LoadSync. A report lags the engine (an idle Dynamo
+	// engine reports about once a second), and its counts would keep a
+	// worker that has just finished looking busy. LoadReportMerged takes
+	// the larger of the engine's and the router's counts: right when other
+	// routers, or clients, send traffic to the same workers, which only
+	// the engines' reports show.
+	LoadReports LoadReportMode
 	// Tracker configures the active-request load tracker (request TTL).
 	Tracker scheduling.TrackerConfig
 	// LoadTracker, when set, is the tracker the router uses instead of
@@ -123,6 +139,36 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// LoadReportMode is how a Router combines engines' load reports with the
+// load it tracks itself (Config.LoadReports).
+type LoadReportMode uint8
+
+// The load report modes.
+const (
+	// LoadReportCapacities takes only the capacities of a report (KV
+	// capacity blocks, request slots, batch token budget, prefill
+	// throughput; a zero one leaves the Worker's own); the active
+	// requests, prefill tokens and KV blocks come from the router's
+	// tracker alone, and the engine's queue depth and KV utilisation are
+	// not used in routing. Router.Stats still shows the whole report.
+	LoadReportCapacities LoadReportMode = iota
+	// LoadReportMerged takes the whole report, and for the active
+	// requests, prefill tokens and KV blocks the larger of the engine's
+	// and the router's counts, so that traffic other routers send is seen.
+	LoadReportMerged
+)
+
+// String returns the mode's name.
+func (m LoadReportMode) String() string {
+	switch m {
+	case LoadReportCapacities:
+		return "capacities"
+	case LoadReportMerged:
+		return "merged"
+	}
+	return fmt.Sprintf("LoadReportMode(%d)", uint8(m))
+}
+
 // Router decides, for each request, which worker serves it.
 //
 // Concurrency: Select, the Decision methods, Heartbeat, ReportError,
@@ -143,6 +189,7 @@ type Router struct {
 	queue      *scheduling.Queue
 	tracker    *scheduling.Tracker
 	loadSync   LoadSync
+	merge      bool // Config.LoadReports == LoadReportMerged
 	health     HealthConfig
 	sessionTTL time.Duration
 	grace      time.Duration // Config.RemoveGrace
@@ -263,6 +310,10 @@ func New(cfg Config) (*Router, error) {
 	if r.grace < 0 {
 		return nil, fmt.Errorf("%w: negative RemoveGrace %v", ErrInvalidConfig, r.grace)
 	}
+	if cfg.LoadReports > LoadReportMerged {
+		return nil, fmt.Errorf("%w: unknown load report mode %d", ErrInvalidConfig, cfg.LoadReports)
+	}
+	r.merge = cfg.LoadReports == LoadReportMerged
 	var err error
 	if r.health, err = cfg.Health.withDefaults(); err != nil {
 		return nil, err
@@ -603,9 +654,12 @@ func (r *Router) Workers() []kvroute.WorkerKey {
 }
 
 // Heartbeat records a load report of one cache domain: the engine's own
-// metrics (queue depth, KV-cache utilisation, running requests). Fields the
-// router tracks itself (active prefill tokens, decode blocks, request
-// count) are combined with its own: the larger of the two counts. A
+// metrics (queue depth, KV-cache utilisation, running requests) and
+// capacities. Config.LoadReports says what routing takes from it: by
+// default only the capacities, the router counting the load in flight
+// from its own requests; with LoadReportMerged the whole report, the
+// fields the router tracks itself (active prefill tokens, decode blocks,
+// request count) combined with its own by the larger of the two counts. A
 // heartbeat marks the domain alive (liveness); it does not forgive
 // inference errors, which only a successful request or UnhealthyAfter
 // without a new error clears (see HealthConfig). It returns

@@ -612,7 +612,7 @@ func TestErrorsAreForgivenAndSuccessRestoresHealth(t *testing.T) {
 
 func TestQueueWakesOnLoadReports(t *testing.T) {
 	w := router.StaticWorker{WorkerID: 1, Block: bs, BatchedTokens: 512}
-	r, err := router.New(router.Config{Hasher: hasher, Queue: &scheduling.QueueConfig{}})
+	r, err := router.New(router.Config{Hasher: hasher, Queue: &scheduling.QueueConfig{}, LoadReports: router.LoadReportMerged})
 	require.NoError(t, err)
 	require.NoError(t, r.AddWorker(w))
 	key := kvroute.WorkerKey{ID: 1}

@@ -322,8 +322,12 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 	// reports and overlaps by position, then drop excluded workers.
 	if s.reported {
 		for i, dm := range doms {
-			if rep := dm.reported.Load(); rep != nil {
+			switch rep := dm.reported.Load(); {
+			case rep == nil:
+			case r.merge:
 				mergeReported(&sc.cands[i].Load, rep)
+			default:
+				takeCapacities(&sc.cands[i].Load, rep)
 			}
 		}
 	}
@@ -350,6 +354,12 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 				sc.cands[i].LastUpdate = at
 			}
 		}
+	}
+	if !r.merge {
+		for i := range sc.cands {
+			r.tracker.FillLoad(&sc.cands[i], sc.seqs)
+		}
+		return nil
 	}
 	for i := range sc.cands {
 		c := &sc.cands[i]
@@ -378,6 +388,24 @@ func mergeReported(l *scheduling.Load, rep *scheduling.Load) {
 	}
 	if l.KVCapacityBlocks == 0 {
 		l.KVCapacityBlocks = static.KVCapacityBlocks
+	}
+}
+
+// takeCapacities copies an engine's reported capacities over the static
+// ones, leaving a static one where the report has none
+// (LoadReportCapacities).
+func takeCapacities(l *scheduling.Load, rep *scheduling.Load) {
+	if rep.MaxBatchedTokens != 0 {
+		l.MaxBatchedTokens = rep.MaxBatchedTokens
+	}
+	if rep.MaxRequests != 0 {
+		l.MaxRequests = rep.MaxRequests
+	}
+	if rep.KVCapacityBlocks != 0 {
+		l.KVCapacityBlocks = rep.KVCapacityBlocks
+	}
+	if rep.PrefillTokensPerSecond != 0 {
+		l.PrefillTokensPerSecond = rep.PrefillTokensPerSecond
 	}
 }
 
