@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kvroute/kvroute"
@@ -11,17 +12,22 @@ import (
 
 // CandidatePolicies returns configurations measured against kvroute's
 // default (KVRoutePolicy) as candidates to replace it; kvsim runs them by
-// name. Each is kvroute's default cost,
+// name. Each is kvroute's previous default cost,
 //
-//	scheduling.DynamoCost with scheduling.DefaultCostConfig()
+//	scheduling.DynamoCost with PreviousCostConfig()
 //
-// under a different load rule:
+// (scheduling.DefaultCostConfig without its KV-pressure term) under a
+// different load rule, with the engines' load reports merged with the
+// router's own counts (router.LoadReportMerged) unless the policy counts
+// only its own requests (Policy.OwnLoad):
 //
-//   - kvroute-own: the default's BoundedLoad, counting only the router's
-//     own requests (Policy.OwnLoad);
+//   - kvroute-previous: the previous default itself, inside BoundedLoad on
+//     requests with PreviousLoadBoundFactor (1.5);
+//   - kvroute-own: the same, counting only the router's own requests
+//     (Policy.OwnLoad);
 //   - kvroute-spread: SpreadBound (no worker the mean number of requests
 //     or more ahead of the least loaded, one ahead always allowed) inside
-//     the default's BoundedLoad, load reports merged as by default;
+//     the previous default's BoundedLoad, load reports merged;
 //   - kvroute-spread-own: the same, counting only the router's own
 //     requests;
 //   - kvroute-spread-holder: kvroute-spread, and a worker caching at least
@@ -44,21 +50,22 @@ import (
 //     own blocks there;
 //   - kvroute-spread-kv-holder: SpreadBound on distinct active KV blocks,
 //     holders of 80% of the prompt allowed the request's blocks more,
-//     inside the default's BoundedLoad on requests, load reports merged as
-//     by default; kvroute-spread-kv-own-holder the same counting only the
+//     inside the previous default's BoundedLoad on requests, load reports
+//     merged; kvroute-spread-kv-own-holder the same counting only the
 //     router's own requests, kvroute-spread-kv2-holder with Slack 2;
-//   - kvroute-kvpressure: the default cost plus KVPressure with weight
-//     8,000 (a worker's KV cache held in flight, with the request, costs
-//     up to 8,000 blocks of the default cost: at 800 blocks per worker one
-//     block in flight costs 10, at 32,768 a quarter), inside BoundedLoad on
-//     requests with factor 2; kvroute-kvpressure-own the same counting only
-//     the router's own requests, kvroute-kvpressure4k-own and
-//     kvroute-kvpressure6k-own with weights 4,000 and 6,000;
-//   - kvroute-kvadded: the default cost plus KVPressure on the blocks the
+//   - kvroute-kvpressure: the previous cost plus the KV-pressure term
+//     with weight 8,000 (scheduling.DynamoCostConfig.KVPressureWeight: a
+//     worker's KV cache held in flight, with the request, costs up to
+//     8,000 blocks: at 800 blocks per worker one block in flight costs 10,
+//     at 32,768 a quarter), inside BoundedLoad on requests with factor 2;
+//     kvroute-kvpressure-own the same counting only the router's own
+//     requests, which is kvroute's default now (KVRoutePolicy),
+//     kvroute-kvpressure4k-own and kvroute-kvpressure6k-own with weights
+//     4,000 and 6,000;
+//   - kvroute-kvadded: the previous cost plus KVPressure on the blocks the
 //     request adds to a worker's active KV, times the requests they slow
 //     (KVPressureAdded), weight 8,000, inside BoundedLoad on requests with
-//     factor 2, load reports merged as by default; kvroute-kvadded4k with
-//     weight 4,000;
+//     factor 2, load reports merged; kvroute-kvadded4k with weight 4,000;
 //   - kvroute-kvpressure-dropprefill and kvroute-kvpressure-dropcount:
 //     kvroute-kvpressure with the engines' reported prefill tokens
 //     (WithoutReportedPrefill), or their reported request counts
@@ -68,32 +75,37 @@ import (
 func CandidatePolicies() []Policy {
 	return []Policy{
 		{
+			Name:        "kvroute-previous",
+			Description: "kvroute's previous default: Dynamo cost with overlap weight 2, prefill load scale 16, 16 blocks per active request, load bounded at 1.5× the mean, load reports merged",
+			Configure:   func(kvroute.Clock) (router.Config, error) { return DefaultCostUnder(nil, scheduling.MeasureRequests) },
+		},
+		{
 			Name:        "kvroute-own",
-			Description: "kvroute's default counting only its own requests",
+			Description: "kvroute's previous default counting only its own requests",
 			Configure:   func(kvroute.Clock) (router.Config, error) { return DefaultCostUnder(nil, scheduling.MeasureRequests) },
 			OwnLoad:     true,
 		},
-		spreadPolicy("kvroute-spread", "kvroute's default cost, spread bound", SpreadBoundConfig{}, false),
-		spreadPolicy("kvroute-spread-own", "kvroute's default cost, spread bound, own requests only", SpreadBoundConfig{}, true),
-		spreadPolicy("kvroute-spread-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt",
+		spreadPolicy("kvroute-spread", "kvroute's previous cost, spread bound", SpreadBoundConfig{}, false),
+		spreadPolicy("kvroute-spread-own", "kvroute's previous cost, spread bound, own requests only", SpreadBoundConfig{}, true),
+		spreadPolicy("kvroute-spread-holder", "kvroute's previous cost, spread bound with one more request for holders of 80% of the prompt",
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, false),
-		spreadPolicy("kvroute-spread-own-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt, own requests only",
+		spreadPolicy("kvroute-spread-own-holder", "kvroute's previous cost, spread bound with one more request for holders of 80% of the prompt, own requests only",
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, true),
-		spreadPolicy("kvroute-spread-own-holder2", "kvroute's default cost, spread bound with two more requests for holders of 80% of the prompt, own requests only",
+		spreadPolicy("kvroute-spread-own-holder2", "kvroute's previous cost, spread bound with two more requests for holders of 80% of the prompt, own requests only",
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 2}, true),
 		func() Policy {
-			p := spreadPolicy("kvroute-spread-fresh-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt, load reports counted while fresh",
+			p := spreadPolicy("kvroute-spread-fresh-holder", "kvroute's previous cost, spread bound with one more request for holders of 80% of the prompt, load reports counted while fresh",
 				SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1}, false)
 			p.FreshLoad = FreshLoadWindow
 			return p
 		}(),
-		spreadPolicy("kvroute-spread-active-holder", "kvroute's default cost, spread bound with one more request for holders of 80% of the prompt and two more where 80% of it is in flight",
+		spreadPolicy("kvroute-spread-active-holder", "kvroute's previous cost, spread bound with one more request for holders of 80% of the prompt and two more where 80% of it is in flight",
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, ActiveExtra: 2}, false),
 		spreadPolicy("kvroute-spread-idle-holder", "kvroute-spread-active-holder, no worker more than one request ahead of an idle one",
 			SpreadBoundConfig{HolderShare: 0.8, HolderExtra: 1, ActiveExtra: 2, IdleFirst: true}, false),
-		spreadPolicy("kvroute-spread-kv-own", "kvroute's default cost, spread and load bounds on distinct active KV blocks, own requests only",
+		spreadPolicy("kvroute-spread-kv-own", "kvroute's previous cost, spread and load bounds on distinct active KV blocks, own requests only",
 			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks}, true),
-		boundedSpreadPolicy("kvroute-spread-kv-holder", "kvroute's default cost, spread bound on distinct active KV blocks with a request's blocks more for holders of 80% of the prompt",
+		boundedSpreadPolicy("kvroute-spread-kv-holder", "kvroute's previous cost, spread bound on distinct active KV blocks with a request's blocks more for holders of 80% of the prompt",
 			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks, HolderShare: 0.8, HolderExtra: 1}, scheduling.MeasureRequests, false),
 		boundedSpreadPolicy("kvroute-spread-kv-own-holder", "kvroute-spread-kv-holder, own requests only",
 			SpreadBoundConfig{Measure: scheduling.MeasureKVBlocks, HolderShare: 0.8, HolderExtra: 1}, scheduling.MeasureRequests, true),
@@ -120,15 +132,14 @@ func CandidatePolicies() []Policy {
 	}
 }
 
-// kvPressurePolicy returns kvroute's default cost plus KVPressure with the
-// given weight, inside scheduling.BoundedLoad on requests with the given
-// factor.
+// kvPressurePolicy returns kvroute's previous cost plus the KV-pressure
+// term kv, inside scheduling.BoundedLoad on requests with the given factor.
 func kvPressurePolicy(name string, kv KVPressureConfig, factor float64, own bool) Policy {
 	what := "held in flight"
 	if kv.Measure == KVPressureAdded {
 		what = "added in flight, times the requests it slows"
 	}
-	desc := fmt.Sprintf("kvroute's default cost plus %g times the KV cache share %s, at most %g times the mean of requests", kv.Weight, what, factor)
+	desc := fmt.Sprintf("kvroute's previous cost plus %g times the KV cache share %s, at most %g times the mean of requests", kv.Weight, what, factor)
 	if own {
 		desc += ", own requests only"
 	}
@@ -143,23 +154,36 @@ func kvPressurePolicy(name string, kv KVPressureConfig, factor float64, own bool
 }
 
 // KVPressureCost returns a router configuration whose cost is kvroute's
-// default cost (scheduling.DynamoCost with scheduling.DefaultCostConfig())
-// plus KVPressure with kv, inside scheduling.BoundedLoad on requests with
-// factor.
+// previous cost (scheduling.DynamoCost with PreviousCostConfig()) plus the
+// KV-pressure term kv, inside scheduling.BoundedLoad on requests with
+// factor, load reports merged (router.LoadReportMerged). The held measure
+// is DynamoCost's own term (scheduling.DynamoCostConfig.KVPressureWeight),
+// so that with weight 8,000 and factor 2 the cost is kvroute's default
+// (scheduling.NewDefaultCost); the added measure wraps DynamoCost in
+// KVPressure.
 func KVPressureCost(kv KVPressureConfig, factor float64) (router.Config, error) {
-	c, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
+	cfg := PreviousCostConfig()
+	if kv.Measure == KVPressureHeld {
+		if !(kv.Weight >= 0) || math.IsInf(kv.Weight, 0) {
+			return router.Config{}, fmt.Errorf("%w: kv pressure weight %v", ErrInvalidConfig, kv.Weight)
+		}
+		cfg.KVPressureWeight = kv.Weight
+	}
+	var c scheduling.CostFunc
+	c, err := scheduling.NewDynamoCost(cfg)
 	if err != nil {
 		return router.Config{}, err
 	}
-	k, err := NewKVPressure(c, kv)
+	if kv.Measure != KVPressureHeld {
+		if c, err = NewKVPressure(c, kv); err != nil {
+			return router.Config{}, err
+		}
+	}
+	b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Factor: factor})
 	if err != nil {
 		return router.Config{}, err
 	}
-	b, err := scheduling.NewBoundedLoad(k, scheduling.BoundedLoadConfig{Factor: factor})
-	if err != nil {
-		return router.Config{}, err
-	}
-	return router.Config{Cost: b}, nil
+	return router.Config{Cost: b, LoadReports: router.LoadReportMerged}, nil
 }
 
 // FreshLoadWindow is how long the kvroute-spread-fresh-holder candidate
@@ -185,15 +209,30 @@ func boundedSpreadPolicy(name, desc string, cfg SpreadBoundConfig, outer schedul
 	}
 }
 
+// PreviousLoadBoundFactor is the load bound factor of kvroute's previous
+// default: no worker above 1.5 times its fair share of the requests in
+// flight.
+const PreviousLoadBoundFactor = 1.5
+
+// PreviousCostConfig returns the cost of kvroute's previous default, which
+// the candidates build on: scheduling.DefaultCostConfig() without its
+// KV-pressure term (overlap weight 2, prefill load scale 16, 16 blocks per
+// active request).
+func PreviousCostConfig() scheduling.DynamoCostConfig {
+	cfg := scheduling.DefaultCostConfig()
+	cfg.KVPressureWeight = 0
+	return cfg
+}
+
 // DefaultCostUnder returns a router configuration whose cost is kvroute's
-// default cost (scheduling.DynamoCost with scheduling.DefaultCostConfig())
+// previous default cost (scheduling.DynamoCost with PreviousCostConfig())
 // inside a SpreadBound with spread, when spread is not nil, inside
-// scheduling.BoundedLoad with its default factor on load measure outer:
-// with nil spread and outer scheduling.MeasureRequests, the zero
-// router.Config's cost.
+// scheduling.BoundedLoad with PreviousLoadBoundFactor on load measure
+// outer, load reports merged (router.LoadReportMerged): with nil spread
+// and outer scheduling.MeasureRequests, kvroute's previous default.
 func DefaultCostUnder(spread *SpreadBoundConfig, outer scheduling.LoadMeasure) (router.Config, error) {
 	var c scheduling.CostFunc
-	c, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
+	c, err := scheduling.NewDynamoCost(PreviousCostConfig())
 	if err != nil {
 		return router.Config{}, err
 	}
@@ -202,9 +241,9 @@ func DefaultCostUnder(spread *SpreadBoundConfig, outer scheduling.LoadMeasure) (
 			return router.Config{}, err
 		}
 	}
-	b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Measure: outer})
+	b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Factor: PreviousLoadBoundFactor, Measure: outer})
 	if err != nil {
 		return router.Config{}, err
 	}
-	return router.Config{Cost: b}, nil
+	return router.Config{Cost: b, LoadReports: router.LoadReportMerged}, nil
 }

@@ -37,7 +37,10 @@ type KVPressureConfig struct {
 
 // KVPressure wraps a cost function with a cost on the KV cache a worker's
 // requests in flight would hold with the request, as a share of the
-// worker's capacity:
+// worker's capacity. The held measure is the term kvroute's default cost
+// now carries itself (scheduling.DynamoCostConfig.KVPressureWeight, 8,000
+// in scheduling.DefaultCostConfig), which the candidates use; the wrapper
+// stays for the added measure and to compare the two forms:
 //
 //	held:  cost += Weight · PotentialDecodeBlocks / KVCapacityBlocks
 //	added: cost += Weight · (PotentialDecodeBlocks − ActiveDecodeBlocks) · (ActiveRequests + 1) / KVCapacityBlocks

@@ -62,7 +62,7 @@ func TestKVPressure(t *testing.T) {
 		{name: "added: holder two distinct prompts ahead loses it", cfg: added(8000), capacity: capacity,
 			workers: []kvWorker{twoAhead, busyOne}, want: 1},
 	}
-	inner, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
+	inner, err := scheduling.NewDynamoCost(PreviousCostConfig())
 	require.NoError(t, err)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,6 +91,20 @@ func TestKVPressure(t *testing.T) {
 					extra = tt.cfg.Weight * blocks / float64(tt.capacity)
 				}
 				require.InDelta(t, base[i]+extra, costs[i], 1e-9, "candidate %d", i)
+			}
+			if tt.cfg.Measure != KVPressureHeld {
+				return
+			}
+			// The held measure is scheduling.DynamoCost's KV-pressure term:
+			// the same costs, bit for bit.
+			cfg := PreviousCostConfig()
+			cfg.KVPressureWeight = tt.cfg.Weight
+			folded, err := scheduling.NewDynamoCost(cfg)
+			require.NoError(t, err)
+			got := make([]float64, len(cs))
+			folded.Costs(req, cs, got)
+			for i := range costs {
+				require.Equal(t, math.Float64bits(costs[i]), math.Float64bits(got[i]), "candidate %d: %v vs %v", i, costs[i], got[i])
 			}
 		})
 	}

@@ -5,10 +5,10 @@ import (
 	"math"
 )
 
-// DefaultLoadBoundFactor is BoundedLoadConfig.Factor's default: no worker
-// holds more than half as much again as its fair share of the requests in
-// flight (rounded up).
-const DefaultLoadBoundFactor = 1.5
+// DefaultLoadBoundFactor is BoundedLoadConfig.Factor's default, the one
+// kvroute's default cost (NewDefaultCost) uses: no worker holds more than
+// twice its fair share of the requests in flight (rounded up).
+const DefaultLoadBoundFactor = 2
 
 // overBound is what BoundedLoad adds to the cost of a candidate over the
 // bound: more than any cost of this package, finite so that the order among
@@ -138,27 +138,34 @@ func (b *BoundedLoad) boundOf(n, total, least, r int) int {
 // DefaultCostConfig returns the cost NewDefaultCost bounds: Dynamo's cost with
 // the cache weighed twice as much (OverlapWeight 2), the prefill term
 // scaled 16 times (PrefillLoadScale 16) so that the work a request would
-// still have to prefill dominates the count of active KV blocks, and 16
-// blocks of cost per active request.
+// still have to prefill dominates the count of active KV blocks, 16
+// blocks of cost per active request, and a KV-pressure term of 8,000
+// blocks for a worker's whole KV cache held in flight (KVPressureWeight:
+// at 800 blocks per worker one distinct block in flight costs 10, at
+// 32,768 a quarter).
 func DefaultCostConfig() DynamoCostConfig {
 	return DynamoCostConfig{
 		OverlapWeight:       Float(2),
 		PrefillLoadScale:    Float(16),
 		ActiveRequestWeight: 16,
+		KVPressureWeight:    8000,
 	}
 }
 
 // NewDefaultCost returns kvroute's default routing cost for workers of the
 // given block size (zero means DefaultBlockSize): DynamoCost with
-// DefaultCostConfig() inside a BoundedLoad with DefaultLoadBoundFactor.
+// DefaultCostConfig() inside a BoundedLoad on requests with
+// DefaultLoadBoundFactor (2).
 //
 // The cache-heavy cost sends each prompt to the worker that already holds
 // most of its prefix, so a shared prefix stays on few workers and the
 // cluster's caches hold more distinct prefixes (more hits, shorter
-// prefills); the load bound keeps any worker from taking more than 1.5
-// times its fair share of the requests in flight, so that a hot
-// prefix spills to other workers instead of queueing on one, and decode
-// throughput stays that of a balanced pool. Measured end to end on NVIDIA
+// prefills); the KV-pressure term keeps a worker from gathering many
+// distinct prompts in flight, whose KV would slow the decode of all its
+// requests, while requests that share a prefix in flight gather at little
+// cost; the load bound keeps any worker from taking more than twice its
+// fair share of the requests in flight, so that a hot prefix spills to
+// other workers instead of queueing on one. Measured end to end on NVIDIA
 // Dynamo's mocker engines against Dynamo's default KV router: see
 // BENCHMARKS.md.
 func NewDefaultCost(blockSize int) (*BoundedLoad, error) {

@@ -22,8 +22,10 @@ func TestBoundedLoad(t *testing.T) {
 	}{
 		{name: "idle pool: the cache wins", active: []int{0, 0, 0, 0}, want: 0},
 		{name: "holder within the bound keeps the prefix", active: []int{2, 1, 2, 2}, want: 0},
-		{name: "holder at the bound: the least costly other worker", active: []int{3, 2, 0, 1}, want: 2},
+		{name: "holder at the bound: the least costly other worker", factor: 1.5, active: []int{3, 2, 0, 1}, want: 2},
 		{name: "a larger factor lets the holder take more", factor: 2, active: []int{3, 2, 0, 1}, want: 0},
+		{name: "the default factor is 2", active: []int{3, 2, 0, 1}, want: 0},
+		{name: "holder over the default bound", active: []int{5, 2, 0, 1}, want: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,7 +51,7 @@ func TestBoundedLoad(t *testing.T) {
 func TestBoundedLoadIgnoresQueueDepth(t *testing.T) {
 	inner, err := scheduling.NewDynamoCost(scheduling.DynamoCostConfig{})
 	require.NoError(t, err)
-	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Measure: scheduling.MeasureRequests})
+	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Factor: 1.5, Measure: scheduling.MeasureRequests})
 	require.NoError(t, err)
 	req := scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16}
 	// The engine reports as queued requests the router already counts as
@@ -69,7 +71,7 @@ func TestBoundedLoadIgnoresQueueDepth(t *testing.T) {
 func TestBoundedLoadKVBlocks(t *testing.T) {
 	inner, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
 	require.NoError(t, err)
-	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Measure: scheduling.MeasureKVBlocks})
+	b, err := scheduling.NewBoundedLoad(inner, scheduling.BoundedLoadConfig{Factor: 1.5, Measure: scheduling.MeasureKVBlocks})
 	require.NoError(t, err)
 	// A 100-block prompt. Worker 1 holds its prefix and runs two requests
 	// sharing it (106 distinct blocks); the request would add 6 there.

@@ -43,6 +43,12 @@ type DynamoCostConfig struct {
 	// ActiveRequestWeight adds this many blocks of cost per active request.
 	// Zero (the default) leaves the request count out, as Dynamo does.
 	ActiveRequestWeight float64
+	// KVPressureWeight is the cost, in blocks, of a worker's whole KV cache
+	// held by its requests in flight: the candidate's cost grows by
+	// KVPressureWeight · PotentialDecodeBlocks / KVCapacityBlocks (nothing
+	// when the capacity is unknown). Zero (the default) leaves it out, as
+	// Dynamo does. See DynamoCost.
+	KVPressureWeight float64
 	// BlockSize is used for requests whose BlockSize is zero. Zero means
 	// DefaultBlockSize.
 	BlockSize int
@@ -55,19 +61,33 @@ type DynamoCostConfig struct {
 //	decode  = PotentialDecodeBlocks + ⌈ExpectedOutputTokens / BlockSize⌉
 //	over    = max(decode − KVCapacityBlocks, 0)   (0 when the capacity is unknown)
 //	cost    = PrefillLoadScale · prefill + decode + over + ActiveRequestWeight · ActiveRequests
+//	        + KVPressureWeight · PotentialDecodeBlocks / KVCapacityBlocks   (0 when the capacity is unknown)
 //
 // The prefill term is the work the worker still has to prefill if it gets
 // the request, less what its cache saves; the decode term is the KV blocks
 // it would hold, including the blocks the request's expected output will
 // fill. Blocks beyond a worker's known KV capacity count twice: the engine
-// would have to preempt or evict to hold them. It honours Overrides.OverlapWeight and
-// Overrides.PrefillLoadScale. DynamoCost is immutable and safe for
-// concurrent use.
+// would have to preempt or evict to hold them.
+//
+// The KV-pressure term charges the distinct KV blocks a worker's requests
+// in flight would hold with the request, as a share of its capacity. A
+// request whose prefix is already active on a worker adds only its own
+// blocks there, so requests that share a prefix in flight gather at little
+// cost, while a worker holding many distinct prompts in flight costs more.
+// An engine's decode step grows with the KV its batch reads: with prompts
+// a large share of the cache, one more distinct prompt in flight slows
+// every request of the worker, and the term then outweighs the prefill a
+// cache hit saves; with prompts a small share of a large cache, it is
+// small beside the other terms.
+//
+// It honours Overrides.OverlapWeight and Overrides.PrefillLoadScale.
+// DynamoCost is immutable and safe for concurrent use.
 type DynamoCost struct {
 	overlapWeight       float64
 	prefillLoadScale    float64
 	tiers               TierWeights
 	activeRequestWeight float64
+	kvPressureWeight    float64
 	blockSize           int
 }
 
@@ -85,6 +105,8 @@ func NewDynamoCost(cfg DynamoCostConfig) (*DynamoCost, error) {
 		return nil, fmt.Errorf("%w: tier weights %v", ErrInvalidConfig, tiers)
 	case !(cfg.ActiveRequestWeight >= 0) || math.IsInf(cfg.ActiveRequestWeight, 0):
 		return nil, fmt.Errorf("%w: active request weight %v", ErrInvalidConfig, cfg.ActiveRequestWeight)
+	case !(cfg.KVPressureWeight >= 0) || math.IsInf(cfg.KVPressureWeight, 0):
+		return nil, fmt.Errorf("%w: kv pressure weight %v", ErrInvalidConfig, cfg.KVPressureWeight)
 	case cfg.BlockSize < 0:
 		return nil, fmt.Errorf("%w: block size %d", ErrInvalidConfig, cfg.BlockSize)
 	}
@@ -97,6 +119,7 @@ func NewDynamoCost(cfg DynamoCostConfig) (*DynamoCost, error) {
 		prefillLoadScale:    cfg.PrefillLoadScale.Or(1),
 		tiers:               tiers,
 		activeRequestWeight: cfg.ActiveRequestWeight,
+		kvPressureWeight:    cfg.KVPressureWeight,
 		blockSize:           bs,
 	}, nil
 }
@@ -129,10 +152,14 @@ func (d *DynamoCost) costs(p *dynamoParams, req *Request, cands []Candidate, cos
 			prefill = 0
 		}
 		decode := c.Load.PotentialDecodeBlocks + p.out
-		if capacity := c.Load.KVCapacityBlocks; capacity > 0 && decode > capacity {
+		capacity := c.Load.KVCapacityBlocks
+		if capacity > 0 && decode > capacity {
 			decode += decode - capacity
 		}
 		costs[i] = p.pls*prefill + float64(decode) + p.arw*float64(c.Load.ActiveRequests)
+		if p.kvp > 0 && capacity > 0 {
+			costs[i] += p.kvp * float64(max(c.Load.PotentialDecodeBlocks, 0)) / float64(capacity)
+		}
 		if b != nil {
 			now, with, adds := b.loads(req, c)
 			total += now
@@ -145,8 +172,8 @@ func (d *DynamoCost) costs(p *dynamoParams, req *Request, cands []Candidate, cos
 
 // dynamoParams are the terms of DynamoCost that depend on the request only.
 type dynamoParams struct {
-	ow, pls, inv, isl, arw float64
-	out                    int // blocks of expected output
+	ow, pls, inv, isl, arw, kvp float64
+	out                         int // blocks of expected output
 }
 
 // params returns the request's terms of the cost.
@@ -160,6 +187,7 @@ func (d *DynamoCost) params(req *Request) dynamoParams {
 		pls: or(req.Overrides.PrefillLoadScale, d.prefillLoadScale),
 		inv: 1 / float64(bs),
 		arw: d.activeRequestWeight,
+		kvp: d.kvPressureWeight,
 	}
 	p.isl = float64(max(req.PromptTokens, 0)) * p.inv
 	if req.ExpectedOutputTokens > 0 {

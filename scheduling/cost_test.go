@@ -130,6 +130,35 @@ func TestDynamoCost(t *testing.T) {
 			want: 10 + 10 + 2,
 		},
 		{
+			name: "kv pressure charges the blocks held in flight as a share of the capacity",
+			cfg:  scheduling.DynamoCostConfig{KVPressureWeight: 800},
+			req:  scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16},
+			cand: scheduling.Candidate{Load: scheduling.Load{ActiveDecodeBlocks: 30, PotentialDecodeBlocks: 40, KVCapacityBlocks: 400}},
+			want: 10 + 40 + 800*40.0/400,
+		},
+		{
+			name: "kv pressure adds to the charge for blocks over the capacity",
+			cfg:  scheduling.DynamoCostConfig{KVPressureWeight: 100},
+			req:  scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16},
+			cand: scheduling.Candidate{Load: scheduling.Load{PotentialDecodeBlocks: 60, KVCapacityBlocks: 50}},
+			want: 10 + 60 + 10 + 100*60.0/50,
+		},
+		{
+			name: "kv pressure is nothing when the capacity is unknown",
+			cfg:  scheduling.DynamoCostConfig{KVPressureWeight: 800},
+			req:  scheduling.Request{PromptTokens: 160, Blocks: 10, BlockSize: 16},
+			cand: scheduling.Candidate{Load: scheduling.Load{PotentialDecodeBlocks: 40}},
+			want: 10 + 40,
+		},
+		{
+			name: "the default config: cache-weighted prefill, requests and kv pressure",
+			cfg:  scheduling.DefaultCostConfig(),
+			req:  scheduling.Request{PromptTokens: 1600, Blocks: 100, BlockSize: 16},
+			cand: scheduling.Candidate{Cached: [kvroute.NumTiers]int{40}, Load: scheduling.Load{ActiveRequests: 2, ActivePrefillTokens: 320,
+				ActiveDecodeBlocks: 200, PotentialDecodeBlocks: 260, KVCapacityBlocks: 800}},
+			want: 16*((320.0+1600)/16-2*40) + 260 + 16*2 + 8000*260.0/800,
+		},
+		{
 			name: "configured block size when the request has none",
 			cfg:  scheduling.DynamoCostConfig{BlockSize: 64},
 			req:  scheduling.Request{PromptTokens: 640, Blocks: 10},
@@ -160,6 +189,9 @@ func TestCostConfigValidation(t *testing.T) {
 		{PrefillLoadScale: scheduling.Float(math.Inf(1))},
 		{TierWeights: &scheduling.TierWeights{1, math.NaN()}},
 		{ActiveRequestWeight: -0.1},
+		{KVPressureWeight: -1},
+		{KVPressureWeight: math.NaN()},
+		{KVPressureWeight: math.Inf(1)},
 		{BlockSize: -16},
 	}
 	for _, cfg := range bad {

@@ -74,7 +74,7 @@ func ExampleStalenessCost() {
 }
 
 // The default cost sends a prompt to the worker holding its prefix until
-// that worker is 1.5 times as busy as the mean.
+// that worker is twice as busy as the mean.
 func ExampleNewDefaultCost() {
 	cost, _ := scheduling.NewDefaultCost(16)
 	sel, _ := scheduling.NewSelector(scheduling.SelectorConfig{})
@@ -88,9 +88,9 @@ func ExampleNewDefaultCost() {
 	costs := make([]float64, len(cands))
 	i, _ := scheduling.Choose(cost, sel, &req, cands, costs)
 	fmt.Println("holder within the bound:", cands[i].Worker.ID)
-	// A third request on the holder while another worker has none is over
-	// ⌈1.5 · (7 + 1) / 4⌉ = 3.
-	cands[0].Load.ActiveRequests = 3
+	// A sixth request on the holder while another worker has none is over
+	// ⌈2 · (9 + 1) / 4⌉ = 5.
+	cands[0].Load.ActiveRequests = 5
 	cands[3].Load = scheduling.Load{PotentialDecodeBlocks: 100}
 	i, _ = scheduling.Choose(cost, sel, &req, cands, costs)
 	fmt.Println("holder over the bound:", cands[i].Worker.ID)

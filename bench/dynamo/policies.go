@@ -15,7 +15,9 @@ import (
 
 // libPolicies are the router configurations the kvroute-lib arm can run:
 // kvroute's default, Dynamo's default cost, the default's cost without its
-// load bound, and variants of the bound and of the cost it wraps.
+// load bound, and variants of the bound and of the cost it wraps. All but
+// the default merge the engines' load reports with the router's own counts
+// (router.LoadReportMerged), as they were measured.
 var libPolicies = map[string]func() (router.Config, error){
 	"default": func() (router.Config, error) { return router.Config{}, nil },
 	"dynamo":  plain(dynamoCost(scheduling.DynamoCostConfig{})),
@@ -36,7 +38,7 @@ func dynamoCost(cfg scheduling.DynamoCostConfig) func() (scheduling.CostFunc, er
 func plain(cost func() (scheduling.CostFunc, error)) func() (router.Config, error) {
 	return func() (router.Config, error) {
 		c, err := cost()
-		return router.Config{Cost: c}, err
+		return router.Config{Cost: c, LoadReports: router.LoadReportMerged}, err
 	}
 }
 
@@ -47,7 +49,7 @@ func bounded(inner func() (scheduling.CostFunc, error), factor float64, m schedu
 			return router.Config{}, err
 		}
 		b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Factor: factor, Measure: m})
-		return router.Config{Cost: b}, err
+		return router.Config{Cost: b, LoadReports: router.LoadReportMerged}, err
 	}
 }
 
