@@ -641,7 +641,8 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 			}
 			return s
 		}
-		ix.repoint(r, a, b, s, nil)
+		// s is dead; its positions keep pointing at it.
+		ix.dropSegment(s)
 		return nil
 	}
 	for _, nb := range [2]*segment{r.seg(a - 1), r.seg(b)} {
@@ -679,9 +680,15 @@ func (ix *Index) repoint(r *run, a, b int, s, target *segment) {
 		target.count += int32(b - a)
 	}
 	if s.count -= int32(b - a); s.count == 0 {
-		ix.sz.segs += -1
-		ix.sz.chunks += -int64(s.extraChunks())
+		ix.dropSegment(s)
 	}
+}
+
+// dropSegment uncounts s, which no live position points at any more.
+func (ix *Index) dropSegment(s *segment) {
+	s.count = 0
+	ix.sz.segs += -1
+	ix.sz.chunks += -int64(s.extraChunks())
 }
 
 // sameHolders reports whether a and b have the same holders in the same

@@ -116,7 +116,16 @@ func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
 					res.countTiers(cur, active, dev, stretch)
 					stretch = 0
 				}
-				if !loadHolders(s, held, dev) || r.segs[pos].Load() != s {
+				if !loadHolders(s, held, dev) {
+					if r.segs[pos].Load() == s && depth == from {
+						// A dead segment (it holds nothing and the
+						// position still points at it) at the table's
+						// run start: nobody holds the block.
+						ok = false
+					}
+					break
+				}
+				if r.segs[pos].Load() != s {
 					break // the position moved to another segment: look again
 				}
 			}

@@ -71,6 +71,12 @@ type run struct {
 // segment is the holder set of some positions of a run. Its words change
 // in place only when the holders of all its positions change together;
 // when only some do, they move to another segment.
+//
+// A segment whose last holder leaves all its positions at once is dead:
+// its words are all zero, and it never gains a holder again. Its
+// positions keep pointing at it (one store per position saved on every
+// eviction of a whole stretch) and are dead, exactly as positions that
+// point at no segment; a position comes back to life with a new segment.
 type segment struct {
 	holder  chunk // slots 0-63; later chunks for more slots
 	holders int32 // slots holding it in any tier; the writer's
@@ -105,12 +111,16 @@ func (r *run) parentOf(i int) (kvroute.SeqHash, bool) {
 }
 
 // seg returns the segment of position i, nil when it is dead or out of
-// the run.
+// the run. It is the writer's view: a position is dead when it points at
+// no segment or at a dead one (see segment).
 func (r *run) seg(i int) *segment {
 	if i < 0 || i >= len(r.segs) {
 		return nil
 	}
-	return r.segs[i].Load()
+	if s := r.segs[i].Load(); s != nil && s.holders > 0 {
+		return s
+	}
+	return nil
 }
 
 // setSeg sets the segment of position i: with a plain store when readers
