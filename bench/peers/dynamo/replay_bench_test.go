@@ -81,7 +81,7 @@ func BenchmarkApplyNew(b *testing.B) {
 		}
 	}
 	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: w.BlockSize})
-	var ns int64
+	var ns, cpu int64
 	for range b.N {
 		ix, err := indexer.New(indexer.Config{Hasher: h})
 		if err != nil {
@@ -93,13 +93,17 @@ func BenchmarkApplyNew(b *testing.B) {
 			}
 		}
 		runtime.GC()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		for j := range apply {
 			if err := ix.Apply(&apply[j].ev); err != nil {
 				b.Fatal(err)
 			}
 		}
 		ns += time.Since(start).Nanoseconds()
+		cpu += processCPU() - cpu0
 	}
 	b.ReportMetric(float64(ns)/float64(int64(b.N)*blocks), "ns/block-op")
+	if cpu > 0 {
+		b.ReportMetric(float64(cpu)/float64(int64(b.N)*blocks), "cpu-ns/block-op")
+	}
 }
