@@ -17,14 +17,13 @@ import (
 // lives in its home group or, when that group was full, in one of the
 // groups after it, and a probe finds the key's fingerprint and the empty
 // slots of a group with word arithmetic, not a branch per slot, and stops
-// at the first group with an empty slot. A new key takes its home slot
-// when that is empty (so most keys sit there, where prefetching looks),
-// else the first free slot of the first group with one. The control bytes
-// take a sixteenth of the slots' memory and so stay in the CPU caches, and a
-// probe reads a slot only where the fingerprint matches: inserting a new
-// key (every block an engine stores) reads no slot at all and only writes
-// one, a store the CPU does not wait for, and a lookup reads the one slot
-// it finds.
+// at the first group with an empty slot. A new key takes the first free
+// slot of the first group with one, so keys fill a group from its start,
+// where prefetching looks. The control bytes take a sixteenth of the
+// slots' memory and so stay in the CPU caches, and a probe reads a slot
+// only where the fingerprint matches: inserting a new key (every block an
+// engine stores) reads no slot at all and only writes one, and a lookup
+// reads the one slot it finds.
 //
 // Deleting a key (every block an engine evicts) writes its control byte
 // only: empty when its group has another empty slot, as it almost always
@@ -97,8 +96,8 @@ func mix(k kvroute.ExternalHash, seed uint64) uint64 {
 	return x ^ x>>32
 }
 
-// home returns the home slot of the mixed hash x in a table of n slots.
-func home(x uint64, n int) int {
+// homeSlot returns the home slot of the mixed hash x in a table of n slots.
+func homeSlot(x uint64, n int) int {
 	hi, _ := bits.Mul64(x, uint64(n))
 	return int(hi)
 }
@@ -107,14 +106,14 @@ func home(x uint64, n int) int {
 func fingerprint(x uint64) uint8 { return uint8(x) | 0x80 }
 
 // hash returns k's home slot.
-func (m *extMap) hash(k kvroute.ExternalHash) int { return home(mix(k, m.seed), len(m.slots)) }
+func (m *extMap) hash(k kvroute.ExternalHash) int { return homeSlot(mix(k, m.seed), len(m.slots)) }
 
 // find returns the slot of k, or -1.
 func (m *extMap) find(k kvroute.ExternalHash) int {
 	x := mix(k, m.seed)
 	fp := fingerprint(x)
 	n := len(m.slots)
-	for g := home(x, n) &^ (groupWidth - 1); ; {
+	for g := homeSlot(x, n) &^ (groupWidth - 1); ; {
 		w := m.group(g)
 		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
 			if j := g + bits.TrailingZeros64(cand)>>3; m.slots[j].key == k {
@@ -154,12 +153,13 @@ func matchEmpty(w uint64) uint64 { return (w - lsbs) &^ w & msbs }
 // deleted slot's.
 func matchFree(w uint64) uint64 { return ^w & msbs }
 
-// prefetch touches the home slot of each key of keys[i] for i in
-// [0, min(n, prefetchAhead)), where key returns keys[i] (upsert puts
-// most keys there); the loop that then looks the keys up
-// touches key i+prefetchAhead as it reaches key i (touch). The loads are independent of one another, so the CPU overlaps
-// their cache misses, and each lookup finds its slot's line in the cache
-// instead of missing one by one. Touching a window ahead rather than
+// prefetch touches the start of the home group's slots of each key of
+// keys[i] for i in [0, min(n, prefetchAhead)), where key returns keys[i]
+// (keys fill a group from its start, so most sit in its first cache
+// line); the loop that then looks the keys up touches key
+// i+prefetchAhead as it reaches key i (touch). The loads are independent
+// of one another, so the CPU overlaps their cache misses, and each lookup
+// finds its slot's line in the cache instead of missing one by one. Touching a window ahead rather than
 // every key first keeps the lines in the fastest cache until they are
 // used, however many keys an event names.
 func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
@@ -168,7 +168,7 @@ func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 	}
 	var sum uint64
 	for i := range min(n, prefetchAhead) {
-		sum += m.slots[m.hash(key(i))].val
+		sum += m.slots[m.hash(key(i))&^(groupWidth-1)].val
 	}
 	m.sink += sum
 }
@@ -177,9 +177,10 @@ func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 // touch to pay.
 func (m *extMap) prefetching() bool { return len(m.slots) >= prefetchSlots }
 
-// touch loads the home slot of k into the cache (see prefetch).
+// touch loads the start of k's home group's slots into the cache (see
+// prefetch).
 func (m *extMap) touch(k kvroute.ExternalHash) {
-	m.sink += m.slots[m.hash(k)].val
+	m.sink += m.slots[m.hash(k)&^(groupWidth-1)].val
 }
 
 // prefetchSlots is the table size from which prefetching pays: smaller
@@ -201,29 +202,41 @@ func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 
 // upsert returns the packed entry of k for the caller to read and set, and
 // whether k was present; an absent k is inserted with an entry the caller
-// must set before the next operation on the map.
-func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
+// must set before the next operation on the map. A new key takes the
+// first empty slot of its home group (see upsertAt).
+func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) { return m.upsertAt(k, false) }
+
+// upsertAt is upsert; with home set, a new key whose home slot is empty
+// takes it rather than the first empty slot of its group.
+//
+// The two suit different tables. In a table the caches hold, finding the
+// group's first empty slot with word arithmetic costs a few cycles and no
+// branch whose outcome depends on the key, while whether the home slot is
+// empty is a coin toss in a half-full table, a branch the CPU mispredicts
+// half the time. In tables far larger than the caches, the home slot lets
+// the CPU issue the slot's store, predicted, without waiting for the
+// control word to come from memory.
+func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 	x := mix(k, m.seed)
 	fp := fingerprint(x)
 	n := len(m.slots)
-	h := home(x, n)
-	if m.ctrl[h] == 0 && matchByte(m.group(h&^(groupWidth-1)), fp) == 0 &&
+	h := homeSlot(x, n)
+	g := h &^ (groupWidth - 1)
+	if home {
+		if m.ctrl[h] == 0 && matchByte(m.group(g), fp) == 0 &&
+			(m.used+1)*maxLoadDen <= n*maxLoadNum {
+			// A group with an empty slot holds every key whose home it
+			// is (delAt never empties a slot of a group that a key's
+			// probe went past), so no match in it means k is absent.
+			return m.insertAt(h, k, fp), false
+		}
+	} else if w := m.group(g); matchByte(w, fp) == 0 && matchEmpty(w) != 0 &&
 		(m.used+1)*maxLoadDen <= n*maxLoadNum {
-		// The common case of a new key whose home slot is empty, taken
-		// on branches the CPU predicts, so that the stores' address does
-		// not wait for the control word to load. A group with an empty
-		// slot holds every key whose home it is (delAt never empties a
-		// slot of a group that a key's probe went past), so no match in
-		// it means k is absent.
-		m.ctrl[h] = fp
-		s := &m.slots[h]
-		s.key = k
-		m.used++
-		m.count++
-		return &s.val, false
+		// The same, for the group's first empty slot.
+		return m.insertAt(g+bits.TrailingZeros64(matchEmpty(w))>>3, k, fp), false
 	}
 	free := -1 // the first empty or deleted slot the probe passed
-	for g := h &^ (groupWidth - 1); ; {
+	for {
 		w := m.group(g)
 		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
 			if j := g + bits.TrailingZeros64(cand)>>3; m.slots[j].key == k {
@@ -251,7 +264,7 @@ func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 				n *= growth(n)
 			}
 			m.resize(n)
-			return m.upsert(k)
+			return m.upsertAt(k, home)
 		}
 		m.used++
 	}
@@ -260,6 +273,17 @@ func (m *extMap) upsert(k kvroute.ExternalHash) (*uint64, bool) {
 	s.key = k
 	m.count++
 	return &s.val, false
+}
+
+// insertAt stores the new key k with control byte fp in the empty slot j
+// and returns its entry for the caller to set.
+func (m *extMap) insertAt(j int, k kvroute.ExternalHash, fp uint8) *uint64 {
+	m.ctrl[j] = fp
+	s := &m.slots[j]
+	s.key = k
+	m.used++
+	m.count++
+	return &s.val
 }
 
 // growth is the factor by which a table of n slots grows: four while it
@@ -317,7 +341,7 @@ func (m *extMap) resize(n int) {
 			continue // empty or deleted
 		}
 		s := oldSlots[i]
-		g := home(mix(s.key, seed), n) &^ (groupWidth - 1)
+		g := homeSlot(mix(s.key, seed), n) &^ (groupWidth - 1)
 		for {
 			if f := ^binary.LittleEndian.Uint64(ctrl[g:g+groupWidth]) & msbs; f != 0 {
 				j := g + bits.TrailingZeros64(f)>>3

@@ -379,12 +379,15 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 	prev := st.prev
 	var s *segment
 	n := 0
+	// New keys take their home slots when the maps outgrow the caches
+	// (see extMap.upsertAt).
+	home := ix.sz.entries*entryBytes >= uncachedMapBytes
 	for n < room {
 		if ix.parents.mayHave(prev) {
 			break // the block may be a head already
 		}
 		b := &blocks[n]
-		p, had := ws.blocks.upsert(b.External)
+		p, had := ws.blocks.upsertAt(b.External, home)
 		if had {
 			break // store looks the hash up again and handles it
 		}
@@ -429,6 +432,12 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 	st.at(prev, r, j+n-1)
 	return n
 }
+
+// uncachedMapBytes is the memory of all engine-hash maps from which
+// appendNew has new keys take their home slots: twice the second-level
+// cache of a large core, beyond which a map's control words are rarely
+// cached.
+const uncachedMapBytes = 4 << 20
 
 // storer stores the blocks of one Stored event, a chain, for one worker in
 // one tier. It follows the chain through the runs: a block the index has
