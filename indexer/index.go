@@ -612,7 +612,7 @@ func (ix *Index) holdRange(r *run, a, b, slot int, t kvroute.Tier) {
 	for a < b {
 		s := r.seg(a)
 		y := a + 1
-		for y < b && r.seg(y) == s {
+		for y < b && r.sameSeg(y, s) {
 			y++
 		}
 		if had := s.tiersOf(slot); had&(1<<t) == 0 {
@@ -642,8 +642,8 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 		}
 		if s.holders > 0 {
 			// Join a neighbour with the same holders, if any.
-			for _, nb := range [2]*segment{r.seg(a - 1), r.seg(b)} {
-				if nb != nil && nb != s && sameHolders(nb, s) {
+			for _, nb := range [2]*segment{r.liveNeighbour(a-1, s), r.liveNeighbour(b, s)} {
+				if nb != nil && sameHolders(nb, s) {
 					ix.repoint(r, a, b, s, nb)
 					return nb
 				}
@@ -654,8 +654,8 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 		ix.dropSegment(s)
 		return nil
 	}
-	for _, nb := range [2]*segment{r.seg(a - 1), r.seg(b)} {
-		if nb != nil && nb != s && holdersDiffer(nb, s, slot, t, add) {
+	for _, nb := range [2]*segment{r.liveNeighbour(a-1, s), r.liveNeighbour(b, s)} {
+		if nb != nil && holdersDiffer(nb, s, slot, t, add) {
 			target = nb
 			break
 		}
@@ -923,9 +923,9 @@ func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kv
 			for k < len(taken) && taken[k].id == r.id && s != nil {
 				p := int(taken[k].pos)
 				switch {
-				case p == a-1 && r.seg(p) == s:
+				case p == a-1 && r.sameSeg(p, s):
 					a = p
-				case p == b && r.seg(p) == s:
+				case p == b && r.sameSeg(p, s):
 					b++
 				default:
 					break collect

@@ -123,6 +123,24 @@ func (r *run) seg(i int) *segment {
 	return nil
 }
 
+// sameSeg reports whether position i points at s, a live segment, so
+// that i is alive in s. Unlike seg it reads nothing of the segment.
+func (r *run) sameSeg(i int, s *segment) bool {
+	return i >= 0 && i < len(r.segs) && r.segs[i].Load() == s
+}
+
+// liveNeighbour returns the segment of position i when it is live and
+// not s, else nil. It reads the segment only when it is not s.
+func (r *run) liveNeighbour(i int, s *segment) *segment {
+	if i < 0 || i >= len(r.segs) {
+		return nil
+	}
+	if nb := r.segs[i].Load(); nb != s && nb != nil && nb.holders > 0 {
+		return nb
+	}
+	return nil
+}
+
 // setSeg sets the segment of position i: with a plain store when readers
 // cannot see the position yet (i at or after pub), atomically otherwise.
 func (r *run) setSeg(i int, s *segment) {
