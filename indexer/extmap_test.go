@@ -9,9 +9,22 @@ import (
 	"github.com/kvroute/kvroute"
 )
 
+// placements are the two ways a new key takes a slot (extMap.upsertAt).
+var placements = []struct {
+	name string
+	home bool
+}{{"first empty slot of the group", false}, {"home slot", true}}
+
 // TestExtMapAgainstBuiltin drives extMap and a built-in map with the same
-// random operations, including long runs of consecutive keys, and compares.
+// random operations, including long runs of consecutive keys, and compares,
+// for both placements of new keys.
 func TestExtMapAgainstBuiltin(t *testing.T) {
+	for _, pl := range placements {
+		t.Run(pl.name, func(t *testing.T) { testExtMapAgainstBuiltin(t, pl.home) })
+	}
+}
+
+func testExtMapAgainstBuiltin(t *testing.T, home bool) {
 	r := rand.New(rand.NewPCG(1, 2))
 	m := newExtMap()
 	ref := map[kvroute.ExternalHash]entry{}
@@ -25,7 +38,7 @@ func TestExtMapAgainstBuiltin(t *testing.T) {
 		switch r.IntN(3) {
 		case 0, 1:
 			e := entry{id: uint32(i), pos: int32(i % maxPos), tiers: uint8(1 + r.IntN(15))}
-			m.put(k, e)
+			m.putAt(k, e, home)
 			ref[k] = e
 		default:
 			m.del(k)
@@ -56,8 +69,11 @@ func TestExtMapAgainstBuiltin(t *testing.T) {
 }
 
 // put sets the entry for k.
-func (m *extMap) put(k kvroute.ExternalHash, e entry) {
-	p, _ := m.upsert(k)
+func (m *extMap) put(k kvroute.ExternalHash, e entry) { m.putAt(k, e, false) }
+
+// putAt sets the entry for k, placing a new key as upsertAt does.
+func (m *extMap) putAt(k kvroute.ExternalHash, e entry, home bool) {
+	p, _ := m.upsertAt(k, home)
 	*p = e.pack()
 }
 
@@ -65,8 +81,15 @@ func (m *extMap) put(k kvroute.ExternalHash, e entry) {
 // home is the last group, so that they overflow it and probes wrap around
 // to the first group, then deletes them in an order that leaves
 // tombstones in the full group, and checks every remaining key after
-// each step, the tombstones' reuse and the table's counts.
+// each step, the tombstones' reuse and the table's counts, for both
+// placements of new keys.
 func TestExtMapFullGroupsAndTombstones(t *testing.T) {
+	for _, pl := range placements {
+		t.Run(pl.name, func(t *testing.T) { testExtMapFullGroupsAndTombstones(t, pl.home) })
+	}
+}
+
+func testExtMapFullGroupsAndTombstones(t *testing.T, home bool) {
 	for _, size := range []int{16, 32, 64} {
 		m := newExtMap()
 		m.resize(size)
@@ -77,7 +100,7 @@ func TestExtMapFullGroupsAndTombstones(t *testing.T) {
 			}
 		}
 		for i, k := range keys {
-			m.put(k, entry{id: uint32(i), pos: 1, tiers: 1})
+			m.putAt(k, entry{id: uint32(i), pos: 1, tiers: 1}, home)
 		}
 		require.Len(t, m.slots, size, "the table must not have grown")
 		require.Zero(t, matchEmpty(m.group(size-groupWidth)), "the last group is full")
@@ -117,7 +140,7 @@ func TestExtMapFullGroupsAndTombstones(t *testing.T) {
 		check(3)
 		// Inserting a key again reuses the tombstone.
 		used := m.used
-		m.put(keys[3], entry{id: 3, pos: 1, tiers: 1})
+		m.putAt(keys[3], entry{id: 3, pos: 1, tiers: 1}, home)
 		left[3] = true
 		require.Equal(t, used, m.used)
 		checkCounts()
