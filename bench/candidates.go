@@ -60,8 +60,8 @@ import (
 //     at 32,768 a quarter), inside BoundedLoad on requests with factor 2;
 //     kvroute-kvpressure-own the same counting only the router's own
 //     requests, which is kvroute's default now (KVRoutePolicy),
-//     kvroute-kvpressure4k-own and kvroute-kvpressure6k-own with weights
-//     4,000 and 6,000;
+//     kvroute-kvpressure4k-own, kvroute-kvpressure5k-own and
+//     kvroute-kvpressure6k-own with weights 4,000, 5,000 and 6,000;
 //   - kvroute-kvadded: the previous cost plus KVPressure on the blocks the
 //     request adds to a worker's active KV, times the requests they slow
 //     (KVPressureAdded), weight 8,000, inside BoundedLoad on requests with
@@ -115,6 +115,7 @@ func CandidatePolicies() []Policy {
 		kvPressurePolicy("kvroute-kvpressure-own", KVPressureConfig{Weight: 8000}, 2, true),
 		kvPressurePolicy("kvroute-kvpressure4k-own", KVPressureConfig{Weight: 4000}, 2, true),
 		kvPressurePolicy("kvroute-kvpressure6k-own", KVPressureConfig{Weight: 6000}, 2, true),
+		kvPressurePolicy("kvroute-kvpressure5k-own", KVPressureConfig{Weight: 5000}, 2, true),
 		kvPressurePolicy("kvroute-kvadded", KVPressureConfig{Weight: 8000, Measure: KVPressureAdded}, 2, false),
 		kvPressurePolicy("kvroute-kvadded4k", KVPressureConfig{Weight: 4000, Measure: KVPressureAdded}, 2, false),
 		func() Policy {
