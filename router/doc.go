@@ -56,7 +56,7 @@
 // workers also take traffic from other routers set LoadReportMerged.
 // Measured end to end on Dynamo 1.6.1's mocker engines (bench/dynamo),
 // it keeps more of the prompts cached than Dynamo's own default router
-// with throughput and TTFT p99 as good; BENCHMARKS.md has the figures. The
+// with throughput within 3% of it; BENCHMARKS.md has the figures. The
 // host tunes nothing; to route exactly as Dynamo does, set Cost to
 // scheduling.NewDynamoCost with the zero config.
 //
