@@ -45,10 +45,14 @@
 //
 // # Merging with the router's own load
 //
-// The router tracks the requests it routed itself. Router.Heartbeat combines
-// a report with that: the engine's running requests count as active
-// requests when they exceed the router's own count (requests other routers
-// or clients sent), its waiting requests are the queue depth, its KV-cache
-// usage the utilisation, and num_gpu_blocks the KV capacity. Costs and busy
-// thresholds then see the larger of the two views.
+// The router tracks the requests it routed itself, and
+// router.Config.LoadReports says what it takes from a report. By default
+// (router.LoadReportCapacities) it takes the capacities only: num_gpu_blocks
+// is the KV capacity, and the load in flight is the router's own count,
+// which a scrape of an engine that has just drained lags behind. With
+// router.LoadReportMerged, for engines that also serve requests other
+// routers or clients send, the engine's running requests count as active
+// requests when they exceed the router's own count, its waiting requests
+// are the queue depth and its KV-cache usage the utilisation: costs and
+// busy thresholds then see the larger of the two views.
 package enginemetrics

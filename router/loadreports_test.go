@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -107,4 +108,26 @@ func TestLoadReportModeInvalid(t *testing.T) {
 	_, err := router.New(router.Config{LoadReports: router.LoadReportMerged + 1})
 	require.ErrorIs(t, err, router.ErrInvalidConfig)
 	require.Equal(t, "LoadReportMode(2)", (router.LoadReportMerged + 1).String())
+}
+
+// A mode reads from and writes to its name, in flags and JSON alike.
+func TestLoadReportModeText(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want router.LoadReportMode
+	}{{"capacities", router.LoadReportCapacities}, {"merged", router.LoadReportMerged}} {
+		var m router.LoadReportMode
+		require.NoError(t, m.UnmarshalText([]byte(tc.text)))
+		require.Equal(t, tc.want, m)
+		out, err := m.MarshalText()
+		require.NoError(t, err)
+		require.Equal(t, tc.text, string(out))
+		var fromJSON struct{ Mode router.LoadReportMode }
+		require.NoError(t, json.Unmarshal([]byte(`{"Mode":"`+tc.text+`"}`), &fromJSON))
+		require.Equal(t, tc.want, fromJSON.Mode)
+	}
+	var m router.LoadReportMode
+	require.ErrorIs(t, m.UnmarshalText([]byte("max")), router.ErrInvalidConfig)
+	_, err := (router.LoadReportMerged + 1).MarshalText()
+	require.ErrorIs(t, err, router.ErrInvalidConfig)
 }

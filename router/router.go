@@ -169,6 +169,29 @@ func (m LoadReportMode) String() string {
 	return fmt.Sprintf("LoadReportMode(%d)", uint8(m))
 }
 
+// MarshalText returns the mode's name, as String does; it fails for an
+// unknown mode.
+func (m LoadReportMode) MarshalText() ([]byte, error) {
+	if m > LoadReportMerged {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidConfig, m)
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText sets the mode from its name, "capacities" or "merged", so
+// that a mode can be read from a flag (flag.TextVar) or a JSON string.
+func (m *LoadReportMode) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "capacities":
+		*m = LoadReportCapacities
+	case "merged":
+		*m = LoadReportMerged
+	default:
+		return fmt.Errorf("%w: load report mode %q: want capacities or merged", ErrInvalidConfig, text)
+	}
+	return nil
+}
+
 // Router decides, for each request, which worker serves it.
 //
 // Concurrency: Select, the Decision methods, Heartbeat, ReportError,

@@ -16,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/epp"
 	"github.com/kvroute/kvroute/render"
+	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
 
@@ -42,10 +43,15 @@ type config struct {
 	// picker answers 429 when all are): active decode blocks above this
 	// fraction of the engine's KV cache (num_gpu_blocks from its metrics),
 	// and active prefill tokens above this count. Zero disables each.
-	BusyKV            float64            `json:"busy_kv"`
-	BusyPrefillTokens int                `json:"busy_prefill_tokens"`
-	Engines           []discovery.Engine `json:"engines"`
-	Etcd              struct {
+	BusyKV            float64 `json:"busy_kv"`
+	BusyPrefillTokens int     `json:"busy_prefill_tokens"`
+	// LoadReports is "capacities" (the default: the engines' metrics give
+	// their capacities and the picker counts the requests it routed) or
+	// "merged" (their running requests and KV usage count too, for
+	// engines that also serve traffic the picker does not route).
+	LoadReports router.LoadReportMode `json:"load_reports"`
+	Engines     []discovery.Engine    `json:"engines"`
+	Etcd        struct {
 		Endpoints []string `json:"endpoints"`
 		Prefix    string   `json:"prefix"`
 	} `json:"etcd"`
@@ -149,6 +155,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&engines, "engine", "static engine NAME=HOST:PORT[,events=tcp://...][,replay=...][,metrics=URL][,kind=vllm|sglang][,ports=P+P] (repeatable)")
 	fs.Var(adapters, "adapter", "model name served by a LoRA adapter, MODEL=ADAPTER (repeatable)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
+	var loadReports router.LoadReportMode
+	fs.TextVar(&loadReports, "load-reports", router.LoadReportCapacities,
+		"what routing takes from engines' metrics: capacities (the picker counts the requests it routed) or merged (engines' running requests count too: for engines that also serve other traffic)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -196,6 +205,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	}
 	if set["busy-prefill-tokens"] {
 		c.BusyPrefillTokens = *busyPF
+	}
+	if set["load-reports"] {
+		c.LoadReports = loadReports
 	}
 	if err := c.busy().Validate(); err != nil {
 		return nil, err

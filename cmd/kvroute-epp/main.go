@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- addr
 	if err != nil {
 		return err
 	}
-	r, err := router.New(router.Config{Hasher: hasher, Busy: cfg.busy(), Logger: log})
+	r, err := router.New(router.Config{Hasher: hasher, Busy: cfg.busy(), LoadReports: cfg.LoadReports, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/kvroute/kvroute/epp"
 	"github.com/kvroute/kvroute/internal/fakeengine"
+	"github.com/kvroute/kvroute/router"
 )
 
 // syncBuffer is a log sink safe for the picker's goroutines.
@@ -148,6 +151,7 @@ func TestParse(t *testing.T) {
 		{[]string{"-kube-selector", "app=vllm"}, "needs -kube-ports"},
 		{[]string{"-engine", "a=127.0.0.1:1", "-busy-kv", "-1"}, "scheduling"},
 		{[]string{"-kube-pool", "llama"}, "no tokenizer"},
+		{[]string{"-engine", "a=127.0.0.1:1", "-load-reports", "max"}, "want capacities or merged"},
 	} {
 		_, err := parse(tt.args, io.Discard)
 		require.ErrorContains(t, err, tt.err, tt.args)
@@ -157,4 +161,28 @@ func TestParse(t *testing.T) {
 	require.Equal(t, "http://127.0.0.1:1", c.Tokenizer)
 	require.Equal(t, map[string]string{"support": "support-lora"}, c.Adapters)
 	require.Equal(t, -1, c.Fallbacks)
+	require.Equal(t, router.LoadReportCapacities, c.LoadReports)
+}
+
+// The load report mode comes from the file, and a flag overrides it.
+func TestParseLoadReports(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "epp.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"engines": [{"name": "a", "host": "127.0.0.1", "ports": [1]}], "load_reports": "merged"}`), 0o600))
+	for _, tt := range []struct {
+		args []string
+		want router.LoadReportMode
+	}{
+		{[]string{"-engine", "a=127.0.0.1:1"}, router.LoadReportCapacities},
+		{[]string{"-engine", "a=127.0.0.1:1", "-load-reports", "merged"}, router.LoadReportMerged},
+		{[]string{"-config", path}, router.LoadReportMerged},
+		{[]string{"-config", path, "-load-reports", "capacities"}, router.LoadReportCapacities},
+	} {
+		c, err := parse(tt.args, io.Discard)
+		require.NoError(t, err, tt.args)
+		require.Equal(t, tt.want, c.LoadReports, tt.args)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"engines": [{"name": "a", "host": "127.0.0.1", "ports": [1]}], "load_reports": "max"}`), 0o600))
+	_, err := parse([]string{"-config", bad}, io.Discard)
+	require.ErrorContains(t, err, "want capacities or merged")
 }

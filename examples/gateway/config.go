@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/router"
 )
 
 // errConfig is wrapped by every error of the configuration file.
@@ -49,6 +50,9 @@ type fileSettings struct {
 	// interval and remove are health_interval and remove_after, zero
 	// when the file does not set them.
 	interval, remove time.Duration
+	// loadReports is load_reports (router.LoadReportCapacities when the
+	// file does not set it).
+	loadReports router.LoadReportMode
 }
 
 // decodeConfig reads and checks a JSON configuration file: one object of
@@ -156,6 +160,11 @@ func (s *fileSettings) check() error {
 	}
 	if c.MaxAttempts < 0 {
 		return bad("max_attempts", "%d is negative (0: the default)", c.MaxAttempts)
+	}
+	if c.LoadReports != "" {
+		if err := s.loadReports.UnmarshalText([]byte(c.LoadReports)); err != nil {
+			return bad("load_reports", "%w", err)
+		}
 	}
 	seen := make(map[kvroute.WorkerID]int, len(c.Engines))
 	for i, e := range c.Engines {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute/router"
 )
 
 // configSeeds are configuration files: valid ones first.
@@ -21,7 +23,7 @@ var configSeeds = []string{
 	 "engines":[{"id":1,"url":"http://a:8000","events":"tcp://a:5557","replay":"tcp://a:5558","topic":"kv","ranks":2,
 	   "max_requests":8,"max_batched_tokens":8192,"kv_capacity_blocks":1000},
 	  {"id":6102808441099218236,"url":"https://f:8000","preset":"dynamo","headers":{"X-Pool":"{id}-{rank}"}}],
-	 "tokenize_render":true,"adapters":{"m":"lora-a"}}`,
+	 "tokenize_render":true,"adapters":{"m":"lora-a"},"load_reports":"merged"}`,
 	`{"block_size":16,"model_dir":"/models/tiny","dynamo":{"store":"etcd:http://127.0.0.1:2379","frontend":"http://127.0.0.1:8000",
 	 "model":"tiny","namespace":"dynamo","component":"backend","endpoint":"generate","callback_host":"10.0.0.5"}}`,
 	`{}`,
@@ -67,6 +69,7 @@ func TestDecodeConfig(t *testing.T) {
 		{name: "dynamo bad frontend", raw: `{"dynamo":{"store":"file:/kv","frontend":"f:8000"}}`, field: "dynamo.frontend"},
 		{name: "dynamo bad store", raw: `{"dynamo":{"store":"/kv","frontend":"http://f:8000"}}`, field: "dynamo", err: "neither file:DIR nor etcd"},
 		{name: "syntax", raw: `{"listen" ":80"}`, err: "at byte 11: invalid character"},
+		{name: "bad load reports", raw: `{"load_reports":"max"}`, field: "load_reports", err: "want capacities or merged"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,6 +91,7 @@ func TestDecodeConfig(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, s.interval)
 	require.Equal(t, time.Minute, s.remove)
 	require.Len(t, s.file.Engines, 2)
+	require.Equal(t, router.LoadReportMerged, s.loadReports)
 }
 
 // TestParseFileAndFlags: explicit duration flags win over the file.
@@ -98,8 +102,14 @@ func TestParseFileAndFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Second, o.interval)
 	require.Equal(t, time.Minute, o.remove)
+	require.Equal(t, router.LoadReportMerged, o.loadReports, "from the file")
 	_, err = parse([]string{"-config", path, "-engine", "1=http://c:1"}, nil)
 	require.NoError(t, err, "a duplicate id across the file and the flags is found by the gateway, which names both")
+	o, err = parse([]string{"-config", path, "-load-reports", "capacities"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, router.LoadReportCapacities, o.loadReports, "the flag wins")
+	_, err = parse([]string{"-config", path, "-load-reports", "max"}, nil)
+	require.ErrorContains(t, err, "want capacities or merged")
 }
 
 // checkRoundTrip: an accepted configuration encodes to JSON that decodes

@@ -119,6 +119,12 @@ type fileConfig struct {
 	ModelDir string `json:"model_dir"`
 	// Dynamo configures the Dynamo mode.
 	Dynamo dynamoConfig `json:"dynamo"`
+	// LoadReports is what routing takes from the engines' load reports:
+	// "capacities" (the default: the gateway counts the requests it
+	// routed) or "merged" (the engines' running requests count too, for
+	// engines that also serve traffic the gateway does not route); see
+	// router.Config.LoadReports.
+	LoadReports string `json:"load_reports,omitempty"`
 }
 
 // engineFlags collects repeated -engine flags.
@@ -141,6 +147,8 @@ type options struct {
 	interval time.Duration
 	remove   time.Duration
 	logLevel slog.Level
+	// loadReports is file.LoadReports, checked.
+	loadReports router.LoadReportMode
 }
 
 // parse reads the flags and the configuration file they name.
@@ -163,6 +171,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		dynModel = fs.String("dynamo-model", "", "Dynamo mode: serve the workers of this model only (empty: every model)")
 		dynNS    = fs.String("dynamo-namespace", "", "Dynamo mode: serve the workers of this namespace only (empty: every namespace)")
 		dynCB    = fs.String("dynamo-callback-host", "", "Dynamo mode: address workers connect back to when events are recovered from them (empty: $DYN_TCP_RESPONSE_STREAM_HOST or 127.0.0.1)")
+		loadRep  = fs.String("load-reports", "", "what routing takes from engines' load reports: capacities (the default: the gateway counts the requests it routed) or merged (engines' running requests count too: for engines that also serve other traffic)")
 	)
 	fs.Var(&engines, "engine", "engine as ID=URL[,events=tcp://host:port][,replay=...][,topic=...][,ranks=N][,preset=dynamo][,header=NAME:VALUE] (repeatable)")
 	fs.DurationVar(&o.interval, "health-interval", 2*time.Second, "how often engines' /health is probed")
@@ -185,7 +194,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", *cfgPath, err)
 		}
-		o.file = fc.file
+		o.file, o.loadReports = fc.file, fc.loadReports
 		if fc.interval != 0 && !set["health-interval"] {
 			o.interval = fc.interval
 		}
@@ -212,6 +221,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	override("dynamo-model", func() { o.file.Dynamo.Model = *dynModel })
 	override("dynamo-namespace", func() { o.file.Dynamo.Namespace = *dynNS })
 	override("dynamo-callback-host", func() { o.file.Dynamo.CallbackHost = *dynCB })
+	if set["load-reports"] {
+		if err := o.loadReports.UnmarshalText([]byte(*loadRep)); err != nil {
+			return nil, fmt.Errorf("-load-reports: %w", err)
+		}
+		o.file.LoadReports = *loadRep
+	}
 	if *adapter != "" {
 		if o.file.Adapters == nil {
 			o.file.Adapters = map[string]string{}
@@ -250,7 +265,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 	if err != nil {
 		return err
 	}
-	r, err := router.New(router.Config{Hasher: hasher, Logger: log})
+	r, err := router.New(router.Config{Hasher: hasher, LoadReports: o.loadReports, Logger: log})
 	if err != nil {
 		return err
 	}
