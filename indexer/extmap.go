@@ -159,9 +159,10 @@ func matchFree(w uint64) uint64 { return ^w & msbs }
 // line); the loop that then looks the keys up touches key
 // i+prefetchAhead as it reaches key i (touch). The loads are independent
 // of one another, so the CPU overlaps their cache misses, and each lookup
-// finds its slot's line in the cache instead of missing one by one. Touching a window ahead rather than
-// every key first keeps the lines in the fastest cache until they are
-// used, however many keys an event names.
+// finds its slot's line in the cache instead of missing one by one.
+// Touching a window ahead rather than every key first keeps the lines in
+// the fastest cache until they are used, however many keys an event
+// names.
 func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 	if !m.prefetching() {
 		return // the table stays in the CPU caches anyway
@@ -255,24 +256,19 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 			g = 0
 		}
 	}
-	if m.ctrl[free] == 0 {
-		// Taking an empty slot: grow when live keys would fill the
-		// table, or rebuild it without tombstones when they and the
-		// tombstones would.
-		if (m.used+1)*maxLoadDen > n*maxLoadNum {
-			if (m.count+1)*maxLoadDen > n*maxLoadNum/2 {
-				n *= growth(n)
-			}
-			m.resize(n)
-			return m.upsertAt(k, home)
+	if m.ctrl[free] != 0 {
+		// Reusing a tombstone, a slot already counted as used.
+		m.used--
+	} else if (m.used+1)*maxLoadDen > n*maxLoadNum {
+		// Taking an empty slot would fill the table: grow when live keys
+		// would fill it, else rebuild it without tombstones.
+		if (m.count+1)*maxLoadDen > n*maxLoadNum/2 {
+			n *= growth(n)
 		}
-		m.used++
+		m.resize(n)
+		return m.upsertAt(k, home)
 	}
-	m.ctrl[free] = fp
-	s := &m.slots[free]
-	s.key = k
-	m.count++
-	return &s.val, false
+	return m.insertAt(free, k, fp), false
 }
 
 // insertAt stores the new key k with control byte fp in the empty slot j
@@ -343,7 +339,7 @@ func (m *extMap) resize(n int) {
 		s := oldSlots[i]
 		g := homeSlot(mix(s.key, seed), n) &^ (groupWidth - 1)
 		for {
-			if f := ^binary.LittleEndian.Uint64(ctrl[g:g+groupWidth]) & msbs; f != 0 {
+			if f := matchFree(binary.LittleEndian.Uint64(ctrl[g : g+groupWidth])); f != 0 {
 				j := g + bits.TrailingZeros64(f)>>3
 				ctrl[j], slots[j] = c, s
 				break

@@ -117,11 +117,15 @@ func (r *run) seg(i int) *segment {
 	if i < 0 || i >= len(r.segs) {
 		return nil
 	}
-	if s := r.segs[i].Load(); s != nil && s.holders > 0 {
+	if s := r.segs[i].Load(); s.live() {
 		return s
 	}
 	return nil
 }
+
+// live reports whether s is a segment someone holds: not nil and not
+// dead. It is the writer's view.
+func (s *segment) live() bool { return s != nil && s.holders > 0 }
 
 // sameSeg reports whether position i points at s, a live segment, so
 // that i is alive in s. Unlike seg it reads nothing of the segment.
@@ -135,7 +139,7 @@ func (r *run) liveNeighbour(i int, s *segment) *segment {
 	if i < 0 || i >= len(r.segs) {
 		return nil
 	}
-	if nb := r.segs[i].Load(); nb != s && nb != nil && nb.holders > 0 {
+	if nb := r.segs[i].Load(); nb != s && nb.live() {
 		return nb
 	}
 	return nil
