@@ -3,13 +3,17 @@ package chattemplate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Values a template computes with, modelled on Python's:
@@ -397,72 +401,80 @@ func writeJSONString(b *strings.Builder, s string, ascii bool) {
 const maxDepth = 512
 
 // fromJSON decodes JSON into template values, keeping object key order.
+// As encoding/json does, it accepts duplicate object keys (the last one
+// wins) and replaces invalid UTF-8 in strings with U+FFFD.
 func fromJSON(data []byte) (value, error) {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
+	d := jsontext.NewDecoder(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	v, err := decodeJSON(d, 0)
 	if err != nil {
 		return nil, err
 	}
-	if d.More() {
-		return nil, fmt.Errorf("%w: trailing data after JSON value", ErrInput)
-	}
-	if _, err := d.Token(); err == nil {
+	if _, err := d.ReadToken(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data after JSON value", ErrInput)
 	}
 	return v, nil
 }
 
-func decodeJSON(d *json.Decoder, depth int) (value, error) {
+func decodeJSON(d *jsontext.Decoder, depth int) (value, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("%w: JSON nesting too deep", ErrInput)
 	}
-	t, err := d.Token()
+	if d.PeekKind() == '0' {
+		raw, err := d.ReadValue()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+		}
+		if i, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+			return i, nil
+		}
+		f, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return nil, fmt.Errorf("%w: number %s", ErrInput, raw)
+		}
+		return f, nil
+	}
+	t, err := d.ReadToken()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	switch t := t.(type) {
-	case json.Delim:
-		switch t {
-		case '[':
-			l := &list{}
-			for d.More() {
-				v, err := decodeJSON(d, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				l.items = append(l.items, v)
+	switch t.Kind() {
+	case '[':
+		l := &list{}
+		for d.PeekKind() != ']' {
+			v, err := decodeJSON(d, depth+1)
+			if err != nil {
+				return nil, err
 			}
-			_, err := d.Token()
-			return l, err
-		case '{':
-			m := newDict()
-			for d.More() {
-				k, err := d.Token()
-				if err != nil {
-					return nil, fmt.Errorf("%w: %w", ErrInput, err)
-				}
-				v, err := decodeJSON(d, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				m.set(k.(string), v)
+			l.items = append(l.items, v)
+		}
+		if _, err := d.ReadToken(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+		}
+		return l, nil
+	case '{':
+		m := newDict()
+		for d.PeekKind() != '}' {
+			k, err := d.ReadToken()
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrInput, err)
 			}
-			_, err := d.Token()
-			return m, err
+			key := k.String() // before the next read voids k
+			v, err := decodeJSON(d, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			m.set(key, v)
 		}
-		return nil, fmt.Errorf("%w: unexpected %v", ErrInput, t)
-	case json.Number:
-		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
-			return i, nil
+		if _, err := d.ReadToken(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInput, err)
 		}
-		f, err := strconv.ParseFloat(string(t), 64)
-		if err != nil && !strings.Contains(err.Error(), "range") {
-			return nil, fmt.Errorf("%w: number %s", ErrInput, t)
-		}
-		return f, nil
-	case string, bool, nil:
-		return t, nil
+		return m, nil
+	case '"':
+		return t.String(), nil
+	case 't', 'f':
+		return t.Bool(), nil
+	case 'n':
+		return nil, nil
 	}
 	return nil, fmt.Errorf("%w: unexpected JSON token %v", ErrInput, t)
 }

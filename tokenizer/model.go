@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/kvroute/kvroute/chattemplate"
 )
@@ -243,19 +246,18 @@ func (m *Model) template(name string, tools bool) (*chattemplate.Template, error
 // keys whose value is null and copies the reasoning under the names
 // templates read ("thinking", "reasoning_content"), as transformers does.
 func cleanMessages(raw json.RawMessage) (json.RawMessage, error) {
-	var msgs []json.RawMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return nil, fmt.Errorf("%w: messages are not a JSON array: %w", ErrInvalid, err)
+	d := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if t, err := d.ReadToken(); err != nil || t.Kind() != '[' {
+		return nil, fmt.Errorf("%w: messages are not a JSON array", ErrInvalid)
 	}
-	if len(msgs) == 0 {
-		return nil, fmt.Errorf("%w: no messages", ErrInvalid)
-	}
-	var out bytes.Buffer
-	out.WriteByte('[')
-	for i, m := range msgs {
-		fields, err := orderedObject(m)
-		if err != nil {
-			return nil, fmt.Errorf("%w: message %d: %w", ErrInvalid, i, err)
+	out := make([]byte, 0, len(raw)+64)
+	out = append(out, '[')
+	var fields []field
+	n := 0
+	for ; d.PeekKind() != ']'; n++ {
+		var err error
+		if fields, err = messageFields(d, raw, fields[:0]); err != nil {
+			return nil, fmt.Errorf("%w: message %d: %w", ErrInvalid, n, err)
 		}
 		var kept []field
 		var reasoning json.RawMessage
@@ -274,23 +276,60 @@ func cleanMessages(raw json.RawMessage) (json.RawMessage, error) {
 		if reasoning != nil {
 			kept = withField(withField(append([]field{{"thinking", reasoning}}, kept...), "thinking", reasoning), "reasoning_content", reasoning)
 		}
-		if i > 0 {
-			out.WriteByte(',')
+		if n > 0 {
+			out = append(out, ',')
 		}
-		out.WriteByte('{')
+		out = append(out, '{')
 		for j, f := range kept {
 			if j > 0 {
-				out.WriteByte(',')
+				out = append(out, ',')
 			}
-			k, _ := json.Marshal(f.k)
-			out.Write(k)
-			out.WriteByte(':')
-			out.Write(f.v)
+			out, _ = jsontext.AppendQuote(out, f.k) // f.k is valid UTF-8: the decoder replaced what was not
+			out = append(out, ':')
+			out = append(out, f.v...)
 		}
-		out.WriteByte('}')
+		out = append(out, '}')
 	}
-	out.WriteByte(']')
-	return out.Bytes(), nil
+	if _, err := d.ReadToken(); err != nil {
+		return nil, fmt.Errorf("%w: messages are not a JSON array: %w", ErrInvalid, err)
+	}
+	if _, err := d.ReadToken(); err != io.EOF {
+		return nil, fmt.Errorf("%w: messages are not a JSON array: data after it", ErrInvalid)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: no messages", ErrInvalid)
+	}
+	return append(out, ']'), nil
+}
+
+// messageFields reads the next value of d, which decodes raw, as a JSON
+// object and appends its fields to dst in order, duplicates included. The
+// fields' values are the bytes of raw they were read from.
+func messageFields(d *jsontext.Decoder, raw []byte, dst []field) ([]field, error) {
+	if d.PeekKind() != '{' {
+		if _, err := d.ReadValue(); err != nil {
+			return dst, err
+		}
+		return dst, errors.New("not a JSON object")
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return dst, err
+	}
+	for d.PeekKind() != '}' {
+		k, err := d.ReadToken()
+		if err != nil {
+			return dst, err
+		}
+		name := k.String() // before the next read voids k
+		v, err := d.ReadValue()
+		if err != nil {
+			return dst, err
+		}
+		end := int(d.InputOffset())
+		dst = append(dst, field{name, raw[end-len(v) : end : end]})
+	}
+	_, err := d.ReadToken()
+	return dst, err
 }
 
 type field struct {
@@ -317,29 +356,4 @@ func withField(fs []field, k string, v json.RawMessage) []field {
 		out = append(out, field{k, v})
 	}
 	return out
-}
-
-// orderedObject reads a JSON object's fields in order.
-func orderedObject(raw json.RawMessage) ([]field, error) {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	t, err := d.Token()
-	if err != nil {
-		return nil, err
-	}
-	if t != json.Delim('{') {
-		return nil, errors.New("not a JSON object")
-	}
-	var out []field
-	for d.More() {
-		k, err := d.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v json.RawMessage
-		if err := d.Decode(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, field{k.(string), v})
-	}
-	return out, nil
 }
