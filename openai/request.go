@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // ErrBadRequest is wrapped by errors about a request body that cannot be
@@ -101,12 +106,14 @@ func ParseRequest(body []byte, kind Kind) (*Request, error) {
 		return nil, fmt.Errorf("%w: unknown request kind %d", ErrBadRequest, kind)
 	}
 	r := &Request{Kind: kind}
-	if err := json.Unmarshal(body, &r.Fields); err != nil {
+	fields, err := decodeFields(body)
+	if err != nil {
 		return nil, fmt.Errorf("%w: body is not a JSON object: %w", ErrBadRequest, err)
 	}
-	if r.Fields == nil {
+	if fields == nil {
 		return nil, fmt.Errorf("%w: body is null", ErrBadRequest)
 	}
+	r.Fields = fields
 	if err := field(r.Fields, "model", &r.Model); err != nil {
 		return nil, err
 	}
@@ -136,6 +143,65 @@ func ParseRequest(body []byte, kind Kind) (*Request, error) {
 		return r, r.parsePrompt(r.Fields["prompt"])
 	}
 	return r, r.parseChat()
+}
+
+// jsonOptions are encoding/json's rules, which requests keep: duplicate
+// names allowed (the last one wins), invalid UTF-8 in strings replaced
+// with U+FFFD.
+var jsonOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+// decodeFields decodes a JSON object into its top-level fields, as
+// encoding/json decodes it into a map[string]json.RawMessage, in one pass
+// and with one copy of body, which the fields' values share; a JSON null
+// gives a nil map.
+func decodeFields(body []byte) (map[string]json.RawMessage, error) {
+	own := bytes.Clone(body)
+	d := jsontext.NewDecoder(bytes.NewBuffer(own), jsonOptions...)
+	switch d.PeekKind() {
+	case 'n':
+		if _, err := d.ReadToken(); err != nil {
+			return nil, err
+		}
+		return nil, endOfJSON(d)
+	case '{':
+	default:
+		if _, err := d.ReadValue(); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("not an object")
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return nil, err
+	}
+	fields := map[string]json.RawMessage{}
+	for d.PeekKind() != '}' {
+		k, err := d.ReadToken()
+		if err != nil {
+			return nil, err
+		}
+		name := k.String() // before the next read voids k
+		v, err := d.ReadValue()
+		if err != nil {
+			return nil, err
+		}
+		end := int(d.InputOffset())
+		fields[name] = json.RawMessage(own[end-len(v) : end : end])
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return nil, err
+	}
+	return fields, endOfJSON(d)
+}
+
+// endOfJSON checks that nothing but white space follows the value d read.
+func endOfJSON(d *jsontext.Decoder) error {
+	if _, err := d.ReadToken(); err != io.EOF {
+		if err == nil {
+			err = errors.New("data after the value")
+		}
+		return err
+	}
+	return nil
 }
 
 // field decodes the named field into v when it is present and not null.
@@ -190,39 +256,98 @@ func (r *Request) parseChat() error {
 	if !ok || isNull(raw) {
 		return fmt.Errorf("%w: no messages", ErrBadRequest)
 	}
-	var msgs []struct {
-		Role *string `json:"role"`
-	}
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return fmt.Errorf("%w: messages: %w", ErrBadRequest, err)
-	}
-	if len(msgs) == 0 {
-		return fmt.Errorf("%w: no messages", ErrBadRequest)
-	}
-	if len(msgs) > maxMessages {
-		return fmt.Errorf("%w: %d messages, more than %d", ErrBadRequest, len(msgs), maxMessages)
-	}
-	for i, m := range msgs {
-		if m.Role == nil {
-			return fmt.Errorf("%w: message %d has no role", ErrBadRequest, i)
-		}
+	if err := checkRoles(raw); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	r.Messages = raw
+	// The fields are valid JSON: their first byte tells their kind.
 	if t, ok := r.Fields["tools"]; ok && !isNull(t) {
-		var tools []json.RawMessage
-		if err := json.Unmarshal(t, &tools); err != nil {
-			return fmt.Errorf("%w: tools: %w", ErrBadRequest, err)
+		if t[0] != '[' {
+			return fmt.Errorf("%w: tools: not a JSON array", ErrBadRequest)
 		}
 		r.Tools = t
 	}
 	if k, ok := r.Fields["chat_template_kwargs"]; ok && !isNull(k) {
-		var kw map[string]json.RawMessage
-		if err := json.Unmarshal(k, &kw); err != nil {
-			return fmt.Errorf("%w: chat_template_kwargs: %w", ErrBadRequest, err)
+		if k[0] != '{' {
+			return fmt.Errorf("%w: chat_template_kwargs: not a JSON object", ErrBadRequest)
 		}
 		r.ChatTemplateKwargs = k
 	}
 	return nil
+}
+
+// checkRoles checks that messages, valid JSON, is a non-empty array of at
+// most maxMessages objects that each have a role, a string: as
+// encoding/json matches a struct field, the last key equal to "role" up
+// to case counts, and null counts as no role.
+func checkRoles(messages json.RawMessage) error {
+	d := jsontext.NewDecoder(bytes.NewBuffer(messages), jsonOptions...)
+	if d.PeekKind() != '[' {
+		return errors.New("messages: not a JSON array")
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return fmt.Errorf("messages: %w", err)
+	}
+	n := 0
+	for ; d.PeekKind() != ']'; n++ {
+		if n == maxMessages {
+			return fmt.Errorf("more than %d messages", maxMessages)
+		}
+		hasRole, err := messageHasRole(d)
+		if err != nil {
+			return fmt.Errorf("message %d: %w", n, err)
+		}
+		if !hasRole {
+			return fmt.Errorf("message %d has no role", n)
+		}
+	}
+	if n == 0 {
+		return errors.New("no messages")
+	}
+	return nil
+}
+
+// messageHasRole reads the next message of d and reports whether it has a
+// role.
+func messageHasRole(d *jsontext.Decoder) (bool, error) {
+	switch d.PeekKind() {
+	case 'n':
+		_, err := d.ReadToken()
+		return false, err
+	case '{':
+	default:
+		if _, err := d.ReadValue(); err != nil {
+			return false, err
+		}
+		return false, errors.New("not a JSON object")
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return false, err
+	}
+	role := false
+	for d.PeekKind() != '}' {
+		k, err := d.ReadToken()
+		if err != nil {
+			return false, err
+		}
+		isRole := strings.EqualFold(k.String(), "role")
+		kind := d.PeekKind()
+		if _, err := d.ReadValue(); err != nil {
+			return false, err
+		}
+		if isRole {
+			switch kind {
+			case 'n':
+				role = false
+			case '"':
+				role = true
+			default:
+				return false, errors.New("role is not a string")
+			}
+		}
+	}
+	_, err := d.ReadToken()
+	return role, err
 }
 
 // Message is one chat message as a plain tokenizer sees it: its role and
@@ -326,9 +451,27 @@ func (r *Request) Rewrite(includeUsage bool) ([]byte, bool, error) {
 	if !changed {
 		return nil, false, nil
 	}
-	body, err := json.Marshal(fields)
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	return encodeFields(fields), true, nil
+}
+
+// encodeFields writes fields, whose values are valid JSON, as a JSON
+// object with its keys sorted, as encoding/json does, and the values as
+// they are (encoding/json would compact them and escape HTML characters:
+// the same JSON, written again).
+func encodeFields(fields map[string]json.RawMessage) []byte {
+	size := 2
+	for k, v := range fields {
+		size += len(k) + len(v) + 4
 	}
-	return body, true, nil
+	out := make([]byte, 0, size)
+	out = append(out, '{')
+	for i, k := range slices.Sorted(maps.Keys(fields)) {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out, _ = jsontext.AppendQuote(out, k) // keys are valid UTF-8: the decoder replaced what was not
+		out = append(out, ':')
+		out = append(out, fields[k]...)
+	}
+	return append(out, '}')
 }
