@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -431,7 +432,17 @@ func (r *Request) Body() ([]byte, error) {
 // are kept), and whether anything changed. Unchanged, it returns nil and
 // false. Every other field is kept as received.
 func (r *Request) Rewrite(includeUsage bool) ([]byte, bool, error) {
-	fields := make(map[string]json.RawMessage, len(r.Fields)+1)
+	fields, changed, err := r.rewriteFields(includeUsage)
+	if err != nil || !changed {
+		return nil, false, err
+	}
+	return encodeFields(fields), true, nil
+}
+
+// rewriteFields returns the fields Rewrite writes and whether they differ
+// from the request's.
+func (r *Request) rewriteFields(includeUsage bool) (map[string]json.RawMessage, bool, error) {
+	fields := make(map[string]json.RawMessage, len(r.Fields)+2)
 	for k, v := range r.Fields {
 		fields[k] = v
 	}
@@ -448,10 +459,41 @@ func (r *Request) Rewrite(includeUsage bool) ([]byte, bool, error) {
 		}
 		fields["stream_options"], changed = raw, true
 	}
-	if !changed {
-		return nil, false, nil
+	return fields, changed, nil
+}
+
+// RewriteWithTokens returns Rewrite's body with the prompt's token ids
+// added as "nvext": {"token_data": [...]}, the other fields of "nvext"
+// kept. NVIDIA Dynamo's frontend, asked to serve a named worker (its
+// direct routing mode), takes them as the prompt instead of tokenizing it
+// again, so that the engine computes on exactly the tokens the router
+// matched. It returns an error wrapping ErrBadRequest when "nvext" is
+// neither an object nor null.
+func (r *Request) RewriteWithTokens(includeUsage bool, ids []uint32) ([]byte, error) {
+	fields, _, err := r.rewriteFields(includeUsage)
+	if err != nil {
+		return nil, err
 	}
-	return encodeFields(fields), true, nil
+	nvext := map[string]json.RawMessage{}
+	if raw, ok := r.Fields["nvext"]; ok && !isNull(raw) {
+		if raw[0] != '{' {
+			return nil, fmt.Errorf("%w: nvext: not a JSON object", ErrBadRequest)
+		}
+		if nvext, err = decodeFields(raw); err != nil {
+			return nil, fmt.Errorf("%w: nvext: %w", ErrBadRequest, err)
+		}
+	}
+	data := make([]byte, 0, 2+7*len(ids))
+	data = append(data, '[')
+	for i, id := range ids {
+		if i > 0 {
+			data = append(data, ',')
+		}
+		data = strconv.AppendUint(data, uint64(id), 10)
+	}
+	nvext["token_data"] = append(data, ']')
+	fields["nvext"] = encodeFields(nvext)
+	return encodeFields(fields), nil
 }
 
 // encodeFields writes fields, whose values are valid JSON, as a JSON

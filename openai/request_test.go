@@ -111,6 +111,46 @@ func TestRewrite(t *testing.T) {
 	require.False(t, changed)
 }
 
+func TestRewriteWithTokens(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       map[string]any // the fields checked in the rewritten body
+		err        string
+	}{
+		{name: "no nvext", body: `{"model":"m","messages":[{"role":"user","content":"a"}]}`,
+			want: map[string]any{"nvext": map[string]any{"token_data": []any{1.0, 2.0, 300000.0}}, "model": "m"}},
+		{name: "nvext kept", body: `{"messages":[{"role":"user","content":"a"}],"nvext":{"annotations":["x"],"token_data":[9]}}`,
+			want: map[string]any{"nvext": map[string]any{"annotations": []any{"x"}, "token_data": []any{1.0, 2.0, 300000.0}}}},
+		{name: "nvext null", body: `{"messages":[{"role":"user","content":"a"}],"nvext":null}`,
+			want: map[string]any{"nvext": map[string]any{"token_data": []any{1.0, 2.0, 300000.0}}}},
+		{name: "stream usage added too", body: `{"messages":[{"role":"user","content":"a"}],"stream":true}`,
+			want: map[string]any{"stream_options": map[string]any{"include_usage": true}, "nvext": map[string]any{"token_data": []any{1.0, 2.0, 300000.0}}}},
+		{name: "nvext not an object", body: `{"messages":[{"role":"user","content":"a"}],"nvext":[1]}`, err: "nvext"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := openai.ParseRequest([]byte(tt.body), openai.KindChat)
+			require.NoError(t, err)
+			body, err := r.RewriteWithTokens(true, []uint32{1, 2, 300000})
+			if tt.err != "" {
+				require.ErrorIs(t, err, openai.ErrBadRequest)
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			var got map[string]any
+			require.NoError(t, json.Unmarshal(body, &got))
+			for k, v := range tt.want {
+				require.Equal(t, v, got[k], k)
+			}
+			require.Equal(t, []any{map[string]any{"role": "user", "content": "a"}}, got["messages"], "the other fields as received")
+			again, err := openai.ParseRequest(body, openai.KindChat)
+			require.NoError(t, err, "the rewritten body parses")
+			require.Equal(t, r.Messages, again.Messages)
+		})
+	}
+}
+
 // FuzzParseRequest: any body gives a request or an error wrapping
 // ErrBadRequest, never a panic; a parsed chat's text messages and a
 // streamed request's usage body parse again.

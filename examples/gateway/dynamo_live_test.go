@@ -216,6 +216,12 @@ func testDynamoLive(t *testing.T, backend string) {
 		time.Sleep(200 * time.Millisecond) // the request's KV events reach the index
 	}
 	require.Len(t, workers, 1, "one shared prompt, one worker: %v", workers)
+	// The gateway sent the prompts' token ids, so the frontend did not
+	// tokenize them again (it warns when a request names a worker but
+	// brings no tokens, as the pings below do).
+	const noTokens = "backend_instance_id provided but no token_data"
+	frontend := procs[len(procs)-1]
+	require.NotContains(t, frontend.Log(), noTokens, "the frontend took the gateway's token ids")
 	var served string
 	for w := range workers {
 		served = w
@@ -236,6 +242,7 @@ func testDynamoLive(t *testing.T, backend string) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, a.status, a.body)
 	}
+	require.Contains(t, frontend.Log(), noTokens, "a request without token ids makes the frontend tokenize")
 	time.Sleep(time.Second)
 	a, err := chat(ctx, late, body, nil)
 	require.NoError(t, err)

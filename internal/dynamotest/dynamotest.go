@@ -184,6 +184,12 @@ func (p *Process) Stop(sig syscall.Signal) {
 	}
 }
 
+// Log returns the process's log so far.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
 // Tail returns the end of the process's log, for failure messages.
 func (p *Process) Tail() string {
 	b, _ := os.ReadFile(p.log)

@@ -50,7 +50,10 @@
 // request reaches the frontend with the chosen worker's instance id in
 // x-dynamo-worker-instance-id and its rank in x-dynamo-dp-rank (Dynamo's
 // rank: the router's plus Config.FrontendDPStart's start rank, for the
-// workers of a multi-node data-parallel deployment). Pass the
+// workers of a multi-node data-parallel deployment), and the prompt's
+// token ids in the body's nvext.token_data, which the frontend takes
+// instead of tokenizing the prompt again: the worker computes on exactly
+// the tokens the router matched. Pass the
 // Gateway as the event subscriber's load reporter (it is one: Heartbeat),
 // so that Dynamo's load reports and the gateway's health probes of the
 // frontend agree. The command examples/gateway does all of this with

@@ -191,7 +191,11 @@ func rankEndpoint(ep string, r int) (string, error) {
 // Engine's ID, Dynamo's instance id) and the data-parallel rank of
 // x-dynamo-dp-rank. The gateway also removes the client's other Dynamo
 // routing headers (prefill worker, rank aliases), so that a client cannot
-// override the router's choice.
+// override the router's choice, and sends the prompt's token ids in the
+// body ("nvext": {"token_data": [...]}), which the frontend then takes as
+// the prompt instead of tokenizing it again: the worker computes on
+// exactly the tokens the router matched, and the prompt is tokenized once.
+// A multimodal prompt is sent without them, for the frontend to process.
 const PresetDynamo = "dynamo"
 
 // Dynamo's routing headers (its frontend's names; the unprefixed ones are
@@ -210,6 +214,10 @@ type preset struct {
 	// attempt then fails and the request moves to another engine. Nil
 	// means never.
 	refused func(status int, body []byte) bool
+	// tokenData is set when the frontend takes the prompt's token ids
+	// from the body ("nvext": {"token_data": [...]}) instead of
+	// tokenizing the prompt again.
+	tokenData bool
 }
 
 // dynamoRefused recognises Dynamo's answer to a request naming a worker
@@ -233,7 +241,8 @@ var presets = map[string]preset{
 			"X-Dynamo-Prefill-Instance-Id", "X-Dynamo-Prefill-Dp-Rank", "X-Dynamo-Routing-Mode",
 			"X-Worker-Instance-Id", "X-Prefill-Instance-Id", "X-Dp-Rank", "X-Data-Parallel-Rank", "X-Prefill-Dp-Rank",
 		},
-		refused: dynamoRefused,
+		refused:   dynamoRefused,
+		tokenData: true,
 	},
 }
 
@@ -245,9 +254,10 @@ type headerField struct {
 
 // engineHeaders are the compiled Headers and Preset of an engine.
 type engineHeaders struct {
-	set     []headerField
-	strip   []string
-	refused func(status int, body []byte) bool
+	set       []headerField
+	strip     []string
+	refused   func(status int, body []byte) bool
+	tokenData bool // send the prompt's token ids (preset.tokenData)
 }
 
 // headers compiles e's Headers and Preset, checking names and values.
@@ -260,7 +270,7 @@ func (e *Engine) headers() (engineHeaders, error) {
 			return h, fmt.Errorf("unknown preset %q (known: %s)", e.Preset, strings.Join(slices.Sorted(maps.Keys(presets)), ", "))
 		}
 		maps.Copy(merged, p.set)
-		h.strip, h.refused = p.strip, p.refused
+		h.strip, h.refused, h.tokenData = p.strip, p.refused, p.tokenData
 	}
 	own := map[string]bool{}
 	for name, value := range e.Headers {

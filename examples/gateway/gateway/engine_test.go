@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/router"
 )
 
@@ -107,6 +110,65 @@ func TestEngineHeaders(t *testing.T) {
 			for name, value := range tt.want {
 				require.Equal(t, []string{value}, h.Values(name), name)
 			}
+		})
+	}
+}
+
+// An engine behind Dynamo's frontend (PresetDynamo) is sent the prompt's
+// token ids in nvext.token_data, the ids the router matched, with the
+// client's other nvext fields kept; an engine without the preset gets the
+// body as the client sent it, and so does a Dynamo engine when the
+// client's nvext is not an object (for the frontend to refuse).
+func TestEngineTokenData(t *testing.T) {
+	const prompt = `the cat sat on the mat`
+	want, err := gateway.WordTokenizer{}.Tokenize(context.Background(), &openai.Request{Kind: openai.KindChat,
+		Messages: json.RawMessage(`[{"role":"user","content":"` + prompt + `"}]`)}, nil)
+	require.NoError(t, err)
+	wantIDs := make([]any, len(want))
+	for i, id := range want {
+		wantIDs[i] = float64(id)
+	}
+	tests := []struct {
+		name   string
+		preset string
+		nvext  string // the client's nvext, raw; empty: none
+		want   any    // the nvext the engine receives; nil: none
+	}{
+		{name: "dynamo", preset: gateway.PresetDynamo, want: map[string]any{"token_data": wantIDs}},
+		{name: "dynamo, client nvext kept", preset: gateway.PresetDynamo, nvext: `{"annotations":["request_id"]}`,
+			want: map[string]any{"annotations": []any{"request_id"}, "token_data": wantIDs}},
+		{name: "dynamo, client nvext not an object", preset: gateway.PresetDynamo, nvext: `"x"`, want: "x"},
+		{name: "no preset", want: nil},
+		{name: "no preset, client nvext", nvext: `{"annotations":[]}`, want: map[string]any{"annotations": []any{}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := make(chan map[string]any, 1)
+			engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var body map[string]any
+				_ = json.NewDecoder(r.Body).Decode(&body)
+				got <- body
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprint(w, `{"choices":[{"message":{"content":"x"}}]}`)
+			}))
+			defer engine.Close()
+			r, err := router.New(router.Config{})
+			require.NoError(t, err)
+			gw, err := gateway.New(gateway.Config{Router: r, Engines: []gateway.Engine{{ID: 7, URL: engine.URL, Preset: tt.preset}}})
+			require.NoError(t, err)
+			srv := httptest.NewServer(gw)
+			defer srv.Close()
+			req := `{"model":"m","messages":[{"role":"user","content":"` + prompt + `"}]`
+			if tt.nvext != "" {
+				req += `,"nvext":` + tt.nvext
+			}
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(req+"}"))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			body := <-got
+			require.Equal(t, tt.want, body["nvext"])
+			require.Equal(t, []any{map[string]any{"role": "user", "content": prompt}}, body["messages"])
 		})
 	}
 }

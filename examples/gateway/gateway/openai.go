@@ -21,6 +21,30 @@ type apiRequest struct {
 	// .include_usage to learn the cached tokens, so the usage chunk must
 	// not reach the client.
 	injectedUsage bool
+	// tokens are the prompt's token ids when engines that take them
+	// (engineHeaders.tokenData) may be sent them: nil for a multimodal
+	// prompt. tokenBody is the body with them, made on first use.
+	tokens    []uint32
+	tokenBody []byte
+}
+
+// bodyFor returns the body to send to an engine with headers h: the
+// forwarded body base, or, for an engine that takes the prompt's token
+// ids, the body with them. A request whose "nvext" is not an object goes
+// as it came, for the engine to answer.
+func (r *apiRequest) bodyFor(h *engineHeaders, base []byte) []byte {
+	if !h.tokenData || r.tokens == nil {
+		return base
+	}
+	if r.tokenBody == nil {
+		b, err := r.RewriteWithTokens(true, r.tokens)
+		if err != nil {
+			r.tokens = nil
+			return base
+		}
+		r.tokenBody = b
+	}
+	return r.tokenBody
 }
 
 // parseRequest reads a request body of the given kind. Errors wrap

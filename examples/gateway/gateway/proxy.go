@@ -138,6 +138,9 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, kind openai.Kind
 		return
 	}
 	rreq := router.Request{Tokens: tokens, ExpectedOutputTokens: req.MaxTokens, LoRA: lora, CacheSalt: req.CacheSalt, MM: mm}
+	if mm == nil {
+		req.tokens = tokens
+	}
 
 	var (
 		tried []kvroute.WorkerKey
@@ -274,6 +277,7 @@ func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, 
 		return &failure{worker: d.Worker, err: a.err}
 	}
 	a.target, a.headers, a.ranks = eng.target, &eng.headers, max(eng.cfg.Ranks, 1)
+	body = req.bodyFor(&eng.headers, body)
 	a.ctx = context.WithValue(in.Context(), attemptKey{}, a)
 	out := in.Clone(a.ctx)
 	out.Body = io.NopCloser(bytes.NewReader(body))
