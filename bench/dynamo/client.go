@@ -46,15 +46,22 @@ type chatBody struct {
 	NVExt         map[string]any `json:"nvext"`
 }
 
-// body encodes r for the model.
-func body(model string, r *Request) ([]byte, error) {
+// body encodes r for the model; tokens, when not nil, are its prompt's
+// token ids for nvext.token_data, which Dynamo's frontend takes instead of
+// tokenizing the prompt when a worker is named (as kvroute's gateway sends
+// them).
+func body(model string, r *Request, tokens []uint32) ([]byte, error) {
+	nvext := map[string]any{"extra_fields": []string{"worker_id"}}
+	if tokens != nil {
+		nvext["token_data"] = tokens
+	}
 	return json.Marshal(chatBody{
 		Model:         model,
 		Messages:      r.Messages,
 		MaxTokens:     r.MaxTokens,
 		Stream:        true,
 		StreamOptions: map[string]any{"include_usage": true},
-		NVExt:         map[string]any{"extra_fields": []string{"worker_id"}},
+		NVExt:         nvext,
 	})
 }
 
@@ -83,9 +90,10 @@ type chunk struct {
 // send posts r to url and reads its stream. header, when not empty, is
 // added to the request (the direct-mode worker choice); firstToken, when
 // not nil, is called when the first content arrives.
-func send(ctx context.Context, hc *http.Client, url, model string, r *Request, header http.Header, firstToken func()) Result {
+func send(ctx context.Context, hc *http.Client, url, model string, r *Request, header http.Header, hooks Hooks) Result {
+	firstToken := hooks.FirstToken
 	res := Result{Req: r, Predicted: -1}
-	b, err := body(model, r)
+	b, err := body(model, r, hooks.Tokens)
 	if err != nil {
 		res.Err = err
 		return res

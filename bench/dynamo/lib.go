@@ -25,7 +25,8 @@ import (
 // workers are discovered in Dynamo's file store and their KV events and
 // load followed on Dynamo's event plane (packages discovery/dynamo and
 // kvevents/dynamo), and each chat goes to the frontend in direct mode with
-// the chosen worker in the x-dynamo-worker-instance-id header.
+// the chosen worker in the x-dynamo-worker-instance-id header and its
+// token ids in nvext.token_data, as the gateway sends them.
 
 // libChooser routes with an in-process router.
 type libChooser struct {
@@ -42,6 +43,7 @@ func (c *libChooser) Before(ctx context.Context, r *Request) (http.Header, Hooks
 	h := http.Header{}
 	h.Set(workerHeader, strconv.FormatUint(uint64(d.Worker.ID), 10))
 	return h, Hooks{
+		Tokens:     c.tokens[r],
 		FirstToken: d.PrefillDone,
 		Done: func(res *Result) {
 			res.Predicted = d.CachedTokens

@@ -23,6 +23,9 @@ type Chooser interface {
 type Hooks struct {
 	FirstToken func()
 	Done       func(*Result)
+	// Tokens, when not nil, are the prompt's token ids, sent in
+	// nvext.token_data.
+	Tokens []uint32
 }
 
 // Run is one run of a scenario through one arm.
@@ -64,7 +67,7 @@ func drive(ctx context.Context, url string, s *Scenario, ch Chooser) (*Run, erro
 							continue
 						}
 					}
-					res := send(ctx, hc, url, modelName, r, hdr, hooks.FirstToken)
+					res := send(ctx, hc, url, modelName, r, hdr, hooks)
 					if hooks.Done != nil {
 						hooks.Done(&res)
 					}
