@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,7 +63,9 @@ func FuzzParseEngine(f *testing.F) {
 // FuzzParseAPIRequest parses completion and chat request bodies as the
 // gateway receives them from clients. A rejected body wraps ErrBadRequest;
 // an accepted one has a prompt (text, token ids or messages) and a
-// non-negative max_tokens, and its forwarded body is a JSON object.
+// non-negative max_tokens, its forwarded body is a JSON object, and so is
+// the body with token ids for Dynamo's frontend, which carries them in
+// nvext.token_data unless the client's nvext is not an object.
 func FuzzParseAPIRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":"hello world","max_tokens":16,"stream":true}`), false)
 	f.Add([]byte(`{"model":"m","prompt":[[1,2,3]],"cache_salt":"s"}`), false)
@@ -97,8 +101,27 @@ func FuzzParseAPIRequest(f *testing.F) {
 		if _, err := parseRequest(fwd, kind); err != nil {
 			t.Fatalf("forwarded body %q does not parse again: %v", fwd, err)
 		}
+		r.tokens = []uint32{1, 20, 300}
+		withTokens := r.bodyFor(&engineHeaders{tokenData: true}, fwd)
+		again, err := parseRequest(withTokens, kind)
+		if err != nil {
+			t.Fatalf("body with token ids %q does not parse again: %v", withTokens, err)
+		}
+		if !bytes.Equal(again.Messages, r.Messages) {
+			t.Fatalf("body with token ids %q changed the messages %q", withTokens, r.Messages)
+		}
+		if r.tokens == nil {
+			return // the client's nvext is not an object: sent as it came
+		}
+		var nvext struct {
+			TokenData []uint32 `json:"token_data"`
+		}
+		if err := json.Unmarshal(again.Fields["nvext"], &nvext); err != nil || !slices.Equal(nvext.TokenData, []uint32{1, 20, 300}) {
+			t.Fatalf("body with token ids %q: nvext %s (%v)", withTokens, again.Fields["nvext"], err)
+		}
 	})
 }
+
 
 // recordHooks records what an sseBody reports.
 type recordHooks struct {
