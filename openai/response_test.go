@@ -3,6 +3,7 @@ package openai_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -141,4 +142,29 @@ func caseFolded(m map[string]json.RawMessage, name string) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkEventScanner scans the stream of a 64-token streamed chat
+// completion (a chunk per token, then the usage chunk and [DONE]) as the
+// gateway relays it, reporting chunks/s.
+func BenchmarkEventScanner(b *testing.B) {
+	var stream []byte
+	for i := range 64 {
+		stream = fmt.Appendf(stream, "data: {\"id\":\"chatcmpl-7d3f\",\"object\":\"chat.completion.chunk\",\"created\":1732400000,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word%d\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n", i)
+	}
+	stream = append(stream, "data: {\"id\":\"chatcmpl-7d3f\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1600,\"completion_tokens\":64,\"prompt_tokens_details\":{\"cached_tokens\":1408}}}\n\ndata: [DONE]\n\n"...)
+	events := 0
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var s openai.EventScanner
+		for off := 0; off < len(stream); off += 1024 { // as network reads deliver it
+			s.Write(stream[off:min(off+1024, len(stream))], func(ev *openai.Event) {
+				if ev.HasChoices || ev.HasUsage {
+					events++
+				}
+			})
+		}
+	}
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "chunks/s")
 }
