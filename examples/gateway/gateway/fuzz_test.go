@@ -122,7 +122,6 @@ func FuzzParseAPIRequest(f *testing.F) {
 	})
 }
 
-
 // recordHooks records what an sseBody reports.
 type recordHooks struct {
 	chunks   int
