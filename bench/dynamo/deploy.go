@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/dynamotest"
+	"github.com/kvroute/kvroute/internal/loopback"
 )
 
 // dynamoPackages are what the benchmark installs into its venv: Dynamo
@@ -224,12 +224,7 @@ func (d *Deployment) waitReady(ctx context.Context, cfg deployConfig) error {
 	}
 }
 
-// freePort returns a loopback TCP port that is free now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a loopback TCP port that is free now and that no
+// process binding port 0 (the workers' event sockets) can be given before
+// the process it is meant for binds it (loopback.FreePort).
+func freePort() (int, error) { return loopback.FreePort() }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvroute/kvroute/internal/loopback"
 )
 
 // Python returns the interpreter and PYTHONPATH that run Dynamo's
@@ -199,12 +200,13 @@ func (p *Process) Tail() string {
 	return string(b)
 }
 
-// FreePort returns a loopback port nobody listens on right now.
+// FreePort returns a loopback port nobody listens on right now, which no
+// process binding port 0 (Dynamo's workers bind their event sockets so)
+// can be given before the caller's process binds it (loopback.FreePort).
 func FreePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := loopback.FreePort()
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Instances returns the instance ids of the generate endpoints

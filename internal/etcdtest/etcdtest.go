@@ -4,7 +4,6 @@ package etcdtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvroute/kvroute/internal/loopback"
 )
 
 // Binary finds the etcd server: $KVROUTE_ETCD (set by .ci/setup-etcd.sh)
@@ -32,14 +33,15 @@ func Binary(t testing.TB) string {
 	return ""
 }
 
+// freePort returns a loopback port for etcd that no process binding port
+// 0 can be given before etcd binds it (loopback.FreePort).
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := loopback.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Start runs etcd on loopback until the test ends and returns a client
