@@ -13,7 +13,7 @@ import (
 // referenceCleanMessages is cleanMessages written with encoding/json, the
 // oracle of TestCleanMessagesAgreesWithEncodingJSON and
 // FuzzCleanMessages: an array of objects, each read field by field in
-// order, duplicates included.
+// order, duplicates included, then cleaned by the same cleanFields.
 func referenceCleanMessages(raw json.RawMessage) ([]byte, error) {
 	var msgs []json.RawMessage
 	if err := json.Unmarshal(raw, &msgs); err != nil {
@@ -41,23 +41,7 @@ func referenceCleanMessages(raw json.RawMessage) ([]byte, error) {
 			}
 			fields = append(fields, field{k.(string), v})
 		}
-		var kept []field
-		var reasoning json.RawMessage
-		for _, f := range fields {
-			if !isNull(f.v) {
-				kept = append(kept, f)
-			}
-		}
-		for _, name := range []string{"reasoning_content", "thinking", "reasoning"} {
-			for _, f := range kept {
-				if f.k == name && reasoning == nil {
-					reasoning = f.v
-				}
-			}
-		}
-		if reasoning != nil {
-			kept = withField(withField(append([]field{{"thinking", reasoning}}, kept...), "thinking", reasoning), "reasoning_content", reasoning)
-		}
+		kept := cleanFields(fields)
 		if i > 0 {
 			out.WriteByte(',')
 		}

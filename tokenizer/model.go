@@ -259,23 +259,7 @@ func cleanMessages(raw json.RawMessage) (json.RawMessage, error) {
 		if fields, err = messageFields(d, raw, fields[:0]); err != nil {
 			return nil, fmt.Errorf("%w: message %d: %w", ErrInvalid, n, err)
 		}
-		var kept []field
-		var reasoning json.RawMessage
-		for _, f := range fields {
-			if !isNull(f.v) {
-				kept = append(kept, f)
-			}
-		}
-		for _, name := range []string{"reasoning_content", "thinking", "reasoning"} {
-			for _, f := range kept {
-				if f.k == name && reasoning == nil {
-					reasoning = f.v
-				}
-			}
-		}
-		if reasoning != nil {
-			kept = withField(withField(append([]field{{"thinking", reasoning}}, kept...), "thinking", reasoning), "reasoning_content", reasoning)
-		}
+		kept := cleanFields(fields)
 		if n > 0 {
 			out = append(out, ',')
 		}
@@ -300,6 +284,31 @@ func cleanMessages(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, fmt.Errorf("%w: no messages", ErrInvalid)
 	}
 	return append(out, ']'), nil
+}
+
+// cleanFields returns a message's fields without those whose value is
+// null, and with its reasoning (the first of "reasoning_content",
+// "thinking" and "reasoning" it has) under "thinking" and
+// "reasoning_content" too.
+func cleanFields(fields []field) []field {
+	var kept []field
+	var reasoning json.RawMessage
+	for _, f := range fields {
+		if !isNull(f.v) {
+			kept = append(kept, f)
+		}
+	}
+	for _, name := range []string{"reasoning_content", "thinking", "reasoning"} {
+		for _, f := range kept {
+			if f.k == name && reasoning == nil {
+				reasoning = f.v
+			}
+		}
+	}
+	if reasoning != nil {
+		kept = withField(withField(append([]field{{"thinking", reasoning}}, kept...), "thinking", reasoning), "reasoning_content", reasoning)
+	}
+	return kept
 }
 
 // messageFields reads the next value of d, which decodes raw, as a JSON
