@@ -193,11 +193,11 @@ func (p *Process) Log() string {
 
 // Tail returns the end of the process's log, for failure messages.
 func (p *Process) Tail() string {
-	b, _ := os.ReadFile(p.log)
+	b := p.Log()
 	if len(b) > 3000 {
 		b = b[len(b)-3000:]
 	}
-	return string(b)
+	return b
 }
 
 // FreePort returns a loopback port nobody listens on right now, which no
