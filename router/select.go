@@ -376,19 +376,15 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 	return nil
 }
 
-// mergeReported copies an engine's load report over the static capacities.
+// mergeReported copies an engine's load report over the static
+// capacities: the report's counts, and its capacities where it has them
+// (takeCapacities).
 func mergeReported(l *scheduling.Load, rep *scheduling.Load) {
-	static := *l
+	caps := *l
+	takeCapacities(&caps, rep)
 	*l = *rep
-	if l.MaxBatchedTokens == 0 {
-		l.MaxBatchedTokens = static.MaxBatchedTokens
-	}
-	if l.MaxRequests == 0 {
-		l.MaxRequests = static.MaxRequests
-	}
-	if l.KVCapacityBlocks == 0 {
-		l.KVCapacityBlocks = static.KVCapacityBlocks
-	}
+	l.MaxBatchedTokens, l.MaxRequests = caps.MaxBatchedTokens, caps.MaxRequests
+	l.KVCapacityBlocks, l.PrefillTokensPerSecond = caps.KVCapacityBlocks, caps.PrefillTokensPerSecond
 }
 
 // takeCapacities copies an engine's reported capacities over the static
