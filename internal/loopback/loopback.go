@@ -3,7 +3,6 @@
 package loopback
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -26,12 +25,20 @@ var taken sync.Map
 // another process binding port 0 (as Dynamo's workers do for their event
 // sockets), which happens with the port a listen on port 0 returns. It
 // never returns a port twice in one process.
-func FreePort() (int, error) {
+func FreePort() (int, error) { return FreePorts(1) }
+
+// FreePorts returns the first of n consecutive free loopback TCP ports,
+// chosen as FreePort chooses one, for a process that binds a port per
+// rank from a base port. None of the n is returned again in this process.
+func FreePorts(n int) (int, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("loopback: %d ports asked for", n)
+	}
 	lo := ephemeralStart()
 	for range 200 {
 		var p int
-		if lo-firstPort >= 1000 {
-			p = firstPort + rand.IntN(lo-firstPort)
+		if lo-firstPort >= 1000+n {
+			p = firstPort + rand.IntN(lo-firstPort-n+1)
 		} else {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -40,17 +47,43 @@ func FreePort() (int, error) {
 			p = l.Addr().(*net.TCPAddr).Port
 			l.Close()
 		}
-		if _, dup := taken.LoadOrStore(p, true); dup {
+		if p+n-1 > 65535 || !reserve(p, n) {
 			continue
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue // in use
+		if free(p, n) {
+			return p, nil
 		}
-		l.Close()
-		return p, nil
 	}
-	return 0, errors.New("loopback: no free port found in 200 tries")
+	return 0, fmt.Errorf("loopback: no %d free consecutive ports found in 200 tries", n)
+}
+
+// reserve marks ports [p, p+n) as returned and reports whether none of
+// them was before.
+func reserve(p, n int) bool {
+	for i := range n {
+		if _, dup := taken.LoadOrStore(p+i, true); dup {
+			return false
+		}
+	}
+	return true
+}
+
+// free reports whether ports [p, p+n) can all be listened on now.
+func free(p, n int) bool {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+i))
+		if err != nil {
+			return false
+		}
+		held = append(held, l)
+	}
+	return true
 }
 
 // ephemeralStart returns the first port of the kernel's ephemeral range

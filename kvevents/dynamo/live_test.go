@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/dynamo"
 	kvzmq "github.com/kvroute/kvroute/kvevents/zmq"
@@ -235,11 +236,9 @@ func (l *loadLog) get(w kvroute.WorkerKey) (scheduling.Load, bool) {
 
 func freeEndpoint(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := loopback.FreePort()
 	require.NoError(t, err)
-	ep := "tcp://" + l.Addr().String()
-	require.NoError(t, l.Close())
-	return ep
+	return "tcp://127.0.0.1:" + strconv.Itoa(port)
 }
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool, poke func()) {

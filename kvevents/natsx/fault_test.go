@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/natsx"
 	"github.com/kvroute/kvroute/router"
@@ -31,11 +32,11 @@ type natsServer struct {
 
 func startNATSServer(t testing.TB) *natsServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port below the ephemeral range: no process binding port 0 can
+	// take it while the server is down between restarts.
+	port, err := loopback.FreePort()
 	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	s := &natsServer{t: t, addr: addr}
+	s := &natsServer{t: t, addr: "127.0.0.1:" + strconv.Itoa(port)}
 	s.start()
 	t.Cleanup(func() { s.srv.Shutdown() })
 	return s

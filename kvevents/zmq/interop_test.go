@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/loopback"
 	"github.com/kvroute/kvroute/kvevents"
 	kvzmq "github.com/kvroute/kvroute/kvevents/zmq"
 )
@@ -50,33 +50,14 @@ func requireExternal(t *testing.T) {
 	t.Skipf("missing %s; install python3-zmq python3-msgpack (Debian) or set KVROUTE_EXTERNAL_TESTS=1 to require them", missing)
 }
 
-// freePorts finds n consecutive free loopback TCP ports.
+// freePorts finds n consecutive free loopback TCP ports below the
+// ephemeral range (loopback.FreePorts), so that no process binding port
+// 0 meanwhile takes one of them.
 func freePorts(t *testing.T, n int) int {
 	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		base := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		ok := true
-		var held []net.Listener
-		for i := range n {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			held = append(held, l)
-		}
-		for _, l := range held {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no free ports")
-	return 0
+	base, err := loopback.FreePorts(n)
+	require.NoError(t, err)
+	return base
 }
 
 // publisherDump is the part of kvevents_publisher.py's --dump we check.
