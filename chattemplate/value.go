@@ -1,7 +1,6 @@
 package chattemplate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/kvroute/kvroute/internal/jsonread"
 )
 
 // Values a template computes with, modelled on Python's:
@@ -404,7 +405,7 @@ const maxDepth = 512
 // As encoding/json does, it accepts duplicate object keys (the last one
 // wins) and replaces invalid UTF-8 in strings with U+FFFD.
 func fromJSON(data []byte) (value, error) {
-	d := jsontext.NewDecoder(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	d := jsonread.NewDecoder(data)
 	v, err := decodeJSON(d, 0)
 	if err != nil {
 		return nil, err

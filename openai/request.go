@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/kvroute/kvroute/internal/jsonread"
 )
 
 // ErrBadRequest is wrapped by errors about a request body that cannot be
@@ -146,18 +148,13 @@ func ParseRequest(body []byte, kind Kind) (*Request, error) {
 	return r, r.parseChat()
 }
 
-// jsonOptions are encoding/json's rules, which requests keep: duplicate
-// names allowed (the last one wins), invalid UTF-8 in strings replaced
-// with U+FFFD.
-var jsonOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
-
 // decodeFields decodes a JSON object into its top-level fields, as
 // encoding/json decodes it into a map[string]json.RawMessage, in one pass
 // and with one copy of body, which the fields' values share; a JSON null
 // gives a nil map.
 func decodeFields(body []byte) (map[string]json.RawMessage, error) {
 	own := bytes.Clone(body)
-	d := jsontext.NewDecoder(bytes.NewBuffer(own), jsonOptions...)
+	d := jsonread.NewDecoder(own)
 	switch d.PeekKind() {
 	case 'n':
 		if _, err := d.ReadToken(); err != nil {
@@ -282,7 +279,7 @@ func (r *Request) parseChat() error {
 // encoding/json matches a struct field, the last key equal to "role" up
 // to case counts, and null counts as no role.
 func checkRoles(messages json.RawMessage) error {
-	d := jsontext.NewDecoder(bytes.NewBuffer(messages), jsonOptions...)
+	d := jsonread.NewDecoder(messages)
 	if d.PeekKind() != '[' {
 		return errors.New("messages: not a JSON array")
 	}

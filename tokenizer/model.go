@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/kvroute/kvroute/chattemplate"
+	"github.com/kvroute/kvroute/internal/jsonread"
 )
 
 // ErrNoTemplate is returned by chat methods when the model directory has
@@ -246,7 +246,7 @@ func (m *Model) template(name string, tools bool) (*chattemplate.Template, error
 // keys whose value is null and copies the reasoning under the names
 // templates read ("thinking", "reasoning_content"), as transformers does.
 func cleanMessages(raw json.RawMessage) (json.RawMessage, error) {
-	d := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	d := jsonread.NewDecoder(raw)
 	if t, err := d.ReadToken(); err != nil || t.Kind() != '[' {
 		return nil, fmt.Errorf("%w: messages are not a JSON array", ErrInvalid)
 	}
