@@ -25,8 +25,8 @@ type Policy struct {
 	// busy.
 	SessionAffinity bool
 	// OwnLoad has the router count only the requests it routed itself:
-	// engines' load reports reach it through OwnLoadReport, which keeps
-	// their capacities and drops their counts. A report lags the engine
+	// engines' load reports reach it as their capacities alone
+	// (scheduling.Load.Capacities), without their counts. A report lags the engine
 	// (the simulator delays it by Config.EventDelay; Dynamo's engines
 	// report about once a second when idle), and merged with the router's
 	// own counts by the larger of the two it makes an idle worker look
@@ -38,7 +38,8 @@ type Policy struct {
 	// FreshLoad, when positive and OwnLoad is false, has engines' load
 	// reports count for that long after they reach the router: then, until
 	// the engine's next report, the router takes only its capacities
-	// (OwnLoadReport) and counts only the requests it routed itself. A
+	// (scheduling.Load.Capacities) and counts only the requests it routed
+	// itself. A
 	// busy engine reports every step and its reports stay fresh; an idle
 	// one stops reporting (Dynamo's engines report about once a second
 	// then), and its last busy report no longer makes it look loaded. Unlike
@@ -68,30 +69,17 @@ func WithoutReportedRequests(l scheduling.Load) scheduling.Load {
 }
 
 // TakenReport returns the part of an engine's load report l that the
-// policy's router takes when it arrives: OwnLoadReport(l) with OwnLoad,
-// else ReportFilter(l) when set, else l. (FreshLoad later takes back what
-// OwnLoadReport drops.)
+// policy's router takes when it arrives: l.Capacities() with OwnLoad,
+// else ReportFilter(l) when set, else l. (FreshLoad later takes back the
+// counts.)
 func (p *Policy) TakenReport(l scheduling.Load) scheduling.Load {
 	switch {
 	case p.OwnLoad:
-		return OwnLoadReport(l)
+		return l.Capacities()
 	case p.ReportFilter != nil:
 		return p.ReportFilter(l)
 	}
 	return l
-}
-
-// OwnLoadReport returns the part of an engine's load report that a router
-// counting only its own requests (Policy.OwnLoad) takes: the capacities
-// (KV blocks, request slots, batch budget, prefill throughput), not the
-// counts of requests, tokens and blocks in use.
-func OwnLoadReport(l scheduling.Load) scheduling.Load {
-	return scheduling.Load{
-		MaxRequests:            l.MaxRequests,
-		KVCapacityBlocks:       l.KVCapacityBlocks,
-		MaxBatchedTokens:       l.MaxBatchedTokens,
-		PrefillTokensPerSecond: l.PrefillTokensPerSecond,
-	}
 }
 
 // Policies returns the policies the comparison runs, in table order: the

@@ -375,7 +375,7 @@ func (s *sim) handle(ctx context.Context, ev *simEvent, arrivalsLeft bool) error
 		if !s.policy.OwnLoad && s.policy.FreshLoad > 0 {
 			s.reportGen[ev.engine]++
 			s.events.push(simEvent{at: s.clock.now + s.policy.FreshLoad, kind: evLoadStale, engine: ev.engine,
-				load: OwnLoadReport(load), gen: s.reportGen[ev.engine]})
+				load: load.Capacities(), gen: s.reportGen[ev.engine]})
 		}
 		if err := s.router.Heartbeat(kvroute.WorkerKey{ID: kvroute.WorkerID(ev.engine + 1)}, load); err != nil {
 			return fmt.Errorf("bench: heartbeat: %w", err)

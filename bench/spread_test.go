@@ -172,15 +172,6 @@ func TestNewSpreadBoundErrors(t *testing.T) {
 	}
 }
 
-func TestOwnLoadReport(t *testing.T) {
-	in := scheduling.Load{
-		ActivePrefillTokens: 100, ActiveDecodeBlocks: 7, PotentialDecodeBlocks: 9, ActiveRequests: 3,
-		MaxRequests: 64, QueueDepth: 2, KVUtilization: 0.5, KVCapacityBlocks: 800, MaxBatchedTokens: 8192,
-		PrefillTokensPerSecond: 2e4,
-	}
-	require.Equal(t, scheduling.Load{MaxRequests: 64, KVCapacityBlocks: 800, MaxBatchedTokens: 8192, PrefillTokensPerSecond: 2e4}, OwnLoadReport(in))
-}
-
 func TestCandidatePolicies(t *testing.T) {
 	sc := reducedScenario(t, 400)
 	for _, p := range CandidatePolicies() {

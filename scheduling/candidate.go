@@ -123,6 +123,19 @@ type Load struct {
 	PrefillTokensPerSecond float64
 }
 
+// Capacities returns the capacities of l alone (request slots, KV cache
+// blocks, token budget per pass, prefill throughput) with every count of
+// requests, tokens and blocks in use zero: what a router that counts
+// only the requests it routed takes from an engine's load report.
+func (l Load) Capacities() Load {
+	return Load{
+		MaxRequests:            l.MaxRequests,
+		KVCapacityBlocks:       l.KVCapacityBlocks,
+		MaxBatchedTokens:       l.MaxBatchedTokens,
+		PrefillTokensPerSecond: l.PrefillTokensPerSecond,
+	}
+}
+
 // Candidate is one worker that may serve the request, with what it caches
 // of the prompt and how loaded it is. Hosts build a []Candidate per request
 // and reuse it between requests. The fields cost functions read on every

@@ -420,3 +420,16 @@ func TestDynamoCostExpectedOutput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, worker(1), cands[i].Worker, "costs %v", costs)
 }
+
+// Capacities keeps a load's capacities and zeroes every count.
+func TestLoadCapacities(t *testing.T) {
+	in := scheduling.Load{
+		ActivePrefillTokens: 100, ActiveDecodeBlocks: 7, PotentialDecodeBlocks: 9, ActiveRequests: 3,
+		MaxRequests: 64, QueueDepth: 2, KVUtilization: 0.5, KVCapacityBlocks: 800, MaxBatchedTokens: 8192,
+		PrefillTokensPerSecond: 2e4,
+	}
+	want := scheduling.Load{MaxRequests: 64, KVCapacityBlocks: 800, MaxBatchedTokens: 8192, PrefillTokensPerSecond: 2e4}
+	if got := in.Capacities(); got != want {
+		t.Fatalf("Capacities() = %+v, want %+v", got, want)
+	}
+}

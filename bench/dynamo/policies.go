@@ -114,7 +114,7 @@ func (f filteredLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
 }
 
 // freshLoad passes load reports to a router and, window after a worker's
-// last report, the report's capacities alone (kvbench.OwnLoadReport), so
+// last report, the report's capacities alone (scheduling.Load.Capacities), so
 // that the router counts a report only while it is fresh
 // (kvbench.Policy.FreshLoad).
 type freshLoad struct {
@@ -142,7 +142,7 @@ func (f *freshLoad) Heartbeat(w kvroute.WorkerKey, l scheduling.Load) error {
 		return nil
 	}
 	f.gen[w]++
-	g, stale := f.gen[w], kvbench.OwnLoadReport(l)
+	g, stale := f.gen[w], l.Capacities()
 	if t := f.timers[w]; t != nil {
 		t.Stop()
 	}
