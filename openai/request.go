@@ -126,13 +126,9 @@ func ParseRequest(body []byte, kind Kind) (*Request, error) {
 	if err := field(r.Fields, "cache_salt", &r.CacheSalt); err != nil {
 		return nil, err
 	}
-	var opts struct {
-		IncludeUsage *bool `json:"include_usage"`
-	}
-	if err := field(r.Fields, "stream_options", &opts); err != nil {
+	if r.IncludeUsage, err = includeUsage(r.Fields["stream_options"]); err != nil {
 		return nil, err
 	}
-	r.IncludeUsage = opts.IncludeUsage != nil && *opts.IncludeUsage
 	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
 		var n *int
 		if err := field(r.Fields, name, &n); err != nil {
@@ -216,6 +212,28 @@ func field(fields map[string]json.RawMessage, name string, v any) error {
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
 
+// includeUsage reads stream_options.include_usage. Engines (vLLM,
+// SGLang, Dynamo) look the option up by its exact name, so it is matched
+// exactly, not up to case as encoding/json matches a struct field; the
+// last of duplicate names counts.
+func includeUsage(raw json.RawMessage) (bool, error) {
+	if len(raw) == 0 || isNull(raw) {
+		return false, nil
+	}
+	if raw[0] != '{' {
+		return false, fmt.Errorf("%w: field \"stream_options\": not a JSON object", ErrBadRequest)
+	}
+	opts, err := decodeFields(raw)
+	if err != nil {
+		return false, fmt.Errorf("%w: field \"stream_options\": %w", ErrBadRequest, err)
+	}
+	var on *bool
+	if err := field(opts, "include_usage", &on); err != nil {
+		return false, fmt.Errorf("stream_options: %w", err)
+	}
+	return on != nil && *on, nil
+}
+
 // parsePrompt reads a completion prompt: a string, token ids, or a batch
 // of one of either.
 func (r *Request) parsePrompt(raw json.RawMessage) error {
@@ -229,22 +247,42 @@ func (r *Request) parsePrompt(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &batch); err != nil {
 		return fmt.Errorf("%w: prompt is neither text nor a list: %w", ErrBadRequest, err)
 	}
-	if len(batch) == 1 {
+	if len(batch) == 1 && !isNull(batch[0]) {
 		if json.Unmarshal(batch[0], &r.Prompt) == nil {
 			return nil
 		}
-		var ids []uint32
-		if json.Unmarshal(batch[0], &ids) == nil {
+		if ids, err := tokenIDs(batch[0]); err == nil {
 			r.PromptTokens, r.HasTokens = ids, true
 			return nil
 		}
 	}
-	var ids []uint32
-	if err := json.Unmarshal(raw, &ids); err != nil {
+	ids, err := tokenIDs(raw)
+	if err != nil {
 		return fmt.Errorf("%w: prompt must be one text or one list of token ids (batches are not routed): %w", ErrBadRequest, err)
 	}
 	r.PromptTokens, r.HasTokens = ids, true
 	return nil
+}
+
+// tokenIDs decodes a non-empty JSON array of token ids. A null id is an
+// error: encoding/json would leave a zero in its place, a token the client
+// never sent.
+func tokenIDs(raw json.RawMessage) ([]uint32, error) {
+	var ids []*uint32
+	if err := json.Unmarshal(raw, &ids); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("no token ids")
+	}
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		if id == nil {
+			return nil, fmt.Errorf("token id %d is null", i)
+		}
+		out[i] = *id
+	}
+	return out, nil
 }
 
 // parseChat checks a chat request's messages (a non-empty array of objects

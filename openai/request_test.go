@@ -73,6 +73,21 @@ func TestParseRequest(t *testing.T) {
 		{name: "message without role", kind: openai.KindChat, body: `{"messages":[{"content":"x"}]}`, err: "no role"},
 		{name: "empty messages", kind: openai.KindChat, body: `{"messages":[]}`, err: "no messages"},
 		{name: "tools not a list", kind: openai.KindChat, body: `{"messages":[{"role":"user","content":"x"}],"tools":{}}`, err: "tools"},
+		{name: "null token id", kind: openai.KindCompletion, body: `{"prompt":[1,null,3]}`, err: "null"},
+		{name: "null token id in a batch of one", kind: openai.KindCompletion, body: `{"prompt":[[null]]}`, err: "prompt"},
+		{name: "batch of one null", kind: openai.KindCompletion, body: `{"prompt":[null]}`, err: "prompt"},
+		{name: "empty id list", kind: openai.KindCompletion, body: `{"prompt":[]}`, err: "no token ids"},
+		{name: "empty id list in a batch of one", kind: openai.KindCompletion, body: `{"prompt":[[]]}`, err: "prompt"},
+		{name: "include_usage by its exact name only", kind: openai.KindCompletion,
+			body:  `{"prompt":"a","stream":true,"stream_options":{"Include_Usage":true,"include_uſage":true}}`,
+			check: func(t *testing.T, r *openai.Request) { require.False(t, r.IncludeUsage) }},
+		{name: "include_usage, the last of two", kind: openai.KindCompletion,
+			body:  `{"prompt":"a","stream":true,"stream_options":{"include_usage":false,"include_usage":true}}`,
+			check: func(t *testing.T, r *openai.Request) { require.True(t, r.IncludeUsage) }},
+		{name: "include_usage not a boolean", kind: openai.KindCompletion,
+			body: `{"prompt":"a","stream":true,"stream_options":{"include_usage":"yes"}}`, err: "include_usage"},
+		{name: "stream_options not an object", kind: openai.KindCompletion,
+			body: `{"prompt":"a","stream":true,"stream_options":[true]}`, err: "stream_options"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,6 +181,7 @@ func FuzzParseRequest(f *testing.F) {
 		f.Add([]byte(s), true)
 		f.Add([]byte(s), false)
 	}
+	f.Add([]byte(`{"prompt":"x","stream":true,"stream_options":{"include_uſage":false}}`), false)
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
 		kind := openai.KindCompletion
 		if chat {

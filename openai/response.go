@@ -108,7 +108,7 @@ func (s *EventScanner) Write(chunk []byte, fn func(*Event)) {
 		limit = DefaultMaxEventBytes
 	}
 	// A terminator may straddle the previous chunk and this one.
-	from := max(len(s.buf)-3, 0)
+	from := max(len(s.buf)-(maxBlankLine-1), 0)
 	s.buf = append(s.buf, chunk...)
 	start := 0
 	for {
@@ -127,9 +127,12 @@ func (s *EventScanner) Write(chunk []byte, fn func(*Event)) {
 	}
 	rest := s.buf[start:]
 	if len(rest) > limit {
+		// Pass the oversized event on but for its last bytes, which may
+		// begin the blank line that ends it.
+		keep := max(len(rest)-(maxBlankLine-1), 0)
 		s.skipping = true
-		fn(&Event{Raw: rest})
-		rest = nil
+		fn(&Event{Raw: rest[:keep]})
+		rest = rest[keep:]
 	}
 	s.buf = append(s.buf[:0], rest...)
 }
@@ -142,8 +145,12 @@ func (s *EventScanner) Flush() []byte {
 	return rest
 }
 
-// blankLine returns the offset just past the first blank line ("\n\n",
-// "\r\n\r\n", "\r\r") at or after from in b, or -1.
+// maxBlankLine is the length of the longest blank line: a CRLF ending a
+// line, then a CRLF ending an empty one.
+const maxBlankLine = 4
+
+// blankLine returns the offset just past the first blank line at or after
+// from in b (a line end followed by another: see blankLineAt), or -1.
 func blankLine(b []byte, from int) int {
 	for i := from; i+1 < len(b); i++ {
 		// Only a CR or an LF starts a terminator: jump to the next one
@@ -168,17 +175,38 @@ func blankLine(b []byte, from int) int {
 }
 
 // blankLineAt returns the length of a line end followed by an empty line
-// starting at b[i], or 0.
+// starting at b[i], or 0. A line ends with a CRLF, an LF or a CR alone,
+// as server-sent events allow, in any mix; a CR that ends b is not
+// taken as a line end yet, since the LF of a CRLF may follow it.
 func blankLineAt(b []byte, i int) int {
-	switch {
-	case bytes.HasPrefix(b[i:], []byte("\r\n\r\n")):
-		return 4
-	case bytes.HasPrefix(b[i:], []byte("\n\n")), bytes.HasPrefix(b[i:], []byte("\r\r")):
-		return 2
-	case bytes.HasPrefix(b[i:], []byte("\n\r\n")):
-		return 3
+	n := lineEnd(b, i)
+	if n <= 0 {
+		return 0
 	}
-	return 0
+	m := lineEnd(b, i+n)
+	if m <= 0 {
+		return 0
+	}
+	return n + m
+}
+
+// lineEnd returns the length of the line end at b[i] (2 for a CRLF, 1
+// for an LF or a CR followed by anything else), 0 when b[i] starts none,
+// and -1 when b ends before it can tell (at i, or after a CR at i).
+func lineEnd(b []byte, i int) int {
+	switch {
+	case i >= len(b):
+		return -1
+	case b[i] == '\n':
+		return 1
+	case b[i] != '\r':
+		return 0
+	case i+1 == len(b):
+		return -1
+	case b[i+1] == '\n':
+		return 2
+	}
+	return 1
 }
 
 // eventData joins the data lines of one event.

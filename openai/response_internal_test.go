@@ -63,7 +63,7 @@ func referenceBlankLine(b []byte, from int) int {
 // FuzzBlankLine: blankLine finds the terminator that testing every
 // position finds, from every start.
 func FuzzBlankLine(f *testing.F) {
-	for _, s := range []string{"data: x\n\ndata: y\r\n\r\n", "a\rb\r\rc", "\n\r\n", "x\r\n", "\r", "\n", "", "data: {}\n"} {
+	for _, s := range []string{"data: x\n\ndata: y\r\n\r\n", "a\rb\r\rc", "\n\r\n", "x\r\n", "\r", "\n", "", "data: {}\n", "a\r\n\rb\n\rc\r\r"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

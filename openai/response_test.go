@@ -81,6 +81,7 @@ func TestEventScannerBounded(t *testing.T) {
 func FuzzEventScanner(f *testing.F) {
 	f.Add([]byte(stream), uint8(7))
 	f.Add([]byte("data: x\r\rdata: y\n\r\n"), uint8(1))
+	f.Add([]byte("data: x\r\n\rdata: y\n\rdata: z\r\r\n"), uint8(11))
 	f.Fuzz(func(t *testing.T, in []byte, cut uint8) {
 		var whole openai.EventScanner
 		want, raw := scanAll(t, &whole, [][]byte{in})
@@ -89,8 +90,73 @@ func FuzzEventScanner(f *testing.F) {
 		var split openai.EventScanner
 		got, raw := scanAll(t, &split, [][]byte{in[:at], in[at:]})
 		require.Equal(t, string(in), string(raw))
-		require.Equal(t, len(want), len(got))
+		require.Equal(t, rawEvents(want), rawEvents(got))
 	})
+}
+
+// rawEvents returns the events' raw bytes.
+func rawEvents(evs []openai.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = string(ev.Raw)
+	}
+	return out
+}
+
+// Events end at a blank line in any mix of the line ends server-sent
+// events allow (CRLF, LF, CR), whatever the chunks.
+func TestEventScannerLineEnds(t *testing.T) {
+	tests := []struct {
+		in   string
+		data []string // the events' data, then what Flush returns
+		rest string
+	}{
+		{in: "data: a\n\ndata: b\n\n", data: []string{"a", "b"}},
+		{in: "data: a\r\n\r\ndata: b\r\n\r\n", data: []string{"a", "b"}},
+		{in: "data: a\r\rdata: b\r\rx", data: []string{"a", "b"}, rest: "x"},
+		{in: "data: a\r\n\rdata: b\n\n", data: []string{"a", "b"}},
+		{in: "data: a\n\rdata: b\n\n", data: []string{"a", "b"}},
+		{in: "data: a\r\ndata: b\n\n", data: []string{"a\nb"}},
+		{in: "data: a\n\r\ndata: b\n\n", data: []string{"a", "b"}},
+		{in: "data: a\r\r\ndata: b\n\n", data: []string{"a", "b"}},
+		// A CR at the end may be half a CRLF: the event waits for more.
+		{in: "data: a\r\n\r", rest: "data: a\r\n\r"},
+		{in: "data: a\r\r", rest: "data: a\r\r"},
+	}
+	for _, tc := range tests {
+		for at := 0; at <= len(tc.in); at++ {
+			var s openai.EventScanner
+			var evs []openai.Event
+			for _, chunk := range []string{tc.in[:at], tc.in[at:]} {
+				s.Write([]byte(chunk), func(ev *openai.Event) { evs = append(evs, openai.Event{Data: bytes.Clone(ev.Data)}) })
+			}
+			var data []string
+			for _, ev := range evs {
+				data = append(data, string(ev.Data))
+			}
+			require.Equal(t, tc.data, data, "%q cut at %d", tc.in, at)
+			require.Equal(t, tc.rest, string(s.Flush()), "%q cut at %d", tc.in, at)
+		}
+	}
+}
+
+// The blank line that ends an oversized event is found when it straddles
+// two chunks.
+func TestEventScannerBoundedStraddle(t *testing.T) {
+	long := "data: xxxxxxxxxxxxxxxxxxxx"
+	for _, cut := range [][2]string{
+		{long + "\n", "\ndata: [DONE]\n\n"},
+		{long + "\r\n\r", "\ndata: [DONE]\r\n\r\n"},
+		{long + "\r", "\r\ndata: [DONE]\r\rx"},
+		{long + "\r\n", "\r\ndata: [DONE]\r\n\r\n"},
+	} {
+		first, in := cut[0], cut[0]+cut[1]
+		s := openai.EventScanner{MaxEventBytes: 16}
+		evs, raw := scanAll(t, &s, [][]byte{[]byte(first), []byte(in[len(first):])})
+		require.Equal(t, in, string(raw))
+		require.NotEmpty(t, evs)
+		require.True(t, evs[len(evs)-1].Done, "%q: the [DONE] event was lost", first)
+	}
 }
 
 // FuzzParseUsage checks ParseUsage against a generic JSON decode of the
