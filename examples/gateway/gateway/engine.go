@@ -252,12 +252,16 @@ type headerField struct {
 	name, value string
 }
 
+// headerDPRank is the header that names a data-parallel rank to vLLM.
+const headerDPRank = "X-Data-Parallel-Rank"
+
 // engineHeaders are the compiled Headers and Preset of an engine.
 type engineHeaders struct {
-	set       []headerField
-	strip     []string
-	refused   func(status int, body []byte) bool
-	tokenData bool // send the prompt's token ids (preset.tokenData)
+	set        []headerField
+	strip      []string
+	refused    func(status int, body []byte) bool
+	tokenData  bool // send the prompt's token ids (preset.tokenData)
+	rankHeader bool // a header of set names the rank ("{rank}")
 }
 
 // headers compiles e's Headers and Preset, checking names and values.
@@ -288,6 +292,7 @@ func (e *Engine) headers() (engineHeaders, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(merged)) {
 		h.set = append(h.set, headerField{name: name, value: merged[name]})
+		h.rankHeader = h.rankHeader || strings.Contains(merged[name], "{rank}")
 	}
 	return h, nil
 }

@@ -84,7 +84,9 @@ type Config struct {
 	// MaxRequestBytes bounds a request body. Zero means 32 MiB.
 	MaxRequestBytes int64
 	// MaxResponseBytes bounds a non-streamed engine response, which the
-	// gateway reads whole before relaying it. Zero means 64 MiB.
+	// gateway reads whole before relaying it; the client gets a 502 error
+	// in place of a larger one (not retried: another engine would answer
+	// as much). Zero means 64 MiB.
 	MaxResponseBytes int64
 	// HealthInterval is how often Run probes every engine's HealthPath:
 	// a success is a router heartbeat, a failure a router error. It must

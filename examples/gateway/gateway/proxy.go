@@ -147,11 +147,11 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, kind openai.Kind
 		last  *failure
 	)
 	for i := range g.maxAttempts {
-		if i > 0 {
-			g.retries.Add(1)
-		}
 		rreq.Exclude = tried // a retry goes to an engine not tried yet
 		d, err := g.r.Select(ctx, &rreq)
+		if err == nil && i > 0 {
+			g.retries.Add(1)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return // the client is gone
@@ -192,30 +192,43 @@ type failure struct {
 	worker kvroute.WorkerKey
 	err    error
 	// status, header and body are the engine's own answer (429 or 5xx),
-	// relayed as is; status 0 means the engine gave none.
+	// relayed as is; status 0 means the engine gave none, or one the
+	// client must not see (a frontend refusing the worker it was asked
+	// for).
 	status int
 	header http.Header
 	body   []byte
 }
 
 func (f *failure) write(w http.ResponseWriter) {
+	w.Header().Set(HeaderWorker, f.worker.String())
 	if f.status == 0 {
 		writeError(w, http.StatusBadGateway, "engine_error", fmt.Sprintf("engine %s failed: %v", f.worker, f.err))
 		return
 	}
-	if ct := f.header.Get("Content-Type"); ct != "" {
-		w.Header().Set("Content-Type", ct)
+	for _, name := range relayedFailureHeaders {
+		if v := f.header.Values(name); len(v) > 0 {
+			w.Header()[name] = v
+		}
 	}
-	w.Header().Set(HeaderWorker, f.worker.String())
 	w.WriteHeader(f.status)
 	_, _ = w.Write(f.body)
 }
+
+// relayedFailureHeaders are the headers of an engine's failed answer
+// relayed with it: its body's type and when to try again. Its length is
+// not (the body kept may be cut short), nor are hop-by-hop headers.
+var relayedFailureHeaders = []string{"Content-Type", "Retry-After"}
 
 // statusError is an engine answer the gateway retries elsewhere.
 type statusError struct {
 	status int
 	header http.Header
 	body   []byte
+	// refused is set when the answer is a frontend refusing the worker
+	// the gateway named: the client's request was not at fault, so the
+	// client never gets this status.
+	refused bool
 }
 
 func (e *statusError) Error() string {
@@ -284,6 +297,9 @@ func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, 
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	out.ContentLength = int64(len(body))
 	out.Header.Del("Content-Length")
+	// The body is sent whole with its length: no chunked encoding, and
+	// none of the client's trailers, which no header rule filters.
+	out.Trailer, out.TransferEncoding = nil, nil
 
 	returned := false
 	// Deferred so that Done also runs when the proxy aborts the response
@@ -299,7 +315,7 @@ func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, 
 		a.err = errors.New("engine gave no answer")
 	}
 	f := &failure{worker: d.Worker, err: a.err}
-	if se, ok := errors.AsType[*statusError](a.err); ok {
+	if se, ok := errors.AsType[*statusError](a.err); ok && !se.refused {
 		f.status, f.header, f.body = se.status, se.header, se.body
 	}
 	return f
@@ -335,12 +351,13 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// Let the transport negotiate compression and decompress, so that the
 	// gateway can read the engine's answer.
 	pr.Out.Header.Del("Accept-Encoding")
-	switch {
-	case len(a.headers.set) > 0 || len(a.headers.strip) > 0:
-		a.headers.apply(pr.Out.Header, a.d.Worker.ID, a.rank)
-	case a.ranks > 1:
-		pr.Out.Header.Set("X-Data-Parallel-Rank", strconv.Itoa(int(a.d.Worker.Rank)))
+	// The router chooses the rank, never the client. A rank header of the
+	// engine's Headers or Preset replaces vLLM's.
+	pr.Out.Header.Del(headerDPRank)
+	if a.ranks > 1 && !a.headers.rankHeader {
+		pr.Out.Header.Set(headerDPRank, strconv.Itoa(int(a.rank)))
 	}
+	a.headers.apply(pr.Out.Header, a.d.Worker.ID, a.rank)
 }
 
 // proxyError records why an attempt failed; the route loop decides
@@ -369,7 +386,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 			return fmt.Errorf("reading the engine's answer: %w", err)
 		}
 		if a.headers.refused(resp.StatusCode, head) {
-			return &statusError{status: resp.StatusCode, header: resp.Header.Clone(), body: head}
+			return &statusError{status: resp.StatusCode, header: resp.Header.Clone(), body: head, refused: true}
 		}
 		resp.Body = struct {
 			io.Reader
@@ -400,7 +417,18 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return fmt.Errorf("reading the engine's answer: %w", err)
 	}
 	if int64(len(body)) > g.maxResp {
-		return fmt.Errorf("the engine's answer exceeds %d bytes", g.maxResp)
+		// The engine did its work; the answer is only too large to relay.
+		// Another engine would give as large a one: answer the client
+		// with an error, without a verdict on the engine's health.
+		_ = resp.Body.Close()
+		msg := errorBody(http.StatusBadGateway, "engine_error", fmt.Sprintf("the engine's answer exceeds %d bytes", g.maxResp))
+		a.committed = true
+		resp.StatusCode, resp.Status = http.StatusBadGateway, "502 Bad Gateway"
+		resp.Body = io.NopCloser(bytes.NewReader(msg))
+		resp.ContentLength = int64(len(msg))
+		resp.Header = http.Header{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(msg))}}
+		resp.Header.Set(HeaderWorker, a.d.Worker.String())
+		return nil
 	}
 	if u, ok := openai.ParseUsage(body); ok && u.CachedKnown {
 		a.cached, a.cachedKnown = u.CachedTokens, true
