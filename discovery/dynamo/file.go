@@ -125,8 +125,12 @@ func (w *FileWatcher) Run(ctx context.Context, sink Sink) error {
 	settle.Stop()
 	var last *Deployment
 	for {
-		d := r.scan(ctx)
-		if last == nil || !reflect.DeepEqual(*last, d) {
+		d, err := r.scan(ctx)
+		if err != nil {
+			// A store that cannot be read now is not an empty one: keep
+			// the last deployment until a listing succeeds.
+			log.WarnContext(ctx, "dynamo: store not read, deployment kept", "dir", w.Dir, "err", err)
+		} else if last == nil || !reflect.DeepEqual(*last, d) {
 			logDeployment(ctx, log, d)
 			sink.Sync(ctx, d)
 			last = &d
@@ -178,7 +182,9 @@ type fileRun struct {
 const rereadEvery = 30
 
 // scan lists every bucket and returns the deployment of its live files.
-func (r *fileRun) scan(ctx context.Context) Deployment {
+// It returns an error when a bucket or a file cannot be read (other than
+// for not existing): the store's state is then unknown, not empty.
+func (r *fileRun) scan(ctx context.Context) (Deployment, error) {
 	if r.scans++; r.scans%rereadEvery == 0 {
 		clear(r.cache)
 	}
@@ -201,10 +207,10 @@ func (r *fileRun) scan(ctx context.Context) Deployment {
 		r.watch(ctx, dir)
 		ents, err := os.ReadDir(dir)
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				r.log.WarnContext(ctx, "dynamo: cannot list bucket", "dir", dir, "err", err)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // no such bucket yet
 			}
-			continue
+			return Deployment{}, fmt.Errorf("listing %s: %w", dir, err)
 		}
 		t := now()
 		for _, de := range ents {
@@ -227,7 +233,9 @@ func (r *fileRun) scan(ctx context.Context) Deployment {
 			// has a new modification time (as after each keep-alive touch).
 			if c == nil || !os.SameFile(c.info, info) || c.info.Size() != info.Size() ||
 				(r.fw == nil && !c.info.ModTime().Equal(info.ModTime())) {
-				c = r.load(ctx, b, name, path, info)
+				if c, err = r.load(ctx, b, name, path, info); err != nil {
+					return Deployment{}, err
+				}
 				r.cache[path] = c
 			}
 			if c.err == nil {
@@ -243,17 +251,24 @@ func (r *fileRun) scan(ctx context.Context) Deployment {
 			delete(r.cache, p)
 		}
 	}
-	return st.Deployment(r.w.Selector)
+	return st.Deployment(r.w.Selector), nil
 }
 
-// load reads and decodes one file; errors are logged once per file
-// version and cached.
-func (r *fileRun) load(ctx context.Context, bucket, name, path string, info fs.FileInfo) *fileCache {
+// load reads and decodes one file. A file that is not a store record is
+// left out: the error is logged once per file version and cached. A file
+// removed since the listing is left out too. A file that cannot be read
+// for another reason is an error, and nothing is cached.
+func (r *fileRun) load(ctx context.Context, bucket, name, path string, info fs.FileInfo) (*fileCache, error) {
 	c := &fileCache{info: info}
 	key, err := FileKey(bucket, name)
 	if err == nil {
 		var b []byte
-		if b, err = os.ReadFile(path); err == nil {
+		b, err = os.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		default:
 			c.rec, err = Decode(b)
 		}
 	}
@@ -261,7 +276,7 @@ func (r *fileRun) load(ctx context.Context, bucket, name, path string, info fs.F
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		r.log.WarnContext(ctx, "dynamo: invalid store file left out", "path", path, "err", err)
 	}
-	return c
+	return c, nil
 }
 
 // watch adds dir to the fsnotify watch once it exists.

@@ -119,7 +119,12 @@ type startsSetter interface {
 // from it and fetches the events lost in a gap; its queries name the
 // worker's Dynamo rank (the engine's rank plus the start rank PoolSink
 // gave sub, see DPStartRanks).
+//
+// Workers may share an endpoint for a while (an engine restarted on the
+// port of its predecessor, whose keys have not expired yet): sub follows
+// it while any of their runners runs, as the newest of them describes it.
 func KVEvents(sub Publishers) func(e *discovery.Engine, p discovery.DynamoPublisher) (discovery.EventRunner, error) {
+	users := &endpointUsers{sub: sub, runs: map[string][]*publisherRun{}}
 	return func(e *discovery.Engine, p discovery.DynamoPublisher) (discovery.EventRunner, error) {
 		if p.Endpoint == "" || p.Rank < 0 || e.KVBlocks < 0 || e.BlockSize < 0 {
 			return nil, fmt.Errorf("%w: kv-events publisher %q of %s", ErrConfig, p.Endpoint, e.Name)
@@ -138,22 +143,58 @@ func KVEvents(sub Publishers) func(e *discovery.Engine, p discovery.DynamoPublis
 			}
 			pub.Recovery = &rt
 		}
-		return &publisherRun{sub: sub, p: pub}, nil
+		return &publisherRun{users: users, p: pub}, nil
 	}
 }
 
+// endpointUsers are the runners of KVEvents that follow each endpoint,
+// oldest first.
+type endpointUsers struct {
+	sub  Publishers
+	mu   sync.Mutex
+	runs map[string][]*publisherRun
+}
+
+// acquire has sub follow r's publisher, as r describes it.
+func (u *endpointUsers) acquire(r *publisherRun) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.sub.AddPublisher(r.p); err != nil {
+		return err
+	}
+	u.runs[r.p.Endpoint] = append(u.runs[r.p.Endpoint], r)
+	return nil
+}
+
+// release stops following r's endpoint when no other runner follows it,
+// and otherwise follows it as the newest of the others describes it.
+func (u *endpointUsers) release(r *publisherRun) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	ep := r.p.Endpoint
+	runs := slices.DeleteFunc(u.runs[ep], func(x *publisherRun) bool { return x == r })
+	if len(runs) == 0 {
+		delete(u.runs, ep)
+		u.sub.RemovePublisher(ep)
+		return
+	}
+	u.runs[ep] = runs
+	// It was valid when its runner added it.
+	_ = u.sub.AddPublisher(runs[len(runs)-1].p)
+}
+
 type publisherRun struct {
-	sub Publishers
-	p   kvdynamo.Publisher
+	users *endpointUsers
+	p     kvdynamo.Publisher
 }
 
 // Run follows the publisher until ctx ends.
 func (r *publisherRun) Run(ctx context.Context) error {
-	if err := r.sub.AddPublisher(r.p); err != nil {
+	if err := r.users.acquire(r); err != nil {
 		return err
 	}
 	<-ctx.Done()
-	r.sub.RemovePublisher(r.p.Endpoint)
+	r.users.release(r)
 	return ctx.Err()
 }
 

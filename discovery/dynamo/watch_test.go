@@ -413,3 +413,87 @@ func syncedPool(t *testing.T, d dynamo.Deployment) (*router.Router, *kvdynamo.Su
 	sink.Sync(context.Background(), d)
 	return r, sub, sink
 }
+
+// counts is a Sink that records how many workers each sync had.
+type counts struct {
+	mu sync.Mutex
+	n  []int
+}
+
+func (c *counts) Sync(_ context.Context, d dynamo.Deployment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = append(c.n, len(d.Workers))
+}
+
+func (c *counts) snapshot() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.n...)
+}
+
+// A bucket that cannot be listed for a while (here it is a file, not a
+// directory) leaves the store's state unknown, not empty: the workers
+// stay until a listing succeeds.
+func TestFileWatcherKeepsDeploymentWhileUnreadable(t *testing.T) {
+	dir := copyStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink := &counts{}
+	w := &dynamo.FileWatcher{Dir: dir, TTL: -1, Resync: 20 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, sink) }()
+	require.Eventually(t, func() bool { c := sink.snapshot(); return len(c) > 0 && c[len(c)-1] == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	bucket := filepath.Join(dir, "v1", "instances")
+	aside := filepath.Join(dir, "instances.aside")
+	require.NoError(t, os.Rename(bucket, aside))
+	require.NoError(t, os.WriteFile(bucket, []byte("not a directory"), 0o644))
+	time.Sleep(200 * time.Millisecond) // ten listings
+	require.NoError(t, os.Remove(bucket))
+	require.NoError(t, os.Rename(aside, bucket))
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.NotContains(t, sink.snapshot(), 0, "the worker was dropped while its bucket could not be listed")
+}
+
+// Two workers may share a kv-events endpoint for a while (an engine
+// restarted on its predecessor's port before the old keys expire): when
+// the old worker goes, the new one's events are still followed.
+func TestKVEventsSharedEndpoint(t *testing.T) {
+	files := goldenFiles(t)
+	state := func(deltas ...uint64) dynamo.Deployment {
+		var st dynamo.State
+		for _, delta := range deltas {
+			r, _ := renamer(t, files, delta) // new ids, the same endpoints
+			for _, f := range files {
+				require.NoError(t, st.Put(r.Replace(f.key), []byte(r.Replace(string(f.value))), 0))
+			}
+		}
+		return st.Deployment(dynamo.Selector{})
+	}
+	both := state(0, 1)
+	require.Len(t, both.Workers, 2)
+	endpoint := both.Workers[0].KVEvents[0].Endpoints[0]
+	require.Equal(t, endpoint, both.Workers[1].KVEvents[0].Endpoints[0])
+	_, newID := renamer(t, files, 1)
+	r, sub, sink := syncedPool(t, both)
+	follows := func() bool {
+		for _, p := range sub.Publishers() {
+			if p.Endpoint == endpoint && p.Topic == kvdynamo.TopicKVEvents {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, follows, 5*time.Second, 5*time.Millisecond)
+
+	sink.Sync(context.Background(), state(1)) // the old worker's keys expire
+	require.Equal(t, []kvroute.WorkerKey{{ID: kvroute.WorkerID(newID)}}, r.Workers())
+	require.Never(t, func() bool { return !follows() }, 300*time.Millisecond, 5*time.Millisecond,
+		"the registered worker's kv-events publisher %s is no longer followed", endpoint)
+
+	sink.Sync(context.Background(), state()) // and then the new one's
+	require.Eventually(t, func() bool { return !follows() }, 5*time.Second, 5*time.Millisecond)
+}
