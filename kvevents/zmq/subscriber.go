@@ -338,9 +338,11 @@ func (s *Subscriber) handleLive(ctx context.Context, frames [][]byte) {
 	seq := binary.BigEndian.Uint64(frames[1])
 	payload := frames[2]
 	s.stats.received.Add(1)
-	if s.haveLive && seq <= s.lastLive {
+	if s.haveLive && (seq <= s.lastLive || s.started && seq < s.next) {
 		// The live stream only moves forward: the publisher restarted and
-		// counts from 0 again.
+		// counts from 0 again. (A replay after an idle spell may have
+		// taken s.next past the last live message: a live message below
+		// it is no duplicate then, since replays follow the live stream.)
 		s.stats.restarts.Add(1)
 		s.log.Info("zmq: publisher restarted", "seq", seq, "last", s.lastLive)
 		s.resetWorkers()

@@ -259,3 +259,54 @@ func TestNewValidates(t *testing.T) {
 		require.ErrorIs(t, err, kvzmq.ErrConfig)
 	}
 }
+
+// A publisher that restarts after an idle spell, when the idle replay has
+// already fetched the end of its last burst, is seen to restart: its new
+// batches are applied and its old blocks forgotten, although their
+// sequence numbers sit below the replayed ones.
+func TestSubscriberRestartAfterIdleReplay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	e, pubEP, replayEP := newEngine(t, ctx, false)
+	rec := &recorder{held: map[kvroute.ExternalHash]bool{}}
+	sub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Topic: "kv",
+		Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: rec,
+		IdleTimeout: 400 * time.Millisecond, ReplayTimeout: time.Second, MaxBackoff: 100 * time.Millisecond})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for sub.Stats().Received == 0 {
+		e.publish(0, 100, true, true)
+		time.Sleep(20 * time.Millisecond)
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		e.publish(seq, 100+seq, false, true) // the end of a burst, lost on the PUB socket
+	}
+	waitFor(t, ctx, func() bool { return sub.Stats().Replayed >= 3 }, "the idle replay")
+
+	// The engine restarts and counts from 0 again.
+	e.mu.Lock()
+	clear(e.buffer)
+	e.mu.Unlock()
+	e.publish(0, 200, false, true)
+	e.publish(1, 201, false, true)
+	reconnects := sub.Stats().Reconnects
+	waitFor(t, ctx, func() bool { return sub.Stats().Reconnects > reconnects }, "a reconnect")
+	received := sub.Stats().Received
+	seq := uint64(2)
+	for ; sub.Stats().Received == received; seq++ {
+		e.publish(seq, 200+seq, true, true) // until the new connection hears one
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitFor(t, ctx, func() bool {
+		held, _ := rec.snapshot()
+		return held[200] && held[201] && held[200+kvroute.ExternalHash(seq)-1]
+	}, "the restarted engine's blocks")
+	held, resets := rec.snapshot()
+	for ext := range held {
+		require.GreaterOrEqual(t, ext, kvroute.ExternalHash(200), "an old block is still held; stats %+v", sub.Stats())
+	}
+	require.Positive(t, resets)
+	require.Equal(t, uint64(1), sub.Stats().Restarts)
+}
