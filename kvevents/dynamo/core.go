@@ -106,6 +106,7 @@ func sourceOf(p *Publisher) source {
 // pubState is one publisher's sequence state.
 type pubState struct {
 	last    uint64
+	session uint64                         // the connection its last message came over
 	workers map[kvroute.WorkerKey]struct{} // workers its kv-events named
 	loaded  map[kvroute.WorkerKey]struct{} // workers its load reports named
 }
@@ -159,9 +160,10 @@ func newCore(ctx context.Context, sink kvevents.Sink, load LoadReporter, querier
 	}
 }
 
-// handle processes one envelope received on topic.
-func (c *core) handle(topic string, e *Envelope, src source) {
-	if !c.sequence(e) {
+// handle processes one envelope received on topic over the connection
+// numbered session.
+func (c *core) handle(topic string, e *Envelope, src source, session uint64) {
+	if !c.sequence(e, session) {
 		return
 	}
 	switch topic {
@@ -174,9 +176,13 @@ func (c *core) handle(topic string, e *Envelope, src source) {
 	}
 }
 
-// sequence checks e's sequence number against its publisher's and reports
-// whether to process it.
-func (c *core) sequence(e *Envelope) bool {
+// sequence checks e's sequence number, received over the connection
+// numbered session, against its publisher's and reports whether to
+// process it. A sequence that goes back is a restart when it is 0 or
+// comes over a new connection (a publisher sends a message once on a
+// connection, and a restarted one's first messages are often lost before
+// the subscriber reconnects), and a duplicate otherwise.
+func (c *core) sequence(e *Envelope, session uint64) bool {
 	p := c.pubs[e.PublisherID]
 	switch {
 	case p == nil:
@@ -184,6 +190,7 @@ func (c *core) sequence(e *Envelope) bool {
 		// is not ours to know (see Subscriber).
 		c.pubs[e.PublisherID] = &pubState{
 			last:    e.Sequence,
+			session: session,
 			workers: make(map[kvroute.WorkerKey]struct{}),
 			loaded:  make(map[kvroute.WorkerKey]struct{}),
 		}
@@ -198,18 +205,21 @@ func (c *core) sequence(e *Envelope) bool {
 		c.stats.lost.Add(lost)
 		c.log.Warn("dynamo: sequence gap", "publisher", e.PublisherID, "topic", e.Topic,
 			"want", p.last+1, "got", e.Sequence, "lost", lost)
-	case e.Sequence == 0:
+	case e.Sequence == 0 || session != p.session:
 		// Sequences only grow: the publisher counts from 0 again.
 		c.stats.restarts.Add(1)
-		c.log.Info("dynamo: publisher restarted", "publisher", e.PublisherID, "last", p.last)
+		c.log.Info("dynamo: publisher restarted", "publisher", e.PublisherID, "last", p.last, "seq", e.Sequence)
 		for w := range p.workers {
 			c.resetWorker(w)
+			if r := c.recs[w]; r != nil {
+				r.restart()
+			}
 		}
 	default:
 		c.stats.duplicates.Add(1)
 		return false
 	}
-	p.last = e.Sequence
+	p.last, p.session = e.Sequence, session
 	return true
 }
 
@@ -284,6 +294,16 @@ type recovery struct {
 	failing time.Time
 	backoff time.Duration
 	gaveUp  bool
+}
+
+// restart forgets what r knew of its worker's event ids, for a worker
+// whose engine restarted: it numbers its events from 1 again, and its
+// first live event asks for a dump. An answer to a query under way is
+// ignored when it comes.
+func (r *recovery) restart() {
+	r.known, r.cursor, r.query, r.dump, r.hold = false, 0, 0, false, false
+	r.held, r.kept = r.held[:0], r.kept[:0]
+	r.failing, r.backoff, r.gaveUp = time.Time{}, 0, false
 }
 
 // queryResult is a query's answer, handed back to the core's goroutine.

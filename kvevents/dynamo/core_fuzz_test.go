@@ -56,11 +56,11 @@ func FuzzCore(f *testing.F) {
 			t.Fatal(err)
 		}
 		c := newCore(context.Background(), ix, nopLoad{}, &Querier{}, 0, slog.New(slog.DiscardHandler), &st, &starts)
-		c.handle(TopicKVEvents, &Envelope{Topic: TopicKVEvents, PublisherID: guardPub, Sequence: 3, Payload: validPayload}, source{})
+		c.handle(TopicKVEvents, &Envelope{Topic: TopicKVEvents, PublisherID: guardPub, Sequence: 3, Payload: validPayload}, source{}, 1)
 		topics := []string{TopicKVEvents, TopicKVMetrics, TopicForwardPassMetrics, TopicActiveSequences}
 		name := topics[int(topic)%len(topics)]
 		for range 2 { // twice: the second is a duplicate or a restart
-			c.handle(name, &Envelope{Topic: name, PublisherID: pub, Sequence: seq, Payload: payload}, source{capacity: 10, blockSize: 4})
+			c.handle(name, &Envelope{Topic: name, PublisherID: pub, Sequence: seq, Payload: payload}, source{capacity: 10, blockSize: 4}, 1)
 		}
 		if pub == guardPub {
 			return

@@ -55,6 +55,8 @@ type NATSSubscriber struct {
 	log     *slog.Logger
 	stats   counters
 	running atomic.Bool
+	// sessions numbers the subscriptions made (see natsSub.session).
+	sessions atomic.Uint64
 
 	chans  followed[NATSChannel] // by subject
 	starts dpStarts              // data_parallel_start_rank by worker
@@ -120,6 +122,8 @@ type natsSub struct {
 	src source
 	sub *nats.Subscription
 	ids map[uint64]struct{} // publisher ids seen on it
+	// session numbers the subscription (see inbound.session).
+	session uint64
 }
 
 // Run follows the channels (as they are added and removed) until ctx
@@ -166,7 +170,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 			_ = sub.SetPendingLimits(-1, -1)
 			s.stats.reconnects.Add(1)
 			p := ch.publisher()
-			subs[subj] = &natsSub{ch: ch, src: sourceOf(&p), sub: sub, ids: make(map[uint64]struct{})}
+			subs[subj] = &natsSub{ch: ch, src: sourceOf(&p), sub: sub, ids: make(map[uint64]struct{}), session: s.sessions.Add(1)}
 			c.added(subs[subj].src)
 		}
 		return nil
@@ -201,7 +205,7 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 				topic = topicString([]byte(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]))
 			}
 			ns.ids[e.PublisherID] = struct{}{}
-			c.handle(topic, &e, ns.src)
+			c.handle(topic, &e, ns.src, ns.session)
 		}
 	}
 }

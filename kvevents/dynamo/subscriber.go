@@ -163,7 +163,11 @@ type Publisher struct {
 // cached before the subscriber joined is unknown until stored again.
 //
 // A message that does not decode is counted in Stats.Malformed and
-// skipped; it never resets a worker.
+// skipped; it never resets a worker. A kv-events message whose envelope
+// decodes but whose payload does not still counts in its publisher's
+// sequence: when that shows a restart, the publisher's workers are reset
+// (their old blocks are gone from the engine) and their events awaited
+// anew.
 //
 // A Subscriber does nothing until the host calls Run, and stops when Run's
 // context ends; AddPublisher, RemovePublisher and Stats may be called from
@@ -173,6 +177,8 @@ type Subscriber struct {
 	log     *slog.Logger
 	stats   counters
 	running atomic.Bool
+	// sessions numbers the connections made (see inbound.session).
+	sessions atomic.Uint64
 
 	pubs   followed[Publisher] // the publishers to follow, by endpoint
 	starts dpStarts            // data_parallel_start_rank by worker
@@ -262,6 +268,10 @@ func (s *Subscriber) Stats() Stats { return s.stats.snapshot() }
 type inbound struct {
 	conn   *conn
 	frames [][]byte
+	// session numbers the connection the message came over: a
+	// publisher whose sequence goes back on a new connection restarted
+	// (see core.sequence).
+	session uint64
 }
 
 // conn is one followed publisher endpoint while Run runs.
@@ -339,7 +349,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 				continue
 			}
 			in.conn.ids[m.PublisherID] = struct{}{}
-			c.handle(m.Topic, &m.Envelope, sourceOf(&in.conn.pub))
+			c.handle(m.Topic, &m.Envelope, sourceOf(&in.conn.pub), in.session)
 		}
 	}
 }
@@ -382,6 +392,7 @@ func (s *Subscriber) session(ctx context.Context, cn *conn, out chan<- inbound) 
 		return false, err
 	}
 	s.stats.reconnects.Add(1)
+	session := s.sessions.Add(1)
 	recv := make(chan [][]byte, 64)
 	done := make(chan error, 1)
 	go func() {
@@ -420,7 +431,7 @@ func (s *Subscriber) session(ctx context.Context, cn *conn, out chan<- inbound) 
 			return true, err
 		case f := <-recv:
 			select {
-			case out <- inbound{conn: cn, frames: f}:
+			case out <- inbound{conn: cn, frames: f, session: session}:
 			case <-ctx.Done():
 				return true, nil
 			}
