@@ -834,3 +834,83 @@ func TestPrefillDoneOnFirstResponseChunk(t *testing.T) {
 	c.balanced()
 	require.EqualValues(t, 1, c.srv.Stats().Completed)
 }
+
+// A response that ends with trailers, its last body chunk not marked as
+// the end: the picker relays all of the body before the trailers (the end
+// of a stream it scans included) and reads a JSON body's usage.
+func TestResponseTrailersEndTheBody(t *testing.T) {
+	const streamed = "data: {\"choices\":[{\"text\":\"x\"}]}\n\ndata: [DONE]" // no blank line after the last event
+	const usage = `{"choices":[{"text":"x"}],"usage":{"prompt_tokens":40,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":32}}}`
+	tests := []struct {
+		name, contentType, body, request string
+		inject                           bool
+		wantCached                       uint64
+	}{
+		{name: "a stream with the usage chunk the picker removes", contentType: "text/event-stream", body: streamed,
+			request: `{"model":"m","prompt":"hello","stream":true}`, inject: true},
+		{name: "a JSON body", contentType: "application/json", body: usage, request: `{"model":"m","prompt":"hello"}`, wantCached: 32},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, clusterOpts{engines: 1, cfg: epp.Config{InjectUsage: tt.inject}})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stream, err := c.client.Process(ctx)
+			require.NoError(t, err)
+			require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{
+				Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+						header(":method", "POST"), header(":path", "/v1/completions"), header("content-type", "application/json"),
+					}},
+				}},
+				ProtocolConfig: protocolConfig(""),
+			}))
+			require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+				RequestBody: &extprocv3.HttpBody{Body: []byte(tt.request), EndOfStream: true}}}))
+			first, err := stream.Recv()
+			require.NoError(t, err)
+			require.NotNil(t, first.GetRequestHeaders(), "first answer: %v", first)
+			for {
+				m, err := stream.Recv()
+				require.NoError(t, err)
+				if m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream() {
+					break
+				}
+			}
+			require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+				ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+					header(":status", "200"), header("content-type", tt.contentType),
+				}}}}}))
+			m, err := stream.Recv()
+			require.NoError(t, err)
+			require.NotNil(t, m.GetResponseHeaders())
+			require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+				ResponseBody: &extprocv3.HttpBody{Body: []byte(tt.body)}}}))
+			var got []byte
+			m, err = stream.Recv()
+			require.NoError(t, err)
+			got = append(got, m.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
+			require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+				ResponseTrailers: &extprocv3.HttpTrailers{}}}))
+			for {
+				m, err := stream.Recv()
+				require.NoError(t, err)
+				if m.GetResponseTrailers() != nil {
+					break
+				}
+				sr := m.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+				require.NotNil(t, sr, "answer: %v", m)
+				require.False(t, sr.GetEndOfStream(), "the trailers end the response")
+				got = append(got, sr.GetBody()...)
+			}
+			require.NoError(t, stream.CloseSend())
+			_, err = stream.Recv()
+			require.ErrorIs(t, err, io.EOF)
+			require.Equal(t, tt.body, string(got))
+			c.balanced()
+			st := c.srv.Stats()
+			require.EqualValues(t, 1, st.Completed)
+			require.Equal(t, tt.wantCached, st.ActualCachedTokens)
+		})
+	}
+}

@@ -80,6 +80,7 @@ type exchange struct {
 	scanner   openai.EventScanner
 	respBuf   []byte
 	respOver  bool
+	respEnded bool // the response body ended (responseEnd ran)
 	usage     openai.Usage
 	hasUsage  bool
 	finished  bool
@@ -182,6 +183,13 @@ func (e *exchange) handle(msg *extprocv3.ProcessingRequest) (stop bool, err erro
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return false, e.responseBody(m.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		// The trailers end the body: what the picker still holds of it
+		// goes on before them.
+		if tail := e.responseEnd(); len(tail) > 0 {
+			if err := e.sendBody(false, tail, false); err != nil {
+				return false, err
+			}
+		}
 		e.finish()
 		return false, e.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
@@ -464,7 +472,10 @@ func (e *exchange) checkServed(msg *extprocv3.ProcessingRequest) {
 	e.s.stats.servedElsewhere.Add(1)
 	e.d.Done(router.Outcome{Err: fmt.Errorf("%w: %s", ErrServedElsewhere, served)})
 	e.picked = append(e.picked[:0], served)
-	d, err := e.s.cfg.Router.Select(e.ctx, &router.Request{Tokens: e.tokens, LoRA: e.lora, CacheSalt: e.salt, MM: e.mm, Pin: key, HasPin: true})
+	// The request runs there already: track it, past the busy thresholds
+	// and the admission queue.
+	d, err := e.s.cfg.Router.Select(e.ctx, &router.Request{Tokens: e.tokens, LoRA: e.lora, CacheSalt: e.salt, MM: e.mm,
+		Pin: key, HasPin: true, Admitted: true})
 	if err != nil {
 		e.s.log.WarnContext(e.ctx, "epp: cannot track the request on the endpoint that served it",
 			"request_id", e.requestID, "served", served, "err", err)
@@ -507,9 +518,6 @@ func (e *exchange) responseBody(b *extprocv3.HttpBody) error {
 				out = append(out, ev.Raw...)
 			}
 		})
-		if eos {
-			out = append(out, e.scanner.Flush()...)
-		}
 	case e.streaming:
 		e.scanner.Write(chunk, e.noteEvent)
 	case !e.respOver:
@@ -519,14 +527,32 @@ func (e *exchange) responseBody(b *extprocv3.HttpBody) error {
 			e.respBuf = append(e.respBuf, chunk...)
 		}
 	}
+	if eos {
+		out = append(out, e.responseEnd()...)
+	}
 	if err := e.sendBody(false, out, eos); err != nil {
 		return err
 	}
 	if eos {
-		if !e.streaming && !e.respOver {
-			e.usage, e.hasUsage = openai.ParseUsage(e.respBuf)
-		}
 		e.finish()
+	}
+	return nil
+}
+
+// responseEnd is called once the response body has ended (with its last
+// chunk or with trailers): it reads a JSON body's usage and returns what
+// the scanner still holds of a stream whose usage chunk the picker
+// removes, for the client.
+func (e *exchange) responseEnd() []byte {
+	if e.respEnded {
+		return nil
+	}
+	e.respEnded = true
+	switch {
+	case e.streaming && e.injected:
+		return e.scanner.Flush()
+	case !e.streaming && !e.respOver:
+		e.usage, e.hasUsage = openai.ParseUsage(e.respBuf)
 	}
 	return nil
 }

@@ -35,6 +35,12 @@ type Request struct {
 	// no other; Select fails with ErrPinnedUnavailable when it cannot.
 	Pin    kvroute.WorkerKey
 	HasPin bool
+	// Admitted, with HasPin, says the request already runs on Pin (a
+	// proxy sent it there, such as a fallback after the worker chosen
+	// first failed): Select only starts tracking it there, past the busy
+	// thresholds and the admission queue, which would refuse or hold
+	// work that is no longer the router's to admit.
+	Admitted bool
 	// Exclude lists cache domains not to choose, such as workers a retry
 	// already failed on. Excluding every candidate gives ErrNoWorkers.
 	Exclude []kvroute.WorkerKey

@@ -496,6 +496,50 @@ func TestAdmissionQueue(t *testing.T) {
 	first.Done(router.Outcome{})
 }
 
+// A request that already runs on a worker (Admitted) is tracked there
+// past the busy thresholds and without waiting in the admission queue.
+func TestAdmittedPin(t *testing.T) {
+	w2 := kvroute.WorkerKey{ID: 2}
+	tests := []struct {
+		name string
+		cfg  router.Config
+	}{
+		{name: "admission queue", cfg: router.Config{Queue: &scheduling.QueueConfig{Policy: scheduling.FCFS}}},
+		{name: "busy thresholds", cfg: router.Config{Busy: scheduling.BusyThresholds{MaxPrefillTokens: 512}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Hasher = hasher
+			r, err := router.New(tt.cfg)
+			require.NoError(t, err)
+			for _, id := range []kvroute.WorkerID{1, 2} {
+				require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: id, Block: bs, BatchedTokens: 512}))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			// 640 tokens to prefill on worker 2: saturated, and busy.
+			busy, err := r.Select(ctx, &router.Request{Tokens: tokens(1, 0, 1, 40), Pin: w2, HasPin: true})
+			require.NoError(t, err)
+			defer busy.Done(router.Outcome{})
+			quick, qcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer qcancel()
+			_, err = r.Select(quick, &router.Request{Tokens: tokens(1, 0, 2, 4), Pin: w2, HasPin: true})
+			require.Error(t, err, "a new request pinned to the busy worker is held or refused")
+
+			d, err := r.Select(ctx, &router.Request{Tokens: tokens(1, 0, 3, 4), Pin: w2, HasPin: true, Admitted: true})
+			require.NoError(t, err)
+			require.Equal(t, w2, d.Worker)
+			require.Zero(t, d.Waited)
+			require.Equal(t, 2, r.Tracker().Load(w2).ActiveRequests)
+			d.Done(router.Outcome{})
+			require.Equal(t, 1, r.Tracker().Load(w2).ActiveRequests)
+
+			_, err = r.Select(ctx, &router.Request{Tokens: tokens(1, 0, 3, 4), Pin: kvroute.WorkerKey{ID: 9}, HasPin: true, Admitted: true})
+			require.ErrorIs(t, err, router.ErrPinnedUnavailable, "a worker the router does not know")
+		})
+	}
+}
+
 func TestConfigValidation(t *testing.T) {
 	_, err := router.New(router.Config{Health: router.HealthConfig{DegradedAfter: time.Minute, UnhealthyAfter: time.Second}})
 	require.ErrorIs(t, err, router.ErrInvalidConfig)

@@ -227,7 +227,7 @@ func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, req *Request
 		if err != nil {
 			return nil, err
 		}
-		if r.queue != nil && ph != phaseDecode {
+		if r.queue != nil && ph != phaseDecode && !(req.Admitted && req.HasPin) {
 			saturated := r.queue.Saturated(cands)
 			if saturated || r.queue.Len() > 0 {
 				if waitedFrom.IsZero() {
@@ -277,6 +277,13 @@ func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, req *Request
 func (r *Router) eligible(s *snapshot, ph phase, withDegraded bool, req *Request, sc *scratch) ([]scheduling.Candidate, error) {
 	if err := r.candidates(s, ph, withDegraded, req, sc); err != nil {
 		return nil, err
+	}
+	if req.Admitted && req.HasPin {
+		// Running there already, busy or not.
+		if len(sc.cands) == 0 {
+			return nil, fmt.Errorf("%w: %s", ErrPinnedUnavailable, req.Pin)
+		}
+		return sc.cands, nil
 	}
 	cands, err := r.busy.Filter(sc.cands)
 	if err != nil && req.HasPin {
