@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/kvroute/kvroute/internal/zmqdial"
 	"github.com/kvroute/kvroute/kvevents"
 )
 
@@ -385,7 +386,7 @@ func (s *Subscriber) session(ctx context.Context, cn *conn, out chan<- inbound) 
 	defer cancel()
 	sub := zmq4.NewSub(sctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.DialTimeout))
 	defer sub.Close()
-	if err := sub.Dial(cn.pub.Endpoint); err != nil {
+	if err := zmqdial.Dial(sctx, sub, cn.pub.Endpoint, s.cfg.DialTimeout); err != nil {
 		return false, err
 	}
 	if err := sub.SetOption(zmq4.OptionSubscribe, cn.pub.Topic); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/zmqdial"
 	"github.com/kvroute/kvroute/kvevents"
 )
 
@@ -68,7 +69,9 @@ type Config struct {
 	// reconnects, in case the publisher went away. Zero means
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// ReplayTimeout bounds the wait for each replay reply. Zero means
+	// ReplayTimeout bounds the wait for each replay reply, and each
+	// connection's handshake (a peer that accepts connections but never
+	// speaks ZMTP is given up on after it). Zero means
 	// DefaultReplayTimeout.
 	ReplayTimeout time.Duration
 	// MaxBackoff bounds the wait between reconnection attempts. Zero means
@@ -259,7 +262,7 @@ func (s *Subscriber) session(ctx context.Context) (bool, error) {
 	defer cancel()
 	sub := zmq4.NewSub(sctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.ReplayTimeout))
 	defer sub.Close()
-	if err := sub.Dial(s.cfg.Endpoint); err != nil {
+	if err := zmqdial.Dial(sctx, sub, s.cfg.Endpoint, s.cfg.ReplayTimeout); err != nil {
 		return false, err
 	}
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
@@ -465,7 +468,7 @@ func (s *Subscriber) replay(ctx context.Context, from, upto uint64) {
 	defer cancel()
 	dealer := zmq4.NewDealer(rctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.cfg.ReplayTimeout))
 	defer dealer.Close()
-	if err := dealer.Dial(s.cfg.ReplayEndpoint); err != nil {
+	if err := zmqdial.Dial(rctx, dealer, s.cfg.ReplayEndpoint, s.cfg.ReplayTimeout); err != nil {
 		s.log.Warn("zmq: replay endpoint unreachable", "err", err)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -309,4 +310,77 @@ func TestSubscriberRestartAfterIdleReplay(t *testing.T) {
 	}
 	require.Positive(t, resets)
 	require.Equal(t, uint64(1), sub.Stats().Restarts)
+}
+
+// blackHole is a loopback endpoint that accepts connections and never
+// speaks, as a frozen process's kernel does.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	return "tcp://" + ln.Addr().String()
+}
+
+// A peer that accepts connections and never speaks ZMTP neither stalls
+// the subscriber nor keeps Run from returning: a silent replay endpoint
+// counts as unreachable (the worker is reset and the live stream goes
+// on), and a silent publisher is retried until Run's context ends.
+func TestSubscriberSilentPeers(t *testing.T) {
+	t.Run("replay endpoint", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		e, pubEP, _ := newEngine(t, ctx, false)
+		rec := &recorder{held: map[kvroute.ExternalHash]bool{}}
+		sub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, ReplayEndpoint: blackHole(t), Topic: "kv",
+			Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: rec, ReplayTimeout: 300 * time.Millisecond})
+		require.NoError(t, err)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- sub.Run(runCtx) }()
+		for sub.Stats().Received == 0 {
+			e.publish(0, 100, true, true)
+			time.Sleep(20 * time.Millisecond)
+		}
+		e.publish(1, 101, false, true) // lost: a gap at 1
+		e.publish(2, 102, true, true)
+		e.publish(3, 103, true, true)
+		waitFor(t, ctx, func() bool { held, _ := rec.snapshot(); return held[102] && held[103] }, "the live stream after the gap")
+		_, resets := rec.snapshot()
+		require.Positive(t, resets, "the gap's events are lost: the worker is reset")
+		stop()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after its context ended")
+		}
+	})
+	t.Run("publisher", func(t *testing.T) {
+		sub, err := kvzmq.New(kvzmq.Config{Endpoint: blackHole(t), Topic: "kv",
+			Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: &recorder{held: map[kvroute.ExternalHash]bool{}},
+			ReplayTimeout: 200 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- sub.Run(ctx) }()
+		time.Sleep(700 * time.Millisecond)
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after its context ended")
+		}
+		require.Zero(t, sub.Stats().Reconnects, "a silent peer is no connection")
+	})
 }
