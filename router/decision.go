@@ -208,8 +208,8 @@ func (d *Decision) Done(o Outcome) {
 // while one that finds the workers saturated again waits again in its
 // place.
 func (r *Router) release() {
-	if r.queue != nil && r.queue.Len() > 0 {
-		r.queue.Release(1)
+	if r.queue != nil {
+		r.queue.Release(1) // counted even with nobody waiting (Item.Releases)
 	}
 }
 
@@ -219,8 +219,6 @@ func (r *Router) release() {
 // their place.
 func (r *Router) releaseAll() {
 	if r.queue != nil {
-		if n := r.queue.Len(); n > 0 {
-			r.queue.Release(n)
-		}
+		r.queue.Release(r.queue.Len())
 	}
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -134,10 +135,10 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	disagg := s.roles[RolePrefill] > 0 && s.roles[RoleDecode] > 0
 	var err error
 	if disagg {
-		err = r.selectDisaggregated(ctx, s, req, sreq, sc, d)
+		err = r.selectDisaggregated(ctx, &s, req, sreq, sc, d)
 	} else {
 		var c *scheduling.Candidate
-		c, err = r.choose(ctx, s, phaseAggregated, req, sreq, sc, r.cost, d)
+		c, err = r.choose(ctx, &s, phaseAggregated, req, sreq, sc, r.cost, d)
 		if err == nil {
 			d.Worker = c.Worker
 			d.CachedBlocks = c.CachedBlocks()
@@ -188,9 +189,24 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	return nil
 }
 
-func (r *Router) selectDisaggregated(ctx context.Context, s *snapshot, req *Request, sreq *scheduling.Request, sc *scratch, d *Decision) error {
+// selectDisaggregated chooses a prefill and a decode worker, each phase on
+// the snapshot the one before it ended on (a wait in the admission queue
+// may have seen workers come and go).
+func (r *Router) selectDisaggregated(ctx context.Context, s **snapshot, req *Request, sreq *scheduling.Request, sc *scratch, d *Decision) error {
+	if i, ok := (*s).byKey.get(req.Pin); req.HasPin && ok && (*s).domains[i].role == RoleAggregated {
+		// A pin to a worker that serves both phases binds both.
+		c, err := r.choose(ctx, s, phaseAggregated, req, sreq, sc, r.cost, d)
+		if err != nil {
+			return err
+		}
+		d.Worker, d.CachedBlocks = c.Worker, c.CachedBlocks()
+		return nil
+	}
 	p, err := r.choose(ctx, s, phasePrefill, req, sreq, sc, r.cost, d)
 	if err != nil {
+		if !errors.Is(err, ErrNoWorkers) && !errors.Is(err, scheduling.ErrAllBusy) && !errors.Is(err, scheduling.ErrNoCandidates) {
+			return err // the request's context ended, or the queue refused it
+		}
 		// No prefill worker can take it: decode workers prefill
 		// themselves, as an aggregated pool would.
 		c, err2 := r.choose(ctx, s, phaseAggregated, req, sreq, sc, r.cost, d)
@@ -214,11 +230,18 @@ func (r *Router) selectDisaggregated(ctx context.Context, s *snapshot, req *Requ
 	return nil
 }
 
-// choose builds the candidates of one phase and picks one. The returned
-// candidate lives in sc until the next choose.
-func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, req *Request, sreq *scheduling.Request, sc *scratch, cost scheduling.CostFunc, d *Decision) (*scheduling.Candidate, error) {
+// choose builds the candidates of one phase from the snapshot *sp and
+// picks one; after a wait in the admission queue it looks at the current
+// snapshot, and leaves it in *sp. The returned candidate lives in sc until
+// the next choose.
+func (r *Router) choose(ctx context.Context, sp **snapshot, ph phase, req *Request, sreq *scheduling.Request, sc *scratch, cost scheduling.CostFunc, d *Decision) (*scheduling.Candidate, error) {
 	var waitedFrom time.Time
+	s := *sp
 	for {
+		var releases uint64
+		if r.queue != nil {
+			releases = r.queue.Releases() // before the loads are read
+		}
 		cands, err := r.eligible(s, ph, false, req, sc)
 		if err != nil && sc.degraded > 0 {
 			// No healthy worker can take it: fall back to degraded ones.
@@ -234,6 +257,7 @@ func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, req *Request
 					waitedFrom = time.Now()
 				}
 				item := scheduling.NewItem(sreq, cands)
+				item.Releases = releases
 				if err := r.queue.Wait(ctx, item, saturated); err != nil {
 					return nil, err
 				}
@@ -242,6 +266,7 @@ func (r *Router) choose(ctx context.Context, s *snapshot, ph phase, req *Request
 					// Released: the loads changed, look again.
 					d.Waited = time.Since(waitedFrom)
 					s = r.snap.Load()
+					*sp = s
 					continue
 				}
 			}

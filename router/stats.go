@@ -57,6 +57,11 @@ func (s *routerStats) record(d *Decision, took time.Duration) {
 	if dm := d.r.domain(d.Worker); dm != nil {
 		dm.decisions.Add(1)
 	}
+	if d.Disaggregated {
+		if dm := d.r.domain(d.Prefill); dm != nil {
+			dm.decisions.Add(1)
+		}
+	}
 }
 
 // sum adds up a counter over the stripes.

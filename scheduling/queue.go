@@ -104,6 +104,11 @@ type Item struct {
 	// ExpectedOutputTokens), zero when unknown. WSPT adds it, weighted by
 	// QueueConfig.OutputTokenWeight, to the job size.
 	OutputTokens int
+	// Releases, when not zero, is Queue.Releases read before the loads
+	// the caller judged saturated: when a release came since (load freed
+	// while the caller looked), Wait does not wait for the next one but
+	// returns nil at once, for the caller to look at the loads again.
+	Releases uint64
 }
 
 // NewItem returns the Item for req given its candidates: the request's
@@ -160,10 +165,12 @@ type Queue struct {
 	epoch     time.Time
 
 	waiting atomic.Int64 // len(heap), readable without mu
-	mu      sync.Mutex   // protects heap, seq and closed
-	heap    waiterHeap
-	seq     uint64
-	closed  bool
+	// releases counts Release calls, from 1 (see Item.Releases).
+	releases atomic.Uint64
+	mu       sync.Mutex // protects heap, seq and closed
+	heap     waiterHeap
+	seq      uint64
+	closed   bool
 
 	pool sync.Pool // of *waiter
 }
@@ -172,7 +179,8 @@ type Queue struct {
 type waiter struct {
 	priority uint32
 	score    float64
-	seq      uint64        // admission order among equal keys
+	arrival  int64         // Item.Arrival, unix ns: order among equal scores
+	seq      uint64        // admission order among equal scores and arrivals
 	index    int           // position in the heap, -1 once removed
 	ready    chan struct{} // buffered(1): signalled when released or closed
 	closed   bool          // released because the queue was closed
@@ -213,6 +221,7 @@ func NewQueue(cfg QueueConfig) (*Queue, error) {
 		q.log = slog.New(slog.DiscardHandler)
 	}
 	q.epoch = q.clock.Now()
+	q.releases.Store(1)
 	q.pool.New = func() any { return &waiter{ready: make(chan struct{}, 1)} }
 	return q, nil
 }
@@ -222,6 +231,11 @@ func (q *Queue) Policy() Policy { return q.policy }
 
 // Len returns the number of waiting requests.
 func (q *Queue) Len() int { return int(q.waiting.Load()) }
+
+// Releases returns the number of Release calls so far, plus one: a caller
+// about to read the loads it will pass to Saturated and Wait reads it
+// first (Item.Releases), so that a release between the two is not lost.
+func (q *Queue) Releases() uint64 { return q.releases.Load() }
 
 // Saturated reports whether every candidate has more active prefill tokens
 // than Threshold × MaxBatchedTokens. Candidates whose MaxBatchedTokens is
@@ -296,12 +310,23 @@ func (q *Queue) Wait(ctx context.Context, it Item, saturated bool) error {
 		return &QueueFullError{Capacity: q.capacity}
 	}
 	w := q.pool.Get().(*waiter)
-	w.priority, w.score, w.seq, w.closed = it.Priority, score, q.seq, false
+	w.priority, w.score, w.arrival, w.seq, w.closed = it.Priority, score, it.Arrival.UnixNano(), q.seq, false
 	q.seq++
 	heap.Push(&q.heap, w)
 	q.waiting.Store(int64(len(q.heap)))
 	if !saturated {
 		q.releaseLocked(1)
+	} else if it.Releases != 0 && q.releases.Load() != it.Releases {
+		// Load was freed since the caller read the loads, and the release
+		// found nobody waiting: look again instead of waiting for the
+		// next. (The waiter is in the heap before this check and Release
+		// counts before it looks for waiters, so one of the two sees the
+		// other.)
+		heap.Remove(&q.heap, w.index)
+		q.waiting.Store(int64(len(q.heap)))
+		q.mu.Unlock()
+		q.pool.Put(w)
+		return nil
 	}
 	q.mu.Unlock()
 
@@ -334,8 +359,13 @@ func (q *Queue) Wait(ctx context.Context, it Item, saturated bool) error {
 }
 
 // Release admits up to n waiting requests in order and returns how many it
-// admitted.
+// admitted. Every call counts in Releases, even with nobody waiting or n
+// below 1: call it whenever load is freed.
 func (q *Queue) Release(n int) int {
+	q.releases.Add(1)
+	if n < 1 || q.waiting.Load() == 0 {
+		return 0
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.releaseLocked(n)
@@ -366,14 +396,17 @@ func (q *Queue) Close() {
 	q.waiting.Store(0)
 }
 
-// waiterHeap is a max-heap of waiters by (priority, score, −seq); it
-// implements heap.Interface and keeps each waiter's index current.
+// waiterHeap is a max-heap of waiters by (priority, score, −arrival,
+// −seq); it implements heap.Interface and keeps each waiter's index
+// current.
 type waiterHeap []*waiter
 
 // Len implements heap.Interface.
 func (h waiterHeap) Len() int { return len(h) }
 
-// Less orders by class, then score (both descending), then arrival.
+// Less orders by class, then score (both descending), then arrival: the
+// Item's (kept when a request waits again after a release), then the
+// order of the Wait calls.
 func (h waiterHeap) Less(i, j int) bool {
 	a, b := h[i], h[j]
 	if a.priority != b.priority {
@@ -381,6 +414,9 @@ func (h waiterHeap) Less(i, j int) bool {
 	}
 	if a.score != b.score {
 		return a.score > b.score
+	}
+	if a.arrival != b.arrival {
+		return a.arrival < b.arrival
 	}
 	return a.seq < b.seq
 }
