@@ -153,3 +153,21 @@ func TestPrefillDecisionsCounted(t *testing.T) {
 		require.EqualValues(t, 1, w.Decisions, "worker %v", w.Worker)
 	}
 }
+
+// A request pinned to a decode worker while every prefill worker is busy
+// is prefilled by its decode worker, as in an aggregated pool: the busy
+// prefill workers are no reason to refuse the pin.
+func TestPinToDecodeWorkerWithPrefillBusy(t *testing.T) {
+	p, dc := newEngine(1), newEngine(2)
+	p.role, dc.role = router.RolePrefill, router.RoleDecode
+	r := newRouter(t, router.Config{Busy: scheduling.BusyThresholds{MaxPrefillTokens: 100}}, p, dc)
+	ctx := context.Background()
+	busy, err := r.Select(ctx, &router.Request{Tokens: tokens(1, 0, 1, 20), Pin: kvroute.WorkerKey{ID: 1}, HasPin: true})
+	require.NoError(t, err)
+	defer busy.Done(router.Outcome{})
+	d, err := r.Select(ctx, &router.Request{Tokens: tokens(2, 0, 2, 2), Pin: kvroute.WorkerKey{ID: 2}, HasPin: true})
+	require.NoError(t, err)
+	require.Equal(t, kvroute.WorkerKey{ID: 2}, d.Worker)
+	require.False(t, d.Disaggregated)
+	d.Done(router.Outcome{})
+}

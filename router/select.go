@@ -21,7 +21,8 @@ type scratch struct {
 	seqs     []kvroute.SeqHash
 	match    indexer.MatchResult
 	cands    []scheduling.Candidate
-	degraded int // degraded domains left out of cands
+	degraded int  // degraded domains left out of cands
+	pinned   bool // the request's pin binds the phase of cands
 	costs    []float64
 	pos      []int // domain index → candidate index + 1 (0: not a candidate)
 	released bool  // the request was released from the admission queue
@@ -303,7 +304,7 @@ func (r *Router) eligible(s *snapshot, ph phase, withDegraded bool, req *Request
 	if err := r.candidates(s, ph, withDegraded, req, sc); err != nil {
 		return nil, err
 	}
-	if req.Admitted && req.HasPin {
+	if req.Admitted && sc.pinned {
 		// Running there already, busy or not.
 		if len(sc.cands) == 0 {
 			return nil, fmt.Errorf("%w: %s", ErrPinnedUnavailable, req.Pin)
@@ -311,7 +312,7 @@ func (r *Router) eligible(s *snapshot, ph phase, withDegraded bool, req *Request
 		return sc.cands, nil
 	}
 	cands, err := r.busy.Filter(sc.cands)
-	if err != nil && req.HasPin {
+	if err != nil && sc.pinned {
 		return nil, fmt.Errorf("%w: %s is busy", ErrPinnedUnavailable, req.Pin)
 	}
 	return cands, err
@@ -337,6 +338,7 @@ func (r *Router) candidates(s *snapshot, ph phase, withDegraded bool, req *Reque
 			pinned = false
 		}
 	}
+	sc.pinned = pinned
 	if pinned {
 		i, ok := ps.pos.get(req.Pin)
 		switch {
