@@ -97,9 +97,11 @@ func (c *HealthConfig) judge(d *domain, now int64) Health {
 	errs := int(d.errors.Load())
 	if errs > 0 && now-d.lastError.Load() >= int64(c.UnhealthyAfter) {
 		// Errors are forgiven after UnhealthyAfter without a new one, so a
-		// worker without heartbeats gets a chance again.
-		d.errors.Store(0)
-		errs = 0
+		// worker without heartbeats gets a chance again; an error counted
+		// meanwhile is not.
+		if d.errors.CompareAndSwap(int32(errs), 0) {
+			errs = 0
+		}
 	}
 	switch {
 	case errs >= c.UnhealthyErrors:
