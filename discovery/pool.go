@@ -169,8 +169,14 @@ func (e *Engine) Validate() error {
 	if e.Replay != "" && e.Events == "" {
 		return fmt.Errorf("%w: %s: replay endpoint without an events endpoint", ErrEngine, e.Name)
 	}
-	for r := range e.Ports {
-		for _, ep := range []string{e.Events, e.Replay} {
+	for _, ep := range []string{e.Events, e.Replay} {
+		if ep == "" {
+			continue
+		}
+		if err := checkEndpoint(ep); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrEngine, e.Name, err)
+		}
+		for r := range e.Ports {
 			if _, err := RankEndpoint(ep, r); err != nil {
 				return fmt.Errorf("%w: %s: %w", ErrEngine, e.Name, err)
 			}
@@ -178,6 +184,29 @@ func (e *Engine) Validate() error {
 	}
 	if _, err := enginemetrics.ParseKind(e.Kind); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrEngine, e.Name, err)
+	}
+	return nil
+}
+
+// checkEndpoint checks that ep is a ZMQ endpoint a subscriber can dial:
+// tcp://host:port with a port from 1 to 65535, or ipc:// or inproc://
+// with a path (whose ranks have no ports to offset).
+func checkEndpoint(ep string) error {
+	for _, local := range []string{"ipc://", "inproc://"} {
+		if rest, ok := strings.CutPrefix(ep, local); ok && rest != "" {
+			return nil
+		}
+	}
+	addr, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return fmt.Errorf("endpoint %q is not tcp://host:port", ep)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return fmt.Errorf("endpoint %q is not tcp://host:port", ep)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("endpoint %q: port out of range", ep)
 	}
 	return nil
 }
@@ -314,12 +343,12 @@ func (p *Pool) retry(interval time.Duration) {
 		case <-t.C:
 		}
 		p.mu.Lock()
-		again := len(p.rejected) > 0 && !p.closed
-		last := p.last
-		p.mu.Unlock()
-		if again {
-			p.Sync(p.ctx, last)
+		if len(p.rejected) > 0 && !p.closed {
+			// Under the lock from the check to the sync, so that a newer
+			// Sync of the source never comes between them.
+			p.syncLocked(p.ctx, p.last)
 		}
+		p.mu.Unlock()
 	}
 }
 
@@ -333,7 +362,23 @@ func (p *Pool) Sync(ctx context.Context, engines []Engine) {
 	if p.closed {
 		return
 	}
-	p.last = slices.Clone(engines)
+	// The pool keeps copies: the caller may reuse its slices.
+	p.last = make([]Engine, len(engines))
+	for i := range engines {
+		p.last[i] = engines[i].clone()
+	}
+	p.syncLocked(ctx, p.last)
+}
+
+// clone returns a copy of e that shares no slice with it.
+func (e *Engine) clone() Engine {
+	c := *e
+	c.Ports, c.DynamoEvents = slices.Clone(e.Ports), slices.Clone(e.DynamoEvents)
+	return c
+}
+
+// syncLocked is Sync with p.mu held; engines are the pool's own copies.
+func (p *Pool) syncLocked(ctx context.Context, engines []Engine) {
 	want := map[string]Engine{}
 	clear(p.rejected)
 	for _, e := range engines {
@@ -441,7 +486,7 @@ func (p *Pool) add(ctx context.Context, e *Engine) error {
 		}
 	}
 	mctx, cancel := context.WithCancel(p.ctx)
-	m := &member{engine: *e, cancel: cancel}
+	m := &member{engine: e.clone(), cancel: cancel}
 	for _, sub := range subs {
 		m.done.Go(func() { _ = sub.Run(mctx) })
 	}
@@ -472,7 +517,7 @@ func (p *Pool) Members() []Engine {
 	defer p.mu.Unlock()
 	out := make([]Engine, 0, len(p.members))
 	for _, name := range slices.Sorted(maps.Keys(p.members)) {
-		out = append(out, p.members[name].engine)
+		out = append(out, p.members[name].engine.clone())
 	}
 	return out
 }

@@ -213,3 +213,66 @@ func TestPoolEngineWithoutPorts(t *testing.T) {
 		require.Equal(t, router.RolePrefill, w.Role)
 	}
 }
+
+// The retries of rejected engines never put back an older list than the
+// source's last Sync.
+func TestPoolRetryKeepsTheLastSync(t *testing.T) {
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, RetryInterval: time.Microsecond,
+		Admit: func(_ context.Context, e *discovery.Engine) error {
+			if e.Name == "bad" {
+				return errors.New("not yet")
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	defer pool.Close()
+	bad := discovery.Engine{Name: "bad", Host: "127.0.0.1", Ports: []int{1}, Ready: true}
+	var last string
+	for i := range 2000 {
+		last = "e" + strconv.Itoa(i)
+		pool.Sync(context.Background(), []discovery.Engine{bad, {Name: last, Host: "127.0.0.1", Ports: []int{2}, Ready: true}})
+	}
+	time.Sleep(50 * time.Millisecond) // retries
+	members := pool.Members()
+	require.Len(t, members, 1)
+	require.Equal(t, last, members[0].Name)
+}
+
+// The pool keeps its own copy of an engine: a host that reuses its list
+// and changes a port in place has the change seen at the next Sync.
+func TestPoolCopiesEngines(t *testing.T) {
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	eps := &epp.Endpoints{}
+	pool, err := discovery.NewPool(discovery.PoolConfig{Router: r, Addresses: eps, RetryInterval: -1})
+	require.NoError(t, err)
+	defer pool.Close()
+	engines := []discovery.Engine{{Name: "a", Host: "10.0.0.1", Ports: []int{8000}, Ready: true}}
+	pool.Sync(context.Background(), engines)
+	engines[0].Ports[0] = 9000
+	pool.Sync(context.Background(), engines)
+	addr, ok := eps.Address(kvroute.WorkerKey{ID: discovery.WorkerIDOf("a")})
+	require.True(t, ok)
+	require.Equal(t, "10.0.0.1:9000", addr)
+	members := pool.Members()
+	members[0].Ports[0] = 1
+	require.Equal(t, []int{9000}, pool.Members()[0].Ports, "Members returns copies")
+}
+
+// Event endpoints are checked for every rank, the first included.
+func TestEngineEndpointsChecked(t *testing.T) {
+	for _, ep := range []string{"garbage", "tcp://", "tcp://h", "tcp://h:99999", "tcp://:5557", "http://h:5557", "ipc://"} {
+		for _, ports := range [][]int{{8000}, {8000, 8001}} {
+			e := discovery.Engine{Name: "a", Host: "h", Ports: ports, Ready: true, Events: ep}
+			require.ErrorIs(t, e.Validate(), discovery.ErrEngine, "events %q, %d ranks", ep, len(ports))
+			e.Events, e.Replay = "tcp://h:5557", ep
+			require.ErrorIs(t, e.Validate(), discovery.ErrEngine, "replay %q, %d ranks", ep, len(ports))
+		}
+	}
+	for _, ep := range []string{"tcp://h:5557", "tcp://10.0.0.1:1", "tcp://[::1]:5557", "ipc:///tmp/kv.sock"} {
+		e := discovery.Engine{Name: "a", Host: "h", Ports: []int{8000}, Ready: true, Events: ep}
+		require.NoError(t, e.Validate(), ep)
+	}
+}
