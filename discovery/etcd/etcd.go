@@ -111,16 +111,23 @@ type engineSet struct {
 	prefix string
 	byKey  map[string]discovery.Engine
 	names  map[string]string // engine name to its key
+	// waiting are valid descriptions refused because another key held
+	// their name, by key: the first by key order takes the name when it
+	// is freed.
+	waiting map[string]discovery.Engine
 }
 
 func newEngineSet(prefix string) *engineSet {
-	return &engineSet{prefix: prefix, byKey: map[string]discovery.Engine{}, names: map[string]string{}}
+	return &engineSet{prefix: prefix, byKey: map[string]discovery.Engine{}, names: map[string]string{},
+		waiting: map[string]discovery.Engine{}}
 }
 
-// put decodes key's new value. A value that is not a valid description,
-// or that names an engine another key describes, is refused with an error
-// wrapping discovery.ErrEngine and changes nothing: the key keeps its last
-// valid description, if it had one, until it is deleted.
+// put decodes key's new value. A value that is not a valid description
+// is refused with an error wrapping discovery.ErrEngine and changes
+// nothing: the key keeps its last valid description, if it had one, until
+// it is deleted. A valid one that names an engine another key describes
+// is refused too, changing nothing yet, and waits: it becomes the key's
+// description when the other key gives the name up.
 func (s *engineSet) put(key string, value []byte) error {
 	e, err := Decode(strings.TrimPrefix(key, s.prefix), value)
 	if err != nil {
@@ -130,19 +137,46 @@ func (s *engineSet) put(key string, value []byte) error {
 		return err
 	}
 	if other, ok := s.names[e.Name]; ok && other != key {
+		s.waiting[key] = e
 		return fmt.Errorf("%w: %s: the name is key %q's already", discovery.ErrEngine, e.Name, other)
 	}
-	s.delete(key)
-	s.byKey[key] = e
-	s.names[e.Name] = key
+	delete(s.waiting, key)
+	s.set(key, e)
 	return nil
 }
 
-// delete removes key's engine.
-func (s *engineSet) delete(key string) {
-	if old, ok := s.byKey[key]; ok {
+// set makes e, whose name is free or key's, key's engine.
+func (s *engineSet) set(key string, e discovery.Engine) {
+	old, had := s.byKey[key]
+	s.byKey[key] = e
+	s.names[e.Name] = key
+	if had && old.Name != e.Name {
 		delete(s.names, old.Name)
-		delete(s.byKey, key)
+		s.promote(old.Name)
+	}
+}
+
+// delete removes key's engine, and any description of it waiting.
+func (s *engineSet) delete(key string) {
+	delete(s.waiting, key)
+	old, ok := s.byKey[key]
+	if !ok {
+		return
+	}
+	delete(s.names, old.Name)
+	delete(s.byKey, key)
+	s.promote(old.Name)
+}
+
+// promote gives the freed name to the first key, in key order, whose
+// description waits for it.
+func (s *engineSet) promote(name string) {
+	for _, k := range slices.Sorted(maps.Keys(s.waiting)) {
+		if e := s.waiting[k]; e.Name == name {
+			delete(s.waiting, k)
+			s.set(k, e)
+			return
+		}
 	}
 }
 

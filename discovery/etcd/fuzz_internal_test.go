@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -48,11 +49,25 @@ func FuzzWatchValues(f *testing.F) {
 		set := newEngineSet(prefix)
 		for _, op := range ops {
 			key := keys[op&3]
-			before, beforeKeys := set.engines(), maps.Clone(set.byKey)
+			before, beforeKeys, waiting := set.engines(), maps.Clone(set.byKey), maps.Clone(set.waiting)
+			// Other keys keep their engines, but for one that waited for a
+			// name the operation freed, which takes it.
+			othersKept := func() {
+				t.Helper()
+				for k, e := range set.byKey {
+					if k == key {
+						continue
+					}
+					if old, ok := beforeKeys[k]; !ok || !reflect.DeepEqual(old, e) {
+						require.Equal(t, waiting[k], e, "key %s's engine changed", k)
+					}
+				}
+			}
 			if op&4 != 0 {
 				set.delete(key)
 				_, had := set.byKey[key]
 				require.False(t, had)
+				othersKept()
 				continue
 			}
 			value := values[int(op>>3)%len(values)]
@@ -70,11 +85,7 @@ func FuzzWatchValues(f *testing.F) {
 			}
 			require.NoError(t, derr)
 			require.Equal(t, want, set.byKey[key])
-			delete(beforeKeys, key)
-			for k, e := range beforeKeys {
-				require.Equal(t, e, set.byKey[k], "another key's engine changed")
-			}
-			require.Len(t, set.byKey, len(beforeKeys)+1)
+			othersKept()
 			again, err := json.Marshal(want)
 			require.NoError(t, err)
 			e2, err := Decode(name, again)
@@ -112,8 +123,23 @@ func TestEngineSetKeepsLastValid(t *testing.T) {
 	err = set.put("/p/x", []byte(`{"name":"c/d","host":"h2","ports":[2]}`))
 	require.ErrorContains(t, err, `c/d: the name is key "/p/c/d"'s already`)
 	require.Equal(t, []discovery.Engine{seedEngines[2]}, set.engines())
+	// When the first key goes, the waiting one takes the name at once.
 	set.delete("/p/c/d")
-	require.NoError(t, set.put("/p/x", []byte(`{"name":"c/d","host":"h2","ports":[2]}`)))
+	require.Len(t, set.engines(), 1)
 	require.Equal(t, "h2", set.engines()[0].Host)
 	require.Equal(t, fmt.Sprint(map[string]string{"c/d": "/p/x"}), fmt.Sprint(set.names))
+	require.NoError(t, set.put("/p/x", []byte(`{"name":"c/d","host":"h3","ports":[2]}`)))
+	require.Equal(t, "h3", set.engines()[0].Host)
+	// A key waiting keeps its own engine meanwhile; renamed by its owner,
+	// a name frees and passes on.
+	require.NoError(t, set.put("/p/y", []byte(`{"name":"f","host":"h4","ports":[2]}`)))
+	require.Error(t, set.put("/p/y", []byte(`{"name":"c/d","host":"h4","ports":[2]}`)))
+	require.Error(t, set.put("/p/z", []byte(`{"name":"c/d","host":"h5","ports":[2]}`)))
+	require.Equal(t, "f", set.byKey["/p/y"].Name)
+	require.NoError(t, set.put("/p/x", []byte(`{"name":"g","host":"h3","ports":[2]}`)))
+	require.Equal(t, "c/d", set.byKey["/p/y"].Name, "the first waiting key by key order")
+	require.Equal(t, fmt.Sprint(map[string]string{"c/d": "/p/y", "g": "/p/x"}), fmt.Sprint(set.names))
+	// A waiting key deleted waits no more.
+	set.delete("/p/z")
+	require.Empty(t, set.waiting)
 }

@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -52,6 +53,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -151,6 +153,10 @@ func (w *Watcher) Run(ctx context.Context, sink discovery.Sink) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return ctx.Err()
 	}
+	// The last valid description of each pod: a ready pod whose
+	// annotations go bad keeps it (and its worker its index) until it is
+	// fixed, stops being ready or goes.
+	lastValid := map[podKey]discovery.Engine{}
 	for {
 		var list []*corev1.Pod
 		for _, obj := range inf.GetStore().List() {
@@ -159,14 +165,24 @@ func (w *Watcher) Run(ctx context.Context, sink discovery.Sink) error {
 			}
 		}
 		engines := make([]discovery.Engine, 0, len(list))
+		seen := make(map[podKey]bool, len(list))
 		for _, p := range list {
+			k := podKey{p.Namespace, p.Name, p.UID}
+			seen[k] = true
 			e, err := w.Engine(p)
 			if err != nil {
-				log.WarnContext(ctx, "kube: pod left out", "pod", p.Namespace+"/"+p.Name, "err", err)
-				continue
+				last, ok := lastValid[k]
+				if !ok {
+					log.WarnContext(ctx, "kube: pod left out", "pod", p.Namespace+"/"+p.Name, "err", err)
+					continue
+				}
+				log.WarnContext(ctx, "kube: invalid pod description, keeping its last valid one", "pod", p.Namespace+"/"+p.Name, "err", err)
+				e = last
 			}
+			lastValid[k] = e
 			engines = append(engines, e)
 		}
+		maps.DeleteFunc(lastValid, func(k podKey, _ discovery.Engine) bool { return !seen[k] })
 		slices.SortFunc(engines, func(a, b discovery.Engine) int { return strings.Compare(a.Name, b.Name) })
 		sink.Sync(ctx, engines)
 		select {
@@ -175,6 +191,12 @@ func (w *Watcher) Run(ctx context.Context, sink discovery.Sink) error {
 		case <-changed:
 		}
 	}
+}
+
+// podKey identifies a pod: one recreated under its name is another.
+type podKey struct {
+	namespace, name string
+	uid             types.UID
 }
 
 // Ready reports whether a pod can serve: running, not being deleted, with
@@ -225,6 +247,9 @@ func (w *Watcher) Engine(p *corev1.Pod) (discovery.Engine, error) {
 	}
 	if e.Events == "" {
 		e.Replay = ""
+	}
+	if len(e.Ports) == 0 {
+		return e, fmt.Errorf("%w: %s: the watcher has no target ports", discovery.ErrEngine, e.Name)
 	}
 	e.Metrics = "http://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Ports[0])) + "/metrics"
 	if m := p.Annotations[AnnotationMetrics]; m != "" {

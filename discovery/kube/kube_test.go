@@ -140,6 +140,17 @@ func TestWatcherFollowsPods(t *testing.T) {
 	addr, _ = eps.Address(kvroute.WorkerKey{ID: discovery.WorkerIDOf("ns/c"), Rank: 1})
 	require.Equal(t, "10.0.0.3:8001", addr)
 
+	// c's annotations go bad while it is ready: it keeps its last valid
+	// description (d, created after, shows the change was seen).
+	_, err = pods.Update(ctx, pod("c", "10.0.0.3", true, vllm, map[string]string{kube.AnnotationRanks: "x", kube.AnnotationMetrics: "9100"}), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	_, err = pods.Create(ctx, pod("d", "10.0.0.4", true, vllm, nil), metav1.CreateOptions{})
+	require.NoError(t, err)
+	wait("ns/a,ns/b,ns/c,ns/d")
+	require.Len(t, r.Workers(), 5, "a, b, c's two ranks and d")
+	require.NoError(t, pods.Delete(ctx, "d", metav1.DeleteOptions{}))
+	wait("ns/a,ns/b,ns/c")
+
 	// a goes away, b is not ready any more.
 	require.NoError(t, pods.Delete(ctx, "a", metav1.DeleteOptions{}))
 	_, err = pods.UpdateStatus(ctx, pod("b", "10.0.0.2", false, vllm, nil), metav1.UpdateOptions{})
@@ -154,6 +165,8 @@ func TestWatcherFollowsPods(t *testing.T) {
 }
 
 func TestEngineAnnotations(t *testing.T) {
+	_, err := (&kube.Watcher{}).Engine(pod("p", "10.1.1.1", true, nil, nil))
+	require.ErrorIs(t, err, discovery.ErrEngine, "a watcher without target ports")
 	w := &kube.Watcher{TargetPorts: []int{8000, 8001}, EventsPort: 5557}
 	e, err := w.Engine(pod("p", "10.1.1.1", true, nil, map[string]string{kube.AnnotationTopic: "kv"}))
 	require.NoError(t, err)
