@@ -125,7 +125,8 @@ func (h Hasher) appendMM(blocks []BlockHash, seqs []SeqHash, tokens []uint32, mm
 		start, end := i*h.blockSize, (i+1)*h.blockSize
 		in := sbuf[:0]
 		for _, o := range mm {
-			if o.Length > 0 && o.Offset < end && start < o.Offset+o.Length {
+			// start < Offset+Length, without the sum (which may overflow).
+			if o.Length > 0 && o.Offset < end && (o.Offset >= start || uint(start)-uint(o.Offset) < uint(o.Length)) {
 				in = append(in, o.Hash)
 			}
 		}

@@ -2,6 +2,7 @@ package kvroute_test
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"testing"
 
@@ -122,4 +123,20 @@ func TestHashBlockMMOrderAndAllocatesNothing(t *testing.T) {
 	mm := []uint64{9, 4}
 	allocs := testing.AllocsPerRun(100, func() { _ = h.HashBlockMM(toks, mm) })
 	require.Zero(t, allocs)
+}
+
+// An item that reaches past the largest int covers every block from its
+// offset on, as one that ends at the prompt's end does: its end is never
+// computed by a sum that wraps.
+func TestHasherMMItemToTheEnd(t *testing.T) {
+	toks := make([]uint32, 64)
+	for i := range toks {
+		toks[i] = uint32(i)
+	}
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})
+	toEnd := h.AppendSeqHashesMM(nil, toks, []kvroute.MMObject{{Hash: 9, Offset: 16, Length: 48}})
+	huge := h.AppendSeqHashesMM(nil, toks, []kvroute.MMObject{{Hash: 9, Offset: 16, Length: math.MaxInt}})
+	require.Equal(t, toEnd, huge)
+	before := h.AppendSeqHashesMM(nil, toks, []kvroute.MMObject{{Hash: 9, Offset: math.MinInt, Length: math.MaxInt}})
+	require.Equal(t, h.AppendSeqHashes(nil, toks), before, "an item that ends before the prompt covers nothing")
 }

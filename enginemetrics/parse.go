@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -61,6 +64,9 @@ type Rank struct {
 	Waiting int
 	// KVUsage is the fraction of the KV cache in use, 0 to 1.
 	KVUsage float64
+	// Reported is set when the text had samples of this rank; a rank
+	// below the highest one reported may have none.
+	Reported bool
 }
 
 // Metrics is what one scrape says about an engine.
@@ -142,22 +148,31 @@ func Parse(in io.Reader, kind Kind) (Metrics, error) {
 		return Metrics{}, fmt.Errorf("%w: %w", ErrMetrics, err)
 	}
 	var m Metrics
-	seen := false
-	for name, fam := range fams {
-		if name == "vllm:cache_config_info" && kind != KindSGLang {
-			m.readCacheConfig(fam)
-			continue
-		}
+	if fam, ok := fams["vllm:cache_config_info"]; ok && kind != KindSGLang {
+		m.readCacheConfig(fam)
+	}
+	m.Kind = kind
+	if kind == KindAuto {
+		m.Kind = detect(fams)
+	}
+	// A gauge's value per rank and per series of other labels than the
+	// parallel ranks (a model): the series that differ only in
+	// tensor-, pipeline- or expert-parallel rank are copies of one value
+	// (SGLang's schedulers each report their batch), and count once;
+	// different models' values add up.
+	type key struct {
+		g     gauge
+		rank  int
+		model string
+	}
+	vals := map[key]float64{}
+	var order []key
+	for _, name := range slices.Sorted(maps.Keys(fams)) {
 		n, ok := names[name]
-		if !ok || (kind != KindAuto && n.kind != kind) {
+		if !ok || n.kind != m.Kind {
 			continue
 		}
-		if m.Kind == KindAuto {
-			m.Kind = n.kind
-		} else if m.Kind != n.kind {
-			continue // both engines' names: keep the first kind seen
-		}
-		for _, s := range fam.GetMetric() {
+		for _, s := range fams[name].GetMetric() {
 			v, ok := value(s)
 			if !ok {
 				continue
@@ -166,25 +181,66 @@ func Parse(in io.Reader, kind Kind) (Metrics, error) {
 			if !ok {
 				continue
 			}
-			for len(m.Ranks) <= r {
-				m.Ranks = append(m.Ranks, Rank{})
-			}
-			seen = true
-			rk := &m.Ranks[r]
-			switch n.g {
-			case gRunning:
-				rk.Running += count(v)
-			case gWaiting:
-				rk.Waiting += count(v)
-			case gUsage:
-				rk.KVUsage = min(max(v, 0), 1)
+			k := key{n.g, r, modelOf(s)}
+			if old, ok := vals[k]; !ok {
+				vals[k] = v
+				order = append(order, k)
+			} else {
+				vals[k] = max(old, v)
 			}
 		}
 	}
-	if !seen {
+	if len(order) == 0 {
 		return Metrics{}, fmt.Errorf("%w: no %s load metrics", ErrMetrics, kind)
 	}
+	for _, k := range order {
+		for len(m.Ranks) <= k.rank {
+			m.Ranks = append(m.Ranks, Rank{})
+		}
+		rk, v := &m.Ranks[k.rank], vals[k]
+		rk.Reported = true
+		switch k.g {
+		case gRunning:
+			rk.Running += count(v)
+		case gWaiting:
+			rk.Waiting += count(v)
+		case gUsage:
+			rk.KVUsage = max(rk.KVUsage, min(max(v, 0), 1))
+		}
+	}
 	return m, nil
+}
+
+// detect returns the engine kind whose load metrics a text has: vLLM's
+// when it has both engines' names (a fixed choice, whatever the order of
+// the text), KindAuto when it has neither.
+func detect(fams map[string]*dto.MetricFamily) Kind {
+	found := KindAuto
+	for name := range fams {
+		if n, ok := names[name]; ok && (found == KindAuto || n.kind == KindVLLM) {
+			found = n.kind
+		}
+	}
+	return found
+}
+
+// parallelLabels name a sample's tensor-, pipeline- and expert-parallel
+// ranks and its data-parallel rank: series that differ only in them are
+// not different models.
+var parallelLabels = map[string]bool{"tp_rank": true, "pp_rank": true, "moe_ep_rank": true, "engine": true, "dp_rank": true}
+
+// modelOf returns a sample's labels but the parallel ranks, as one string.
+func modelOf(s *dto.Metric) string {
+	var b strings.Builder
+	for _, l := range s.GetLabel() {
+		if !parallelLabels[l.GetName()] {
+			b.WriteString(l.GetName())
+			b.WriteByte(0)
+			b.WriteString(l.GetValue())
+			b.WriteByte(0)
+		}
+	}
+	return b.String()
 }
 
 // value returns a gauge's, counter's or untyped sample's value when it is

@@ -53,22 +53,33 @@ func TestParse(t *testing.T) {
 	}{
 		{name: "vllm data parallel", text: vllmText, kind: enginemetrics.KindAuto, want: enginemetrics.Metrics{
 			Kind: enginemetrics.KindVLLM, BlockSize: 16, GPUBlocks: 27910,
-			Ranks: []enginemetrics.Rank{{Running: 3, Waiting: 0, KVUsage: 0.25}, {Running: 5, Waiting: 2, KVUsage: 0.5}},
+			Ranks: []enginemetrics.Rank{{Running: 3, Waiting: 0, KVUsage: 0.25, Reported: true}, {Running: 5, Waiting: 2, KVUsage: 0.5, Reported: true}},
 		}},
 		{name: "sglang", text: sglangText, kind: enginemetrics.KindSGLang, want: enginemetrics.Metrics{
-			Kind: enginemetrics.KindSGLang, Ranks: []enginemetrics.Rank{{Running: 7, Waiting: 4, KVUsage: 0.83}},
+			Kind: enginemetrics.KindSGLang, Ranks: []enginemetrics.Rank{{Running: 7, Waiting: 4, KVUsage: 0.83, Reported: true}},
 		}},
 		{name: "older vllm name, no rank label", kind: enginemetrics.KindVLLM,
 			text: "vllm:gpu_cache_usage_perc 0.5\nvllm:num_requests_running 2\n",
-			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{Running: 2, KVUsage: 0.5}}}},
+			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{Running: 2, KVUsage: 0.5, Reported: true}}}},
 		{name: "clamped", kind: enginemetrics.KindAuto,
 			text: "vllm:kv_cache_usage_perc 7\nvllm:num_requests_waiting -3\nvllm:num_requests_running NaN\n",
-			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{KVUsage: 1}}}},
+			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{KVUsage: 1, Reported: true}}}},
+		{name: "sglang, one series per tensor-parallel scheduler", kind: enginemetrics.KindSGLang, text: sglangTP(4),
+			want: enginemetrics.Metrics{Kind: enginemetrics.KindSGLang, Ranks: []enginemetrics.Rank{{Running: 7, Waiting: 4, KVUsage: 0.5, Reported: true}}}},
+		{name: "two models add up", kind: enginemetrics.KindVLLM,
+			text: "vllm:num_requests_running{model_name=\"a\"} 2\nvllm:num_requests_running{model_name=\"b\"} 3\n",
+			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{Running: 5, Reported: true}}}},
+		{name: "a rank without samples", kind: enginemetrics.KindVLLM,
+			text: "vllm:num_requests_running{engine=\"1\"} 2\n",
+			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{}, {Running: 2, Reported: true}}}},
+		{name: "both engines' names: vLLM's", kind: enginemetrics.KindAuto,
+			text: "sglang:num_running_reqs 1\nvllm:num_requests_running 5\n",
+			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{Running: 5, Reported: true}}}},
 		{name: "wrong kind", text: sglangText, kind: enginemetrics.KindVLLM, err: "no vllm load metrics"},
 		{name: "not metrics", text: "<html>hello</html>\n", kind: enginemetrics.KindAuto, err: "unreadable"},
 		{name: "empty", text: "", kind: enginemetrics.KindAuto, err: "no auto load metrics"},
 		{name: "labels at the limit", kind: enginemetrics.KindAuto, text: manyLabels(enginemetrics.MaxLabels),
-			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{Running: 1}}}},
+			want: enginemetrics.Metrics{Kind: enginemetrics.KindVLLM, Ranks: []enginemetrics.Rank{{Running: 1, Reported: true}}}},
 		{name: "too many labels", text: "# HELP x a=b=c\n" + manyLabels(enginemetrics.MaxLabels+1), kind: enginemetrics.KindAuto,
 			err: "line 2: more than 64 labels"},
 		{name: "too many samples", text: strings.Repeat("vllm:num_requests_running 1\n", enginemetrics.MaxSamples+1),
@@ -87,6 +98,32 @@ func TestParse(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tt.want, m)
 		})
+	}
+}
+
+// sglangTP is SGLang's load with --enable-metrics-for-all-schedulers and
+// tp tensor-parallel ranks: each scheduler reports the same batch.
+func sglangTP(tp int) string {
+	var b strings.Builder
+	for _, nv := range []string{"num_running_reqs 7", "num_queue_reqs 4", "token_usage 0.5"} {
+		n, v, _ := strings.Cut(nv, " ")
+		fmt.Fprintf(&b, "# TYPE sglang:%s gauge\n", n)
+		for r := range tp {
+			fmt.Fprintf(&b, "sglang:%s{engine_type=\"unified\",model_name=\"Qwen/Qwen3-8B\",moe_ep_rank=\"0\",pp_rank=\"0\",tp_rank=\"%d\"} %s\n", n, r, v)
+		}
+	}
+	return b.String()
+}
+
+// Parse gives the same result whatever the order of a text's metrics.
+func TestParseDeterministic(t *testing.T) {
+	text := "sglang:num_running_reqs 1\nvllm:num_requests_running 5\nsglang:num_queue_reqs 2\nvllm:kv_cache_usage_perc 0.1\n"
+	first, err := enginemetrics.Parse(strings.NewReader(text), enginemetrics.KindAuto)
+	require.NoError(t, err)
+	for range 100 {
+		m, err := enginemetrics.Parse(strings.NewReader(text), enginemetrics.KindAuto)
+		require.NoError(t, err)
+		require.Equal(t, first, m)
 	}
 }
 
@@ -129,7 +166,7 @@ func TestParseLongLabelLines(t *testing.T) {
 		strings.Repeat(manyLabels(50), 3)
 	m, err := enginemetrics.Parse(strings.NewReader(text), enginemetrics.KindAuto)
 	require.NoError(t, err)
-	require.Equal(t, []enginemetrics.Rank{{Running: 3}}, m.Ranks)
+	require.Equal(t, []enginemetrics.Rank{{Running: 1, Reported: true}}, m.Ranks, "the same series three times counts once")
 }
 
 func TestLoad(t *testing.T) {

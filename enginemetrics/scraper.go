@@ -154,16 +154,21 @@ func (s *Scraper) Verify(ctx context.Context, t Target) (Metrics, error) {
 	return m, nil
 }
 
-// Report sends one scrape's loads to the router, one heartbeat per rank.
-// It returns the first heartbeat error (router.ErrUnknownWorker when the
-// worker is not registered).
+// Report sends one scrape's loads to the router, one heartbeat per rank
+// the scrape reported (up to Target.Ranks when set): a rank it says
+// nothing of sends none, so that the router's heartbeat timeouts judge
+// it. It returns the first heartbeat error (router.ErrUnknownWorker when
+// the worker is not registered).
 func (s *Scraper) Report(t Target, m *Metrics) error {
-	ranks := t.Ranks
-	if ranks <= 0 {
-		ranks = max(len(m.Ranks), 1)
+	ranks := len(m.Ranks)
+	if t.Ranks > 0 {
+		ranks = min(ranks, t.Ranks)
 	}
 	var first error
 	for r := range ranks {
+		if !m.Ranks[r].Reported {
+			continue
+		}
 		if err := s.cfg.Router.Heartbeat(kvroute.WorkerKey{ID: t.Worker, Rank: kvroute.DPRank(r)}, m.Load(r)); err != nil && first == nil {
 			first = err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/enginemetrics"
 	"github.com/kvroute/kvroute/internal/fakeengine"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
 )
 
 func TestScraperFeedsHeartbeats(t *testing.T) {
@@ -80,4 +81,36 @@ func TestScrapeErrors(t *testing.T) {
 	require.ErrorIs(t, err, enginemetrics.ErrMetrics)
 	_, err = enginemetrics.New(enginemetrics.Config{})
 	require.ErrorIs(t, err, enginemetrics.ErrConfig)
+}
+
+// beats is a Reporter that records heartbeats.
+type beats struct {
+	got map[kvroute.WorkerKey]bool
+}
+
+func (b *beats) Heartbeat(w kvroute.WorkerKey, _ scheduling.Load) error {
+	b.got[w] = true
+	return nil
+}
+
+func (b *beats) Hasher() kvroute.Hasher { return kvroute.MustHasher(kvroute.HasherConfig{}) }
+
+// A rank the scrape says nothing of sends no heartbeat: the router's
+// heartbeat timeouts judge it, instead of a report of an idle rank.
+func TestReportSkipsRanksWithoutSamples(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "vllm:num_requests_running{engine=\"0\"} 3\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.9\nvllm:num_requests_running{engine=\"2\"} 1\n")
+	}))
+	defer srv.Close()
+	rec := &beats{got: map[kvroute.WorkerKey]bool{}}
+	s, err := enginemetrics.New(enginemetrics.Config{Router: rec})
+	require.NoError(t, err)
+	for _, ranks := range []int{0, 4} {
+		clear(rec.got)
+		tg := enginemetrics.Target{Worker: 1, URL: srv.URL, Ranks: ranks}
+		m, err := s.Scrape(context.Background(), tg)
+		require.NoError(t, err)
+		require.NoError(t, s.Report(tg, &m))
+		require.Equal(t, map[kvroute.WorkerKey]bool{{ID: 1}: true, {ID: 1, Rank: 2}: true}, rec.got, "target ranks %d", ranks)
+	}
 }

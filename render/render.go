@@ -213,7 +213,7 @@ func decode(raw []byte, dst []uint32) ([]uint32, []kvroute.MMObject, error) {
 			}
 			for i, p := range places {
 				h, ok := kvroute.MMIdentifierHash(hashes[i])
-				if !ok || p.Offset < 0 || p.Length <= 0 || p.Offset+p.Length > len(ids) {
+				if !ok || p.Offset < 0 || p.Length <= 0 || p.Offset > len(ids) || p.Length > len(ids)-p.Offset {
 					return dst, nil, fmt.Errorf("%w: invalid %s item %d", ErrTokenize, modality, i)
 				}
 				mm = append(mm, kvroute.MMObject{Hash: h, Offset: p.Offset, Length: p.Length})
