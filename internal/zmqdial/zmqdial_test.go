@@ -8,29 +8,9 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-)
 
-// listen returns a loopback TCP endpoint whose connections are handled
-// by serve until the test ends.
-func listen(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-			go serve(c)
-		}
-	}()
-	return "tcp://" + ln.Addr().String()
-}
+	"github.com/kvroute/kvroute/internal/zmqtest"
+)
 
 func TestDial(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -47,8 +27,8 @@ func TestDial(t *testing.T) {
 		want     error // nil: connects
 	}{
 		{name: "a ZMQ publisher", endpoint: "tcp://" + pub.Addr().String(), timeout: 5 * time.Second},
-		{name: "a peer that never speaks", endpoint: listen(t, func(net.Conn) {}), timeout: 200 * time.Millisecond, want: ErrNoGreeting},
-		{name: "a peer that speaks HTTP", endpoint: listen(t, func(c net.Conn) { _, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")) }),
+		{name: "a peer that never speaks", endpoint: zmqtest.SilentPeer(t, nil), timeout: 200 * time.Millisecond, want: ErrNoGreeting},
+		{name: "a peer that speaks HTTP", endpoint: zmqtest.SilentPeer(t, func(c net.Conn) { _, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")) }),
 			timeout: 300 * time.Millisecond, want: ErrNoGreeting},
 	}
 	for _, tt := range tests {
@@ -75,7 +55,7 @@ func TestDialContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sub := zmq4.NewSub(context.Background(), zmq4.WithDialerMaxRetries(0))
 	defer sub.Close()
-	ep := listen(t, func(net.Conn) {})
+	ep := zmqtest.SilentPeer(t, nil)
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
 	if err := Dial(ctx, sub, ep, time.Minute); !errors.Is(err, context.Canceled) {

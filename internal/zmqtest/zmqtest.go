@@ -6,6 +6,7 @@ package zmqtest
 import (
 	"context"
 	"encoding/binary"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,4 +96,30 @@ func RanklessBatch(t testing.TB) []byte {
 		t.Fatal(err)
 	}
 	return payload
+}
+
+// SilentPeer returns a loopback tcp:// endpoint whose listener accepts
+// connections and never speaks, as the kernel of a frozen engine process
+// does; serve, when not nil, is given each connection (to write something
+// other than ZMTP, say). Everything is closed when the test ends.
+func SilentPeer(t testing.TB, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			if serve != nil {
+				go serve(c)
+			}
+		}
+	}()
+	return "tcp://" + ln.Addr().String()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/internal/zmqtest"
 	"github.com/kvroute/kvroute/kvevents"
 	kvzmq "github.com/kvroute/kvroute/kvevents/zmq"
 )
@@ -312,25 +312,6 @@ func TestSubscriberRestartAfterIdleReplay(t *testing.T) {
 	require.Equal(t, uint64(1), sub.Stats().Restarts)
 }
 
-// blackHole is a loopback endpoint that accepts connections and never
-// speaks, as a frozen process's kernel does.
-func blackHole(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
-	return "tcp://" + ln.Addr().String()
-}
-
 // A peer that accepts connections and never speaks ZMTP neither stalls
 // the subscriber nor keeps Run from returning: a silent replay endpoint
 // counts as unreachable (the worker is reset and the live stream goes
@@ -341,7 +322,7 @@ func TestSubscriberSilentPeers(t *testing.T) {
 		defer cancel()
 		e, pubEP, _ := newEngine(t, ctx, false)
 		rec := &recorder{held: map[kvroute.ExternalHash]bool{}}
-		sub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, ReplayEndpoint: blackHole(t), Topic: "kv",
+		sub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, ReplayEndpoint: zmqtest.SilentPeer(t, nil), Topic: "kv",
 			Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: rec, ReplayTimeout: 300 * time.Millisecond})
 		require.NoError(t, err)
 		runCtx, stop := context.WithCancel(ctx)
@@ -366,7 +347,7 @@ func TestSubscriberSilentPeers(t *testing.T) {
 		}
 	})
 	t.Run("publisher", func(t *testing.T) {
-		sub, err := kvzmq.New(kvzmq.Config{Endpoint: blackHole(t), Topic: "kv",
+		sub, err := kvzmq.New(kvzmq.Config{Endpoint: zmqtest.SilentPeer(t, nil), Topic: "kv",
 			Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: &recorder{held: map[kvroute.ExternalHash]bool{}},
 			ReplayTimeout: 200 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
 		require.NoError(t, err)
