@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/scheduling"
 )
 
 // wireSeeds returns one valid encoding of every message the package
@@ -84,4 +85,30 @@ func FuzzWire(f *testing.F) {
 		f.Add(p)
 	}
 	f.Fuzz(func(t *testing.T, p []byte) { decodeAll(t, p) })
+}
+
+// loadOpBytes bounds every load operation's encoding, whatever its values.
+func TestLoadOpBytesBound(t *testing.T) {
+	maxW := kvroute.WorkerKey{ID: ^kvroute.WorkerID(0), Rank: ^kvroute.DPRank(0)}
+	tests := []struct {
+		name string
+		op   loadOp
+	}{
+		{"free", loadOp{op: opFree, id: 1}},
+		{"largest values", loadOp{op: opAdd, id: ^scheduling.RequestID(0), worker: maxW, prefillTokens: 1<<63 - 1,
+			prefillDone: true, output: 1<<63 - 1, blocks: []kvroute.SeqHash{^kvroute.SeqHash(0), 1 << 63}}},
+		{"many blocks", loadOp{op: opAdd, id: 1 << 40, worker: maxW, blocks: make([]kvroute.SeqHash, 70000)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i := range tt.op.blocks {
+				tt.op.blocks[i] |= 1 << 63
+			}
+			require.LessOrEqual(t, len(appendLoadOp(nil, &tt.op)), loadOpBytes(&tt.op))
+			a := appendActiveChunk(nil, &activeChunk{index: 1 << 60, incarnation: 1 << 62, seq: 1 << 61, reqs: []activeReq{{ttlMillis: -1, op: tt.op}}})
+			require.LessOrEqual(t, len(a), msgFixedBytes+activeReqFixedBytes+loadOpBytes(&tt.op))
+			b := appendLoadBatch(nil, &loadBatch{origin: "router-1", incarnation: 1 << 63, seq: 1 << 62, ops: []loadOp{tt.op}})
+			require.LessOrEqual(t, len(b), msgFixedBytes+len("router-1")+loadOpBytes(&tt.op))
+		})
+	}
 }

@@ -33,9 +33,23 @@ const (
 	// DefaultMaxPeerRequests is the bound a zero
 	// ReplicaConfig.MaxPeerRequests means.
 	DefaultMaxPeerRequests = 1 << 18
-	// dumpChunkItems bounds the events and requests of one chunk, keeping
-	// chunks well under NATS's default 1 MB payload limit.
+	// dumpChunkItems bounds the events and requests of one chunk; the
+	// payload budget bounds their bytes.
 	dumpChunkItems = 256
+	// defaultMaxPayload is NATS's default payload limit, assumed while the
+	// connection has not told the server's.
+	defaultMaxPayload = 1 << 20
+	// loadOpFixedBytes bounds the encoding of a load operation without its
+	// blocks (array header, op, id, worker, rank, prefill, done, output,
+	// blocks header); each block takes at most blockBytes more.
+	loadOpFixedBytes = 1 + 2 + 9 + 9 + 5 + 9 + 1 + 9 + 5
+	blockBytes       = 9
+	// activeReqFixedBytes bounds what an active request adds to its load
+	// operation (array header and time left).
+	activeReqFixedBytes = 1 + 9
+	// msgFixedBytes bounds the fields of a load batch or active chunk
+	// besides its origin and operations.
+	msgFixedBytes = 64
 	// queueLen is the buffer of received messages; when it overflows NATS
 	// drops messages for this replica, which the event sequence reveals.
 	queueLen = 1 << 16
@@ -308,15 +322,40 @@ func (r *Replica) enqueueLocked(op loadOp) {
 	}
 }
 
-// takeBatchesLocked numbers and encodes the pending operations. r.mu is
-// held.
+// loadOpBytes bounds the encoded size of o.
+func loadOpBytes(o *loadOp) int { return loadOpFixedBytes + blockBytes*len(o.blocks) }
+
+// payloadBudget is the encoded size at which a load batch or an active
+// chunk is closed: half the server's payload limit, which leaves room for
+// the message's headers and the subject.
+func (r *Replica) payloadBudget() int {
+	if m := r.cfg.Conn.MaxPayload(); m > 0 {
+		return int(m / 2)
+	}
+	return defaultMaxPayload / 2
+}
+
+// takeBatchesLocked numbers and encodes the pending operations, at most
+// MaxLoadBatch and about payloadBudget bytes per batch (a single
+// operation larger than that goes alone). r.mu is held.
 func (r *Replica) takeBatchesLocked() [][]byte {
 	var out [][]byte
-	for ops := r.pending; len(ops) > 0; {
-		n := min(len(ops), MaxLoadBatch)
+	budget, header := r.payloadBudget(), msgFixedBytes+len(r.cfg.ID)
+	emit := func(ops []loadOp) {
 		r.seq++
-		out = append(out, appendLoadBatch(nil, &loadBatch{origin: r.cfg.ID, incarnation: r.incarnation, seq: r.seq, ops: ops[:n]}))
-		ops = ops[n:]
+		out = append(out, appendLoadBatch(nil, &loadBatch{origin: r.cfg.ID, incarnation: r.incarnation, seq: r.seq, ops: ops}))
+	}
+	start, size := 0, header
+	for i := range r.pending {
+		n := loadOpBytes(&r.pending[i])
+		if i > start && (i-start >= MaxLoadBatch || size+n > budget) {
+			emit(r.pending[start:i])
+			start, size = i, header
+		}
+		size += n
+	}
+	if start < len(r.pending) {
+		emit(r.pending[start:])
 	}
 	r.pending = r.pending[:0]
 	return out
@@ -327,7 +366,7 @@ func (r *Replica) takeBatchesLocked() [][]byte {
 func (r *Replica) publishAll(subject string, msgs [][]byte) {
 	for _, m := range msgs {
 		if err := r.cfg.Conn.Publish(subject, m); err != nil {
-			r.log.Debug("natsx: publish failed", "subject", subject, "err", err)
+			r.log.Warn("natsx: publish failed", "subject", subject, "bytes", len(m), "err", err)
 		}
 	}
 }
@@ -359,19 +398,25 @@ func (r *Replica) heartbeat(now time.Time) {
 
 // serveActive answers a peer's request for this replica's active requests:
 // the pending operations are published first, so the snapshot is exactly
-// the state after the last numbered batch.
+// the state after the last numbered batch. A chunk holds at most
+// dumpChunkItems requests and about payloadBudget bytes.
 func (r *Replica) serveActive(reply string) {
 	now := time.Now()
+	budget := r.payloadBudget()
 	r.mu.Lock()
 	msgs := r.takeBatchesLocked()
 	c := &activeChunk{incarnation: r.incarnation, seq: r.seq}
 	var chunks [][]byte
+	size := msgFixedBytes
 	for _, o := range r.own {
-		c.reqs = append(c.reqs, activeReq{ttlMillis: max(o.deadline.Sub(now).Milliseconds(), 1), op: o.op})
-		if len(c.reqs) >= dumpChunkItems {
+		n := activeReqFixedBytes + loadOpBytes(&o.op)
+		if len(c.reqs) > 0 && (len(c.reqs) >= dumpChunkItems || size+n > budget) {
 			chunks = append(chunks, appendActiveChunk(nil, c))
 			c = &activeChunk{index: c.index + 1, incarnation: c.incarnation, seq: c.seq}
+			size = msgFixedBytes
 		}
+		c.reqs = append(c.reqs, activeReq{ttlMillis: max(o.deadline.Sub(now).Milliseconds(), 1), op: o.op})
+		size += n
 	}
 	c.final = true
 	chunks = append(chunks, appendActiveChunk(nil, c))

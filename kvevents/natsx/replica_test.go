@@ -149,7 +149,13 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // function that stops Serve (also called at cleanup).
 func startRelay(t testing.TB, nc *nats.Conn, replay int) (*natsx.Publisher, func()) {
 	t.Helper()
-	pub, err := natsx.NewPublisher(natsx.PublisherConfig{Conn: nc, ReplayEvents: replay, HeadsInterval: 50 * time.Millisecond})
+	return startRelayConfig(t, natsx.PublisherConfig{Conn: nc, ReplayEvents: replay, HeadsInterval: 50 * time.Millisecond})
+}
+
+// startRelayConfig is startRelay with a Publisher configured by cfg.
+func startRelayConfig(t testing.TB, cfg natsx.PublisherConfig) (*natsx.Publisher, func()) {
+	t.Helper()
+	pub, err := natsx.NewPublisher(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -520,4 +526,41 @@ func TestRemovedWorkerKeepsItsBlocks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storeBlock publishes a Stored event of one block, token tok, on w.
+func storeBlock(t testing.TB, pub *natsx.Publisher, w kvroute.WorkerKey, tok uint32) {
+	t.Helper()
+	ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w,
+		Blocks: []kvroute.StoredBlock{{External: kvroute.ExternalHash(tok), Hash: hasher.HashBlock([]uint32{tok, 1, 2, 3})}}}
+	require.NoError(t, pub.Apply(&ev))
+}
+
+// seqHashes returns the sorted sequence hashes of root blocks of tokens toks.
+func seqHashes(toks ...uint32) []kvroute.SeqHash {
+	var out []kvroute.SeqHash
+	for _, tok := range toks {
+		out = append(out, kvroute.SeqHash(hasher.HashBlock([]uint32{tok, 1, 2, 3})))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Load messages stay under NATS's payload limit however many blocks the
+// requests hold: a joining replica gets every request of a peer whose
+// requests would not fit one message by count alone.
+func TestLargeLoadFitsThePayloadLimit(t *testing.T) {
+	url := startNATS(t)
+	w := kvroute.WorkerKey{ID: 1}
+	a := startNode(t, url, "a", nodeConfig{}, 1)
+	const requests, blocksEach = 300, 1000
+	for id := range scheduling.RequestID(requests) {
+		blocks := make([]kvroute.SeqHash, blocksEach)
+		for i := range blocks {
+			blocks[i] = kvroute.SeqHash(uint64(id+1)<<32 | uint64(i) | 1<<63)
+		}
+		a.rep.Added(id+1, w, blocks, 16000)
+	}
+	b := startNode(t, url, "b", nodeConfig{}, 1)
+	eventually(t, "b to hold every request of a", func() bool { return b.tracker.Len() == requests })
 }
