@@ -369,6 +369,12 @@ func (a *Agent) MakeRequest(op transfer.Op, local transfer.PreppedList, localIdx
 	if lp.remote != "" || rp.remote == "" {
 		return nil, a.errorf(name, rp.remote, transfer.ErrInvalidParam, "want a local and a remote list")
 	}
+	a.mu.Lock()
+	err := a.checkOpen(name)
+	a.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	if lp.released.Load() || rp.released.Load() {
 		return nil, a.errorf(name, rp.remote, transfer.ErrReleased, "prepared list")
 	}
