@@ -59,6 +59,7 @@ func FuzzPeerInfo(f *testing.F) {
 	defer seedAgent.Close()
 	f.Add([]byte(`{"v":1,"worker":1,"agent":"a","metadata":"AA==","layout":{"layers":1,"blocks":1,"block_tokens":1,"kv_heads":1,"head_dim":1,"dtype_size":1,"bases":[4096]}}`))
 	f.Add([]byte(`{"v":1,"worker":1,"agent":"a","metadata":"AA==","layout":{"layers":2,"blocks":536870912,"block_tokens":1,"kv_heads":1,"head_dim":1,"dtype_size":1,"bases":[4096]}}`))
+	f.Add([]byte(`{"v":1,"worker":1,"agent":"a","metadata":"AA==","layout":{"layers":1,"blocks":8192,"block_tokens":1048576,"kv_heads":1,"head_dim":1048576,"dtype_size":1024,"bases":[4096]}}`))
 	f.Add([]byte(`{"v":2}`))
 	f.Add([]byte{})
 
@@ -200,6 +201,7 @@ func FuzzLayoutValidate(f *testing.F) {
 		}
 	}
 	f.Add(int64(1), int64(1), int64(1), int64(1)<<40, int64(1), int64(1), int64(1), int64(1)<<40, int64(1)<<40-1, uint64(0), uint64(0), uint64(0), uint64(4096), false)
+	f.Add(int64(1), int64(8192), int64(1)<<20, int64(1), int64(1)<<20, int64(1)<<10, int64(0), int64(0), int64(0), uint64(0), uint64(0), uint64(0), uint64(4096), false)
 	f.Fuzz(func(t *testing.T, layers, blocks, tokens, heads, dim, dtype, planes, tpSize, tpRank int64,
 		planeStride, blockStride, layerStride, base uint64, perLayer bool) {
 		l := transfer.Layout{
@@ -235,6 +237,23 @@ func FuzzLayoutValidate(f *testing.F) {
 				t.Fatalf("region %#x+%d wraps", r.Addr, r.Len)
 			}
 		}
+		// The first and last plane of the first and last block of every
+		// layer lie in the regions, however many descriptors there are.
+		regs := l.RegList()
+		np, hb := l.Planes, l.HeadBytes()*uint64(l.KVHeads)
+		if np == 0 {
+			np = 2
+		}
+		for _, layer := range []int{0, l.Layers - 1} {
+			for _, block := range []int{0, l.Blocks - 1} {
+				for _, plane := range []int{0, np - 1} {
+					d := transfer.Desc{Addr: l.Addr(layer, block, plane), Len: hb, DevID: l.DevID}
+					if !covered(regs, d) {
+						t.Fatalf("layer %d block %d plane %d %#x+%d outside the regions", layer, block, plane, d.Addr, d.Len)
+					}
+				}
+			}
+		}
 		if n > 4096 {
 			return
 		}
@@ -242,7 +261,6 @@ func FuzzLayoutValidate(f *testing.F) {
 		if len(ds) != n {
 			t.Fatalf("%d descriptors, NumDescs %d", len(ds), n)
 		}
-		regs := l.RegList()
 		for i, d := range ds {
 			if !covered(regs, d) {
 				t.Fatalf("descriptor %d %#x+%d outside the regions", i, d.Addr, d.Len)

@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 )
 
@@ -147,18 +148,33 @@ func (l *Layout) Validate() error {
 	if !l.Kind.Valid() {
 		return bad("memory kind %d", l.Kind)
 	}
-	n := uint64(l.Layers) * uint64(l.Blocks) * uint64(l.planes())
-	if n > maxLayoutDescs || l.Layers > maxLayoutDescs || l.Blocks > maxLayoutDescs {
-		return bad("%d layers × %d blocks is too many descriptors", l.Layers, l.Blocks)
+	n, ok := mulWithin(maxLayoutDescs, uint64(l.Layers), uint64(l.Blocks), uint64(l.planes()))
+	if !ok {
+		return bad("%d layers × %d blocks × %d planes is too many descriptors", l.Layers, l.Blocks, l.planes())
 	}
-	// Guard the byte arithmetic below against overflow.
+	// Guard the byte arithmetic of the other methods against overflow:
+	// every product they form is checked here, so none of them wraps.
 	const maxBytes = 1 << 50
-	if l.HeadBytes() > maxBytes/uint64(l.KVHeads) || l.PlaneBytes()*n > maxBytes ||
-		l.PlaneStride > maxBytes || l.BlockStride > maxBytes || l.LayerStride > maxBytes {
+	if l.PlaneStride > maxBytes || l.BlockStride > maxBytes || l.LayerStride > maxBytes {
+		return bad("strides exceed 2^50 bytes")
+	}
+	plane, ok := mulWithin(maxBytes, uint64(l.BlockTokens), uint64(l.HeadDim), uint64(l.DTypeSize), uint64(l.KVHeads))
+	if ok {
+		_, ok = mulWithin(maxBytes, plane, n)
+	}
+	if !ok {
 		return bad("sizes exceed 2^50 bytes")
 	}
-	if l.blockStride()*uint64(l.Blocks) > maxBytes || l.layerStride()*uint64(l.Layers) > maxBytes {
-		return bad("strides exceed 2^50 bytes")
+	// blockStride() is at most planes × plane bytes ≤ n × plane bytes, and
+	// LayerBytes the sum of three terms of at most 2^50 each.
+	if _, ok := mulWithin(maxBytes, l.blockStride(), uint64(l.Blocks)); !ok {
+		return bad("block stride %d × %d blocks exceeds 2^50 bytes", l.blockStride(), l.Blocks)
+	}
+	if _, ok := mulWithin(maxBytes, l.planeStride(), uint64(l.planes())); !ok {
+		return bad("plane stride %d × %d planes exceeds 2^50 bytes", l.planeStride(), l.planes())
+	}
+	if _, ok := mulWithin(maxBytes, l.layerStride(), uint64(l.Layers)); !ok {
+		return bad("layer stride %d × %d layers exceeds 2^50 bytes", l.layerStride(), l.Layers)
 	}
 	switch len(l.Bases) {
 	case 1:
@@ -175,6 +191,20 @@ func (l *Layout) Validate() error {
 		}
 	}
 	return l.checkPlanesDisjoint()
+}
+
+// mulWithin returns the product of xs and whether it is at most limit;
+// unlike a plain product, it cannot wrap.
+func mulWithin(limit uint64, xs ...uint64) (uint64, bool) {
+	p := uint64(1)
+	for _, x := range xs {
+		hi, lo := bits.Mul64(p, x)
+		if hi != 0 || lo > limit {
+			return 0, false
+		}
+		p = lo
+	}
+	return p, true
 }
 
 // checkPlanesDisjoint reports whether the planes of one layer overlap.

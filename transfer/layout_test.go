@@ -158,6 +158,15 @@ func TestLayoutValidate(t *testing.T) {
 		{"wrapping region", func(l *transfer.Layout) { l.Bases = []uintptr{^uintptr(0) - 100} }, false},
 		{"bad memory kind", func(l *transfer.Layout) { l.Kind = 9 }, false},
 		{"huge", func(l *transfer.Layout) { l.Blocks = 1 << 40 }, false},
+		// Products that wrap uint64 must not pass for small ones.
+		{"plane bytes × descriptors wraps to 0", func(l *transfer.Layout) {
+			*l = transfer.Layout{Layers: 1, Blocks: 8192, BlockTokens: 1 << 20, KVHeads: 1, HeadDim: 1 << 20, DTypeSize: 1 << 10, Bases: []uintptr{1 << 12}}
+		}, false},
+		{"head bytes wrap", func(l *transfer.Layout) { l.BlockTokens, l.HeadDim, l.DTypeSize = 1<<32, 1<<32, 1 }, false},
+		{"descriptor count wraps to 0", func(l *transfer.Layout) { l.Layers, l.Blocks, l.Planes = 1<<30, 1<<30, 16 }, false},
+		{"block stride × blocks wraps", func(l *transfer.Layout) { l.Blocks, l.BlockStride = 1<<20, 1<<45 }, false},
+		{"plane stride × planes wraps", func(l *transfer.Layout) { l.Planes, l.PlaneStride = 1<<20, 1<<45 }, false},
+		{"layer stride × layers wraps", func(l *transfer.Layout) { l.Layers, l.LayerStride, l.Bases = 1<<20, 1<<45, []uintptr{1 << 20} }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,6 +181,18 @@ func TestLayoutValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPeerInfoWrappingLayout decodes a peer's layout whose span wraps
+// uint64 to 0: it must be refused, or its regions would not cover its
+// descriptors.
+func TestPeerInfoWrappingLayout(t *testing.T) {
+	in := `{"v":1,"worker":1,"agent":"a","metadata":"AA==","layout":{"layers":1,"blocks":8192,` +
+		`"block_tokens":1048576,"kv_heads":1,"head_dim":1048576,"dtype_size":1024,"bases":[4096]}}`
+	var p transfer.PeerInfo
+	err := p.UnmarshalBinary([]byte(in))
+	require.ErrorIs(t, err, transfer.ErrBadMetadata)
+	require.ErrorIs(t, err, transfer.ErrInvalidParam)
 }
 
 func TestLayoutDescriptors(t *testing.T) {
