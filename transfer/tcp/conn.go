@@ -105,7 +105,12 @@ func (c *peerConn) take(id uint64) *frame {
 	return f
 }
 
+// failFrame finishes an unsent frame with err: its request fails, and a
+// standalone notification is dropped with a log line.
 func (c *peerConn) failFrame(f *frame, err error) {
+	if f.req == nil && f.onSent == nil {
+		c.agent.log.Warn("notification not sent", "remote", c.remote, "err", err)
+	}
 	if f.req != nil {
 		f.req.complete(f.id, err)
 	}
@@ -194,14 +199,21 @@ func (c *peerConn) run() {
 		frames := c.queue
 		c.queue = nil
 		c.mu.Unlock()
-		for _, f := range frames {
+		for i, f := range frames {
 			var err error
 			buf, err = c.write(conn, f, buf[:0])
 			if f.onSent != nil {
 				f.onSent(err)
 			}
 			if err != nil {
-				c.fail(c.disconnected("write to", err))
+				// The rest of the batch is neither queued nor
+				// pending any more: fail it here, or a READ waiting
+				// for its notification to go out never finishes.
+				err = c.disconnected("write to", err)
+				c.fail(err)
+				for _, rest := range frames[i+1:] {
+					c.failFrame(rest, err)
+				}
 				return
 			}
 		}
