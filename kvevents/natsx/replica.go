@@ -429,6 +429,9 @@ func (r *Replica) serveActive(reply string) {
 // until ctx ends; then it unsubscribes, publishes pending load operations
 // and returns nil once the repairs it started have ended. It returns
 // ErrRunning if already running, or an error when subscribing fails.
+// Run may be called again after it returned: the replica then starts over
+// from a peer's dump, which replaces what the index held; Ready stays
+// closed from the first sync.
 func (r *Replica) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -724,14 +727,21 @@ func (l *loop) handleEvent(data []byte) {
 	l.last[w] = ev.ID
 }
 
-// apply applies ev to the index. The replica checks sequences itself, so a
-// gap the index reports (its own sequence was reset) is applied anew.
+// apply applies ev to the index. The replica checks sequences itself and
+// calls apply only with events in order, so a gap or duplicate the index
+// reports means that the index's own sequence position is stale (the host
+// applied events to it too): the event is applied again unsequenced,
+// keeping the worker's blocks, rather than dropped or taken as a reason to
+// reset the worker.
 func (l *loop) apply(ev *kvroute.Event) {
 	r := l.r
 	err := r.cfg.Index.Apply(ev)
 	if errors.Is(err, indexer.ErrGap) || errors.Is(err, indexer.ErrDuplicate) {
-		r.cfg.Index.ResetWorker(ev.Worker)
+		r.log.Debug("natsx: index's sequence differs, event applied unsequenced", "event", ev.String(), "err", err)
+		id := ev.ID
+		ev.ID = 0
 		err = r.cfg.Index.Apply(ev)
+		ev.ID = id
 	}
 	if err == nil {
 		r.stats.applied.Add(1)
@@ -1088,11 +1098,21 @@ func (l *loop) handleStartChunk(m *nats.Msg) {
 }
 
 // finishSync applies the start-up dump (if any) and the events held
-// meanwhile.
+// meanwhile. A dump replaces what the index held: every worker is reset
+// first, so that blocks removed while this replica was not running leave
+// the index and its sequence positions follow the dump. Without a dump a
+// replica that ran before resets every worker as well, since what it
+// holds lags by the events it missed; a first run keeps the index as the
+// host gave it.
 func (l *loop) finishSync() {
 	r, st := l.r, l.start
 	l.start = nil
 	st.deadline.Stop()
+	if len(st.chunks) > 0 || r.stats.syncs.Load() > 0 {
+		for _, w := range r.cfg.Index.Workers() {
+			r.cfg.Index.ResetWorker(w)
+		}
+	}
 	for _, c := range st.chunks {
 		for _, x := range c.last {
 			l.last[x.worker] = x.id

@@ -143,3 +143,32 @@ func TestMaxPeerRequestsOverflow(t *testing.T) {
 		})
 	}
 }
+
+// An event in order by the replica's sequence is applied even when the
+// index's own sequence position says otherwise (the host applied events
+// to it too): the worker's other blocks stay.
+func TestEventInOrderDespiteTheIndexSequence(t *testing.T) {
+	w := kvroute.WorkerKey{ID: 4}
+	tests := []struct {
+		name   string
+		hostID uint64 // the ID of the event the host applied itself
+		last   uint64 // the replica's last event ID of w
+	}{
+		{"index ahead: a duplicate to the index", 5, 1},
+		{"index behind: a gap to the index", 1, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newReplicaHarness(t)
+			l, end, ix, _ := h.newLoop(t)
+			defer end()
+			require.NoError(t, ix.Apply(&kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: tt.hostID,
+				Blocks: []kvroute.StoredBlock{{External: 50, Hash: 150}}}))
+			l.last[w] = tt.last
+			l.handleEvent(eventMsg(t, w, tt.last+1, 11, 0))
+			require.Len(t, ix.AppendWorkerBlocks(w, nil), 2)
+			require.Equal(t, tt.last+1, l.last[w])
+			require.Equal(t, uint64(1), h.r.Stats().Applied)
+		})
+	}
+}

@@ -546,6 +546,40 @@ func seqHashes(toks ...uint32) []kvroute.SeqHash {
 	return out
 }
 
+// A Replica run again after Run returned starts from a peer's dump, not
+// from the dump on top of what it held before: blocks removed while it
+// was down leave its index, and the next live event follows the dump
+// without a reset.
+func TestRunAgainStartsFromTheDump(t *testing.T) {
+	url := startNATS(t)
+	w := kvroute.WorkerKey{ID: 1}
+	a := startNode(t, url, "a", nodeConfig{}, 1)
+	b := startNode(t, url, "b", nodeConfig{}, 1)
+	pub, _ := startRelay(t, connect(t, url), 0)
+	for tok := range uint32(5) {
+		storeBlock(t, pub, w, tok)
+	}
+	for _, n := range []*node{a, b} {
+		eventually(t, n.id+" to hold 5 blocks", func() bool { return len(n.blocks(w)) == 5 })
+	}
+
+	b.cancel()
+	require.NoError(t, <-b.done)
+	require.NoError(t, pub.Apply(&kvroute.Event{Kind: kvroute.EventRemoved, Worker: w, Removed: []kvroute.ExternalHash{0}}))
+	storeBlock(t, pub, w, 5)
+	eventually(t, "a to apply the events b missed", func() bool { return slices.Equal(a.blocks(w), seqHashes(1, 2, 3, 4, 5)) })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	go func() { b.done <- b.rep.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	storeBlock(t, pub, w, 6)
+	want := seqHashes(1, 2, 3, 4, 5, 6)
+	eventually(t, "a to apply the last event", func() bool { return slices.Equal(a.blocks(w), want) })
+	eventually(t, "b to match a", func() bool { return slices.Equal(b.blocks(w), want) })
+	require.Zero(t, b.rep.Stats().Resets)
+}
+
 // Load messages stay under NATS's payload limit however many blocks the
 // requests hold: a joining replica gets every request of a peer whose
 // requests would not fit one message by count alone.
