@@ -215,17 +215,21 @@ func (a *Agent) RegisterMem(l transfer.RegList) error {
 	return nil
 }
 
-// DeregisterMem removes a registration. It waits for transfers touching the
-// memory to finish copying.
+// DeregisterMem removes a registration. No transfer starts using the
+// memory afterwards; DeregisterMem waits for the transfers copying into or
+// out of it to finish copying, and for no other.
 func (a *Agent) DeregisterMem(l transfer.RegList) error {
 	if err := a.checkRegList("deregister", l); err != nil {
 		return err
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.checkOpen("deregister"); err != nil {
+	err := a.checkOpen("deregister")
+	a.mu.Unlock()
+	if err != nil {
 		return err
 	}
+	// Without a.mu: the agent keeps working while transfers using the
+	// memory finish.
 	if !a.regs.remove(l.Kind, l.Descs) {
 		return a.errorf("deregister", "", transfer.ErrNotRegistered, "no registration matches")
 	}
@@ -298,19 +302,17 @@ func (a *Agent) checkList(op, remoteName string, l transfer.DescList) error {
 			return a.errorf(op, remoteName, transfer.ErrInvalidParam, "descriptor %d: %#x+%d", i, d.Addr, d.Len)
 		}
 	}
-	var regions []region
+	var i int
 	if remoteName == "" {
-		a.regs.mu.RLock()
-		defer a.regs.mu.RUnlock()
-		regions = a.regs.regions
+		i = a.regs.uncovered(l.Kind, l.Descs)
 	} else {
 		r := a.remotes[remoteName]
 		if r == nil {
 			return a.errorf(op, remoteName, transfer.ErrUnknownAgent, "")
 		}
-		regions = r.md.regions
+		i = coversAll(r.md.regions, l.Kind, l.Descs)
 	}
-	if i := coversAll(regions, l.Kind, l.Descs); i >= 0 {
+	if i >= 0 {
 		side := "local"
 		if remoteName != "" {
 			side = "remote"

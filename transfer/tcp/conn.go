@@ -248,7 +248,7 @@ func (c *peerConn) write(conn net.Conn, f *frame, buf []byte) ([]byte, error) {
 		h.count = uint32(len(r.rdescs))
 		if f.kind == kindWrite {
 			h.dataLen, _ = totalLen(r.local)
-			// Hold the request's copy lock and the registry's read lock
+			// Hold the request's copy lock and pin the local regions
 			// while local memory is read, so neither Release nor
 			// DeregisterMem returns while bytes are still being sent.
 			r.copyMu.Lock()
@@ -259,13 +259,13 @@ func (c *peerConn) write(conn net.Conn, f *frame, buf []byte) ([]byte, error) {
 			if !live {
 				return buf, nil
 			}
-			c.agent.regs.mu.RLock()
-			defer c.agent.regs.mu.RUnlock()
-			if i := coversAll(c.agent.regs.regions, transfer.DRAM, r.local); i >= 0 {
+			p, i := c.agent.regs.pin(transfer.DRAM, r.local)
+			if i >= 0 {
 				c.take(f.id)
 				r.complete(f.id, c.agent.errorf("post", c.remote, transfer.ErrNotRegistered, "local descriptor %d was deregistered", i))
 				return buf, nil
 			}
+			defer c.agent.regs.unpin(p)
 		}
 	}
 	buf = h.append(buf)
@@ -384,18 +384,17 @@ func (c *peerConn) readInto(conn net.Conn, f *frame, n uint64) (bool, error) {
 	r.mu.Lock()
 	live := r.active(f.id)
 	r.mu.Unlock()
-	regs := &c.agent.regs
-	regs.mu.RLock()
-	defer regs.mu.RUnlock()
 	if !live {
 		_, err := io.CopyN(io.Discard, conn, int64(n))
 		return false, c.wrapRead(err)
 	}
-	if i := coversAll(regs.regions, transfer.DRAM, r.local); i >= 0 {
+	p, i := c.agent.regs.pin(transfer.DRAM, r.local)
+	if i >= 0 {
 		r.complete(f.id, c.agent.errorf("transfer", c.remote, transfer.ErrNotRegistered, "local descriptor %d was deregistered", i))
 		_, err := io.CopyN(io.Discard, conn, int64(n))
 		return false, c.wrapRead(err)
 	}
+	defer c.agent.regs.unpin(p)
 	for _, d := range r.local {
 		if _, err := io.ReadFull(conn, rawmem.Bytes(d.Addr, d.Len)); err != nil {
 			return false, c.wrapRead(err)

@@ -165,9 +165,7 @@ func FuzzServe(f *testing.F) {
 		if err := <-read; err != nil {
 			t.Fatal(err)
 		}
-		a.regs.mu.RLock()
-		n := len(a.regs.regions)
-		a.regs.mu.RUnlock()
+		n := a.regs.count()
 		if n != 1 {
 			t.Fatalf("%d registered regions after the connection, want 1", n)
 		}

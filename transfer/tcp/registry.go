@@ -6,16 +6,33 @@ import (
 	"github.com/kvroute/kvroute/transfer"
 )
 
-// registry is the set of memory regions an agent registered. Transfers
-// hold its read lock while they touch the memory, so DeregisterMem waits for
-// them and no byte moves into or out of memory after its deregistration.
+// registry is the set of memory regions an agent registered.
+//
+// A transfer pins the regions its descriptors lie in for as long as bytes
+// move into or out of them; no lock is held meanwhile, so a transfer
+// stalled on the network delays only the deregistration of the memory it
+// uses. remove takes a region out at once, so no new transfer can pin it,
+// and returns once its last pin is gone: no byte moves into or out of
+// memory after its deregistration returned.
 type registry struct {
-	mu      sync.RWMutex // protects regions; held for reading during copies
-	regions []region
+	mu      sync.Mutex // protects regions and every entry's pins and drained
+	regions []*regEntry
 }
 
-// covers reports whether one region of kind holds all of d. The caller
-// holds mu.
+// regEntry is one registered region and the transfers using it.
+type regEntry struct {
+	region
+	// pins counts the transfers copying into or out of the region.
+	pins int
+	// drained is set when the region is deregistered while pinned, and
+	// closed when its last pin goes.
+	drained chan struct{}
+}
+
+// pins is the set of regions one transfer pinned.
+type pins []*regEntry
+
+// covers reports whether one region of kind holds all of d.
 func covers(regions []region, kind transfer.MemKind, d transfer.Desc) bool {
 	for _, r := range regions {
 		if r.kind == kind && r.desc.Covers(d) {
@@ -36,39 +53,123 @@ func coversAll(regions []region, kind transfer.MemKind, ds []transfer.Desc) int 
 	return -1
 }
 
+// find returns the region of kind holding all of d, or nil. The caller
+// holds mu.
+func (r *registry) find(kind transfer.MemKind, d transfer.Desc) *regEntry {
+	for _, e := range r.regions {
+		if e.kind == kind && e.desc.Covers(d) {
+			return e
+		}
+	}
+	return nil
+}
+
+// uncovered returns the index of the first descriptor no registered region
+// covers, or -1 when all are covered.
+func (r *registry) uncovered(kind transfer.MemKind, ds []transfer.Desc) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, d := range ds {
+		if r.find(kind, d) == nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// pin pins the regions holding ds, so that they stay registered until
+// unpin. It returns the index of the first descriptor no region covers,
+// pinning nothing, or -1.
+func (r *registry) pin(kind transfer.MemKind, ds []transfer.Desc) (pins, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var p pins
+	for i, d := range ds {
+		e := r.find(kind, d)
+		if e == nil {
+			return nil, i
+		}
+		if len(p) == 0 || p[len(p)-1] != e {
+			p = append(p, e)
+		}
+	}
+	for _, e := range p {
+		e.pins++
+	}
+	return p, -1
+}
+
+// unpin releases what pin returned.
+func (r *registry) unpin(p pins) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range p {
+		e.pins--
+		if e.pins == 0 && e.drained != nil {
+			close(e.drained)
+		}
+	}
+}
+
 func (r *registry) add(kind transfer.MemKind, ds []transfer.RegDesc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, d := range ds {
-		r.regions = append(r.regions, region{kind: kind, desc: d.Desc})
+		r.regions = append(r.regions, &regEntry{region: region{kind: kind, desc: d.Desc}})
 	}
 }
 
 // remove deletes one region per descriptor and reports whether all were
-// found; it removes nothing otherwise.
+// found; it removes nothing otherwise. It returns once no transfer uses
+// the removed regions any more.
 func (r *registry) remove(kind transfer.MemKind, ds []transfer.RegDesc) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	keep := append([]region(nil), r.regions...)
+	keep := append([]*regEntry(nil), r.regions...)
+	var gone []*regEntry
 	for _, d := range ds {
 		found := false
-		for i, reg := range keep {
-			if reg.kind == kind && reg.desc == d.Desc {
+		for i, e := range keep {
+			if e.kind == kind && e.desc == d.Desc {
 				keep = append(keep[:i], keep[i+1:]...)
+				gone = append(gone, e)
 				found = true
 				break
 			}
 		}
 		if !found {
+			r.mu.Unlock()
 			return false
 		}
 	}
 	r.regions = keep
+	var wait []chan struct{}
+	for _, e := range gone {
+		if e.pins > 0 {
+			e.drained = make(chan struct{})
+			wait = append(wait, e.drained)
+		}
+	}
+	r.mu.Unlock()
+	for _, ch := range wait {
+		<-ch
+	}
 	return true
 }
 
+// snapshot returns the registered regions.
 func (r *registry) snapshot() []region {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return append([]region(nil), r.regions...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]region, len(r.regions))
+	for i, e := range r.regions {
+		out[i] = e.region
+	}
+	return out
+}
+
+// count returns the number of registered regions.
+func (r *registry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.regions)
 }

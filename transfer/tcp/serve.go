@@ -123,14 +123,16 @@ func (s *server) readDescs(h reqHeader) error {
 	return nil
 }
 
-// check reports which descriptor, if any, lies outside registered memory.
-// The caller holds the registry's read lock.
-func (s *server) check() (uint8, string) {
-	if i := coversAll(s.agent.regs.regions, transfer.DRAM, s.descs); i >= 0 {
+// pin pins the registered regions holding the frame's descriptors. When
+// one lies outside registered memory it pins nothing and returns the status
+// and message to answer with.
+func (s *server) pin() (pins, uint8, string) {
+	p, i := s.agent.regs.pin(transfer.DRAM, s.descs)
+	if i >= 0 {
 		d := s.descs[i]
-		return statusNotRegistered, fmt.Sprintf("descriptor %d: %#x+%d dev %d", i, d.Addr, d.Len, d.DevID)
+		return nil, statusNotRegistered, fmt.Sprintf("descriptor %d: %#x+%d dev %d", i, d.Addr, d.Len, d.DevID)
 	}
-	return statusOK, ""
+	return p, statusOK, ""
 }
 
 // write lands a WRITE's data in registered memory, then delivers its
@@ -140,26 +142,32 @@ func (s *server) write(h reqHeader, notif []byte) error {
 	if !ok || total != h.dataLen || total > math.MaxInt64 {
 		return fmt.Errorf("write of %d bytes for descriptors of %d", h.dataLen, total)
 	}
-	regs := &s.agent.regs
-	regs.mu.RLock()
-	st, msg := s.check()
-	if st == statusOK {
-		for _, d := range s.descs {
-			if _, err := io.ReadFull(s.conn, rawmem.Bytes(d.Addr, d.Len)); err != nil {
-				regs.mu.RUnlock()
-				return err
-			}
-		}
-	}
-	regs.mu.RUnlock()
+	p, st, msg := s.pin()
 	if st != statusOK {
 		if _, err := io.CopyN(io.Discard, s.conn, int64(h.dataLen)); err != nil {
 			return err
 		}
-	} else if h.hasNotif {
+		return s.respond(h.id, st, msg, nil)
+	}
+	err := s.land()
+	s.agent.regs.unpin(p)
+	if err != nil {
+		return err
+	}
+	if h.hasNotif {
 		s.agent.deliver(s.from, notif)
 	}
-	return s.respond(h.id, st, msg, nil)
+	return s.respond(h.id, statusOK, "", nil)
+}
+
+// land reads a WRITE's data into the frame's descriptors.
+func (s *server) land() error {
+	for _, d := range s.descs {
+		if _, err := io.ReadFull(s.conn, rawmem.Bytes(d.Addr, d.Len)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // read sends a READ's data from registered memory.
@@ -170,13 +178,11 @@ func (s *server) read(h reqHeader) error {
 	if _, ok := totalLen(s.descs); !ok {
 		return s.respond(h.id, statusInvalid, "descriptor lengths overflow", nil)
 	}
-	regs := &s.agent.regs
-	regs.mu.RLock()
-	defer regs.mu.RUnlock()
-	st, msg := s.check()
+	p, st, msg := s.pin()
 	if st != statusOK {
 		return s.respond(h.id, st, msg, nil)
 	}
+	defer s.agent.regs.unpin(p)
 	data := make(net.Buffers, 0, len(s.descs))
 	for _, d := range s.descs {
 		data = append(data, rawmem.Bytes(d.Addr, d.Len))

@@ -272,3 +272,116 @@ func FuzzLoadRemoteMetadata(f *testing.F) {
 		require.NotEmpty(t, name)
 	})
 }
+
+// TestDeregisterUnusedMemoryDuringTransfers deregisters memory no transfer
+// uses while large READs and a large WRITE run: it must neither wait for
+// them nor disturb them.
+func TestDeregisterUnusedMemoryDuringTransfers(t *testing.T) {
+	const size = 64 << 20
+	ioTimeout := 3 * time.Second
+	a, err := tcp.New(tcp.Config{Name: "a", IOTimeout: ioTimeout})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := tcp.New(tcp.Config{Name: "b", IOTimeout: ioTimeout})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ba, other, bb := buffer(t, 3*size), buffer(t, 4096), buffer(t, 3*size)
+	require.NoError(t, a.RegisterMem(ba.RegList()))
+	require.NoError(t, a.RegisterMem(other.RegList()))
+	require.NoError(t, b.RegisterMem(bb.RegList()))
+	link(t, a, b)
+	var reqs []transfer.Request
+	for i, op := range []transfer.Op{transfer.Read, transfer.Read, transfer.Write} {
+		req, err := a.CreateRequest(op,
+			transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{ba.Desc(i*size, size)}},
+			transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{bb.Desc(i*size, size)}}, "b", nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = req.Release() })
+		_, err = req.Post()
+		require.NoError(t, err)
+		reqs = append(reqs, req)
+	}
+	time.Sleep(2 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, a.DeregisterMem(other.RegList()))
+	// Deregistering memory no transfer uses does not wait for the
+	// transfers, let alone for a connection to time out.
+	require.Less(t, time.Since(start), ioTimeout/2, "DeregisterMem of unused memory waited for transfers")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, req := range reqs {
+		require.NoError(t, req.Wait(ctx), "request %d", i)
+	}
+}
+
+// TestDeregisterMemoryInUse deregisters, on either side, the memory a
+// large transfer is moving, then overwrites it at once: no byte may move
+// into or out of the memory once DeregisterMem returned. The transfer
+// either completes (it copied before the deregistration) or fails with
+// ErrNotRegistered.
+func TestDeregisterMemoryInUse(t *testing.T) {
+	const size = 64 << 20
+	tests := []struct {
+		name   string
+		op     transfer.Op
+		target bool // the target deregisters, not the initiator
+	}{
+		{"initiator read", transfer.Read, false},
+		{"initiator write", transfer.Write, false},
+		{"target read", transfer.Read, true},
+		{"target write", transfer.Write, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newTCP(t, "a"), newTCP(t, "b")
+			ba, bb := buffer(t, size), buffer(t, size)
+			require.NoError(t, a.RegisterMem(ba.RegList()))
+			require.NoError(t, b.RegisterMem(bb.RegList()))
+			link(t, a, b)
+			// src is where the data comes from, dst where it goes;
+			// gone is the buffer deregistered, with its agent.
+			src, dst := bb, ba
+			if tc.op == transfer.Write {
+				src, dst = ba, bb
+			}
+			gone, owner := ba, transfer.Agent(a)
+			if tc.target {
+				gone, owner = bb, b
+			}
+			fill(src.Bytes(), 0x11)
+			req, err := a.CreateRequest(tc.op,
+				transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{ba.Desc(0, size)}},
+				transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{bb.Desc(0, size)}}, "b", nil)
+			require.NoError(t, err)
+			defer func() { _ = req.Release() }()
+			_, err = req.Post()
+			require.NoError(t, err)
+			time.Sleep(2 * time.Millisecond)
+			require.NoError(t, owner.DeregisterMem(gone.RegList()))
+			// From now on the deregistered memory is the caller's: a
+			// source overwritten must not be sent, a destination
+			// cleared must stay clear.
+			mark := byte(0x22)
+			if gone == dst {
+				mark = 0
+			}
+			fill(gone.Bytes(), mark)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := req.Wait(ctx); err != nil {
+				require.ErrorIs(t, err, transfer.ErrNotRegistered)
+			}
+			for i, v := range dst.Bytes() {
+				if (gone == dst && v != 0) || (gone == src && v == 0x22) {
+					t.Fatalf("byte %d moved after DeregisterMem returned", i)
+				}
+			}
+		})
+	}
+}
+
+func fill(b []byte, v byte) {
+	for i := range b {
+		b[i] = v
+	}
+}
