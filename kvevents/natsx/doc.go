@@ -55,7 +55,10 @@
 // lost ones on "<prefix>.replay". A replica that sees a gap asks its peers
 // on "<prefix>.have" which one is in sync with the worker and fetches that
 // worker's dump from it on "<prefix>.wdump.<peer>"; a starting replica
-// fetches a whole dump on "<prefix>.dump". Load operations travel in
+// fetches a whole dump on "<prefix>.dump". The heads carry the
+// Publisher's epoch, and dumps and these requests carry the epoch of
+// each worker's sequence, so that a replica still on a restarted relay's
+// old sequence neither passes it on nor is taken for one in sync. Load operations travel in
 // numbered batches on "<prefix>.load", with heartbeats; a replica that
 // misses a batch fetches the origin's active requests on
 // "<prefix>.active.<origin>". Dumps and replays arrive as numbered chunks

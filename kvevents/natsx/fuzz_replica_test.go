@@ -75,13 +75,13 @@ func fuzzReplicaSeeds(t testing.TB) [][]byte {
 	inOrder = appendRecord(inOrder, recEvent, []byte{0xc1})     // malformed
 	gap = appendRecord(gap, recEvent, event(1, 11, 0))
 	gap = appendRecord(gap, recEvent, event(3, 13, 12))
-	gap = appendRecord(gap, recHeads, appendHeads(nil, &heads{epoch: 1, last: []workerID{{w, 5}}}))
+	gap = appendRecord(gap, recHeads, appendHeads(nil, &heads{epoch: 1, last: []workerID{{worker: w, id: 5}}}))
 	gap = appendRecord(gap, recSettle, nil)
 	gap = appendRecord(gap, recEvent, event(6, 14, 13))
-	restart = appendRecord(restart, recHeads, appendHeads(nil, &heads{epoch: 1, last: []workerID{{w, 0}}}))
+	restart = appendRecord(restart, recHeads, appendHeads(nil, &heads{epoch: 1, last: []workerID{{worker: w, id: 0}}}))
 	restart = appendRecord(restart, recEvent, event(1, 11, 0))
 	restart = appendRecord(restart, recEvent, cleared())
-	restart = appendRecord(restart, recHeads, appendHeads(nil, &heads{epoch: 2, last: []workerID{{w, 1}}}))
+	restart = appendRecord(restart, recHeads, appendHeads(nil, &heads{epoch: 2, last: []workerID{{worker: w, id: 1}}}))
 	restart = appendRecord(restart, recSettle, nil)
 	peer = appendRecord(peer, recLoad, batch(1, 1, add, loadOp{op: opPrefillDone, id: 9}, loadOp{op: opOutput, id: 9, output: 40}))
 	peer = appendRecord(peer, recLoad, batch(1, 3, loadOp{op: opFree, id: 9}, loadOp{op: 200, id: 9}))
@@ -254,7 +254,7 @@ func TestReplicaFuzzSeedsReachPaths(t *testing.T) {
 func FuzzFetchReply(f *testing.F) {
 	w := kvroute.WorkerKey{ID: 7}
 	for i, final := range []bool{false, true} {
-		dump, err := appendDumpChunk(nil, &dumpChunk{index: uint64(i), final: final, last: []workerID{{w, 4}}})
+		dump, err := appendDumpChunk(nil, &dumpChunk{index: uint64(i), final: final, last: []workerID{{worker: w, id: 4}}})
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/tinylib/msgp/msgp"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/kvevents"
@@ -22,14 +23,21 @@ func wireSeeds(t testing.TB) [][]byte {
 	require.NoError(t, d.FromEvent(&ev, kvroute.Hasher{}))
 	msg, err := kvevents.AppendDynamoEvent(nil, &d)
 	require.NoError(t, err)
-	dump, err := appendDumpChunk(nil, &dumpChunk{index: 1, final: true, last: []workerID{{w, 4}}, events: []kvevents.DynamoEvent{d}})
+	dump, err := appendDumpChunk(nil, &dumpChunk{index: 1, final: true, last: []workerID{{worker: w, id: 4}}, events: []kvevents.DynamoEvent{d}})
+	require.NoError(t, err)
+	// Chunk 0 of a dump with the relays' epochs, one not known.
+	epochDump, err := appendDumpChunk(nil, &dumpChunk{last: []workerID{{worker: w, id: 4, epoch: 1 << 62},
+		{worker: kvroute.WorkerKey{ID: 8}, id: 2}}, events: []kvevents.DynamoEvent{d}})
 	require.NoError(t, err)
 	return [][]byte{
 		appendLoadBatch(nil, &loadBatch{origin: "a", incarnation: 2, seq: 3, ops: []loadOp{add, {op: opFree, id: 9}, {op: opOutput, id: 9, output: 4}}}),
 		appendActiveChunk(nil, &activeChunk{index: 0, final: true, incarnation: 2, seq: 3, reqs: []activeReq{{ttlMillis: 500, op: add}}}),
 		dump,
-		appendHaveReq(nil, &haveReq{from: "b", want: workerID{w, 4}}),
-		appendHeads(nil, &heads{epoch: 1, last: []workerID{{w, 4}, {kvroute.WorkerKey{ID: 8}, 2}}}),
+		epochDump,
+		appendHaveReq(nil, &haveReq{from: "b", want: workerID{worker: w, id: 4, epoch: 9}}),
+		appendHaveReq(nil, &haveReq{from: "b", want: workerID{worker: w, id: 4}}),
+		appendWorkerIDs(nil, []workerID{{worker: w, epoch: 9}}),
+		appendHeads(nil, &heads{epoch: 1, last: []workerID{{worker: w, id: 4}, {worker: kvroute.WorkerKey{ID: 8}, id: 2}}}),
 		appendReplayReq(nil, &replayReq{worker: w, from: 2, to: 4}),
 		appendReplayChunk(nil, &replayChunk{index: 0, final: true, ok: true, msgs: [][]byte{msg}}),
 	}
@@ -62,6 +70,8 @@ func decodeAll(t testing.TB, p []byte) int {
 	check(err)
 	_, err = decodeReplayChunk(p)
 	check(err)
+	_, err = readWorkerIDsMsg(p)
+	check(err)
 	return ok
 }
 
@@ -78,6 +88,20 @@ func TestWireRoundTrip(t *testing.T) {
 	require.Len(t, b.ops, 3)
 	require.Equal(t, []kvroute.SeqHash{1, 2}, b.ops[0].blocks)
 	require.Equal(t, 4, b.ops[2].output)
+
+	// Epochs travel where known; entries without one read as epoch 0.
+	c, err := decodeDumpChunk(wireSeeds(t)[3])
+	require.NoError(t, err)
+	require.Equal(t, []workerID{{worker: kvroute.WorkerKey{ID: 7, Rank: 1}, id: 4, epoch: 1 << 62},
+		{worker: kvroute.WorkerKey{ID: 8}, id: 2}}, c.last)
+	h, err := decodeHaveReq(wireSeeds(t)[4])
+	require.NoError(t, err)
+	require.Equal(t, uint64(9), h.want.epoch)
+	h, err = decodeHaveReq(wireSeeds(t)[5])
+	require.NoError(t, err)
+	require.Zero(t, h.want.epoch)
+	_, err = readWorkerIDsMsg(msgp.AppendArrayHeader(msgp.AppendArrayHeader(nil, 1), 5))
+	require.ErrorIs(t, err, kvevents.ErrMalformed, "an entry of 5 elements")
 }
 
 func FuzzWire(f *testing.F) {

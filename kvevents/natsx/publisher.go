@@ -262,7 +262,7 @@ func (p *Publisher) Serve(ctx context.Context) error {
 		h := heads{epoch: p.epoch}
 		p.mu.Lock()
 		for w, pw := range p.workers {
-			h.last = append(h.last, workerID{w, pw.last})
+			h.last = append(h.last, workerID{worker: w, id: pw.last})
 		}
 		p.mu.Unlock()
 		buf = appendHeads(buf[:0], &h)

@@ -627,11 +627,14 @@ func (l *loop) dispatch(m *nats.Msg) {
 			// "+id" when in sync with the worker, "~" when merely behind
 			// (it may catch up in a moment), "-" otherwise, so the asker
 			// need not wait for a timeout to try the relay.
+			// A replica on another relay's sequence than the asker's
+			// answers "-": its events are not the ones the asker lacks.
 			answer := "-"
-			switch _, ok := l.last[h.want.worker]; {
-			case l.inSync(h.want.worker, h.want.id):
+			w := h.want.worker
+			switch _, ok := l.last[w]; {
+			case l.inSync(w, h.want.id, h.want.epoch):
 				answer = "+" + r.cfg.ID
-			case l.start == nil && ok && l.repairs[h.want.worker] == nil:
+			case l.start == nil && ok && l.repairs[w] == nil && l.sameEpoch(w, h.want.epoch):
 				answer = "~"
 			}
 			_ = m.Respond([]byte(answer))
@@ -642,7 +645,7 @@ func (l *loop) dispatch(m *nats.Msg) {
 			r.stats.malformed.Add(1)
 			return
 		}
-		l.serveDump(m.Reply, &ws[0].worker)
+		l.serveDump(m.Reply, &ws[0])
 	case m.Sub == l.subs[5]: // our active requests
 		if m.Reply != "" {
 			r.serveActive(m.Reply)
@@ -662,16 +665,25 @@ func readWorkerIDsMsg(p []byte) ([]workerID, error) {
 	return ws, err
 }
 
-// inSync reports whether this replica has applied w's events through id.
-// A worker being repaired counts too: its index holds exactly its events
-// through l.last[w] until the repair's result is applied, at once, on
-// this goroutine.
-func (l *loop) inSync(w kvroute.WorkerKey, id uint64) bool {
+// inSync reports whether this replica has applied w's events through id
+// of the sequence of relay epoch (0: of whichever relay). A worker being
+// repaired counts too: its index holds exactly its events through
+// l.last[w] until the repair's result is applied, at once, on this
+// goroutine.
+func (l *loop) inSync(w kvroute.WorkerKey, id, epoch uint64) bool {
 	if l.start != nil {
 		return false
 	}
 	last, ok := l.last[w]
-	return ok && last >= id
+	return ok && last >= id && l.sameEpoch(w, epoch)
+}
+
+// sameEpoch reports whether w's sequence here may be that of relay epoch:
+// it is, or one of the two is not known (a replica learns the epoch from
+// the heads after a relay's new-sequence marker, or from a dump).
+func (l *loop) sameEpoch(w kvroute.WorkerKey, epoch uint64) bool {
+	e := l.epochs[w]
+	return epoch == 0 || e == 0 || e == epoch
 }
 
 // decodeEvent decodes an event message into l.ev.
@@ -797,6 +809,7 @@ type repairResult struct {
 	gen    uint64 // repairState.gen of the repair that fetched it
 	kind   repairKind
 	last   uint64                 // byDump: the peer's last event ID
+	epoch  uint64                 // byDump: the relay of the peer's sequence, when it knows
 	events []kvevents.DynamoEvent // byDump: the worker's blocks
 	msgs   [][]byte               // byReplay: the event messages
 }
@@ -807,9 +820,9 @@ func (l *loop) startRepair(w kvroute.WorkerKey, need uint64) {
 	l.gen++
 	gen := l.gen
 	l.repairs[w] = &repairState{need: need, gen: gen}
-	have, peers := l.last[w], len(l.peers)
+	have, epoch, peers := l.last[w], l.epochs[w], len(l.peers)
 	l.wg.Go(func() {
-		res := l.r.repair(l.ctx, w, have, need, peers)
+		res := l.r.repair(l.ctx, w, have, need, epoch, peers)
 		res.gen = gen
 		select {
 		case l.repaired <- res:
@@ -830,11 +843,13 @@ const repairAttempts = 3
 // connection is down or reconnecting), the repair waits for the
 // connection and tries again, up to repairAttempts times; only the
 // relay's answer that it no longer holds the events, or no relay serving
-// replays, resets the worker at once.
-func (r *Replica) repair(ctx context.Context, w kvroute.WorkerKey, have, need uint64, peers int) repairResult {
+// replays, resets the worker at once. epoch is the relay whose sequence
+// the worker follows here (0: not known yet): only a peer on the same
+// sequence may serve the repair.
+func (r *Replica) repair(ctx context.Context, w kvroute.WorkerKey, have, need, epoch uint64, peers int) repairResult {
 	res := repairResult{worker: w}
 	for attempt := 1; ; attempt++ {
-		done, final := r.repairOnce(ctx, &res, have, need, peers)
+		done, final := r.repairOnce(ctx, &res, have, need, epoch, peers)
 		if done || final || attempt == repairAttempts || ctx.Err() != nil {
 			return res
 		}
@@ -853,9 +868,10 @@ func (r *Replica) waitConnected(ctx context.Context) {
 // repairOnce tries a peer's dump and then the relay's replay once. It
 // reports whether res is filled, and whether the answer is final (the
 // relay said it cannot help).
-func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need uint64, peers int) (done, final bool) {
+func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need, epoch uint64, peers int) (done, final bool) {
 	p, w := r.cfg.Prefix, res.worker
-	peer, behind := r.findPeer(ctx, w, need, peers)
+	want := workerID{worker: w, id: need, epoch: epoch}
+	peer, behind := r.findPeer(ctx, want, peers)
 	// A peer that is only behind has the events in a moment: ask again
 	// while one says so (peers that lost the events too soon say they
 	// repair), for up to SyncTimeout.
@@ -865,28 +881,29 @@ func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need 
 			return false, true
 		case <-time.After(wait):
 		}
-		peer, behind = r.findPeer(ctx, w, need, peers)
+		peer, behind = r.findPeer(ctx, want, peers)
 	}
 	if peer != "" {
-		var last uint64
+		var last, lastEpoch uint64
 		var events []kvevents.DynamoEvent
-		err := r.fetch(ctx, workerDumpSubject(p, peer), appendWorkerIDs(nil, []workerID{{worker: w}}),
+		err := r.fetch(ctx, workerDumpSubject(p, peer), appendWorkerIDs(nil, []workerID{{worker: w, epoch: epoch}}),
 			func(data []byte) (uint64, bool, error) {
 				c, err := decodeDumpChunk(data)
 				if err != nil {
 					return 0, false, err
 				}
 				if c.index == 0 {
-					if len(c.last) != 1 || c.last[0].worker != w {
+					if len(c.last) != 1 || c.last[0].worker != w ||
+						(epoch != 0 && c.last[0].epoch != 0 && c.last[0].epoch != epoch) {
 						return 0, false, errNotAvailable // the peer fell out of sync
 					}
-					last = c.last[0].id
+					last, lastEpoch = c.last[0].id, c.last[0].epoch
 				}
 				events = append(events, c.events...)
 				return c.index, c.final, nil
 			})
 		if err == nil && last >= need {
-			res.kind, res.last, res.events = byDump, last, events
+			res.kind, res.last, res.epoch, res.events = byDump, last, lastEpoch, events
 			return true, true
 		}
 		r.log.Debug("natsx: peer dump failed", "worker", w.String(), "err", err)
@@ -917,10 +934,11 @@ func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need 
 	return false, errors.Is(err, errNotAvailable) || errors.Is(err, nats.ErrNoResponders) || err == nil
 }
 
-// findPeer asks the peers which of them is in sync with w through event
-// need and returns the first that is, or "" when none says so in time;
-// behind reports that a peer said it is behind (not repairing w).
-func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64, peers int) (peer string, behind bool) {
+// findPeer asks the peers which of them is in sync with want.worker
+// through event want.id of relay want.epoch and returns the first that
+// is, or "" when none says so in time; behind reports that a peer said it
+// is behind (not repairing the worker).
+func (r *Replica) findPeer(ctx context.Context, want workerID, peers int) (peer string, behind bool) {
 	wait := r.cfg.SyncTimeout
 	if peers == 0 {
 		wait /= 4 // no peer known: a short look, for peers not heard yet
@@ -928,7 +946,7 @@ func (r *Replica) findPeer(ctx context.Context, w kvroute.WorkerKey, need uint64
 	inbox, answers, end := r.replies.request()
 	defer end()
 	if err := r.cfg.Conn.PublishRequest(haveSubject(r.cfg.Prefix), inbox,
-		appendHaveReq(nil, &haveReq{from: r.cfg.ID, want: workerID{w, need}})); err != nil {
+		appendHaveReq(nil, &haveReq{from: r.cfg.ID, want: want})); err != nil {
 		return "", false
 	}
 	// Once a peer has answered, the others get a short grace only: a peer
@@ -1026,6 +1044,9 @@ func (l *loop) finishRepair(res repairResult) {
 			l.apply(&l.ev)
 		}
 		l.last[w] = res.last
+		if l.epochs[w] == 0 && res.epoch != 0 {
+			l.epochs[w] = res.epoch
+		}
 		r.stats.byDump.Add(1)
 	case byReplay:
 		for _, m := range res.msgs {
@@ -1116,6 +1137,9 @@ func (l *loop) finishSync() {
 	for _, c := range st.chunks {
 		for _, x := range c.last {
 			l.last[x.worker] = x.id
+			if x.epoch != 0 {
+				l.epochs[x.worker] = x.epoch // the next heads of another relay reveal a stale sequence
+			}
 		}
 		for i := range c.events {
 			if err := c.events[i].ToEvent(&l.ev); err != nil {
@@ -1137,16 +1161,20 @@ func (l *loop) finishSync() {
 // errStop ends a dump early.
 var errStop = errors.New("natsx: stop")
 
-// serveDump streams the index of worker *only (or of every worker, when
-// only is nil) with the last event IDs to reply, in chunks. A worker this replica is not in sync with gets a first chunk
+// serveDump streams the index of worker only.worker (or of every worker,
+// when only is nil) with the last event IDs and their relays' epochs to
+// reply, in chunks. A worker this replica is not in sync with, or whose
+// sequence here is of another relay than only.epoch, gets a first chunk
 // without last IDs.
-func (l *loop) serveDump(reply string, only *kvroute.WorkerKey) {
+func (l *loop) serveDump(reply string, only *workerID) {
 	r := l.r
 	c := &dumpChunk{}
+	var onlyWorker kvroute.WorkerKey
 	switch {
 	case only != nil:
-		if last, ok := l.last[*only]; ok && l.inSync(*only, last) {
-			c.last = append(c.last, workerID{*only, last})
+		onlyWorker = only.worker
+		if last, ok := l.last[onlyWorker]; ok && l.inSync(onlyWorker, last, only.epoch) {
+			c.last = append(c.last, workerID{worker: onlyWorker, id: last, epoch: l.epochs[onlyWorker]})
 		} else {
 			c.final = true
 			buf, _ := appendDumpChunk(nil, c)
@@ -1155,7 +1183,7 @@ func (l *loop) serveDump(reply string, only *kvroute.WorkerKey) {
 		}
 	default:
 		for w, id := range l.last {
-			c.last = append(c.last, workerID{w, id})
+			c.last = append(c.last, workerID{worker: w, id: id, epoch: l.epochs[w]})
 		}
 	}
 	var buf []byte
@@ -1174,7 +1202,7 @@ func (l *loop) serveDump(reply string, only *kvroute.WorkerKey) {
 	seen := false
 	err := r.cfg.Index.Dump(func(ev *kvroute.Event) error {
 		switch {
-		case only != nil && ev.Worker != *only:
+		case only != nil && ev.Worker != onlyWorker:
 			if seen {
 				return errStop // workers come one by one: done
 			}

@@ -45,7 +45,7 @@ func TestStaleRepairResultIsIgnored(t *testing.T) {
 		return b
 	}
 
-	l.handleHeads(appendHeads(nil, &heads{epoch: 1, last: []workerID{{w, 0}}}))
+	l.handleHeads(appendHeads(nil, &heads{epoch: 1, last: []workerID{{worker: w, id: 0}}}))
 	l.handleEvent(eventMsg(t, w, 1, 11, 0))
 	l.handleEvent(eventMsg(t, w, 2, 12, 11))
 	l.handleEvent(eventMsg(t, w, 3, 13, 12))
@@ -55,7 +55,7 @@ func TestStaleRepairResultIsIgnored(t *testing.T) {
 	require.NotNil(t, old)
 	// The relay restarts and the replica missed its marker: the new
 	// Publisher's heads start the worker over and repair it up to 2.
-	l.handleHeads(appendHeads(nil, &heads{epoch: 2, last: []workerID{{w, 2}}}))
+	l.handleHeads(appendHeads(nil, &heads{epoch: 2, last: []workerID{{worker: w, id: 2}}}))
 	require.Empty(t, held())
 	cur := l.repairs[w]
 	require.NotNil(t, cur)
@@ -169,6 +169,37 @@ func TestEventInOrderDespiteTheIndexSequence(t *testing.T) {
 			require.Len(t, ix.AppendWorkerBlocks(w, nil), 2)
 			require.Equal(t, tt.last+1, l.last[w])
 			require.Equal(t, uint64(1), h.r.Stats().Applied)
+		})
+	}
+}
+
+// A replica is in sync with an asker's worker only on the same relay's
+// sequence: one still on an old relay's sequence is not, whatever its
+// last event ID; an epoch not known on either side does not decide.
+func TestInSyncComparesRelayEpochs(t *testing.T) {
+	w := kvroute.WorkerKey{ID: 5}
+	tests := []struct {
+		name         string
+		mine, theirs uint64 // the relays' epochs here and of the asker (0: not known)
+		id           uint64 // the event ID asked for
+		want         bool
+	}{
+		{"same relay, reached", 1, 1, 4, true},
+		{"same relay, behind", 1, 1, 6, false},
+		{"another relay", 1, 2, 2, false},
+		{"the asker does not know", 1, 0, 4, true},
+		{"this replica does not know", 0, 2, 4, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newReplicaHarness(t)
+			l, end, _, _ := h.newLoop(t)
+			defer end()
+			l.last[w] = 5
+			if tt.mine != 0 {
+				l.epochs[w] = tt.mine
+			}
+			require.Equal(t, tt.want, l.inSync(w, tt.id, tt.theirs))
 		})
 	}
 }

@@ -546,6 +546,42 @@ func seqHashes(toks ...uint32) []kvroute.SeqHash {
 	return out
 }
 
+// A replica that joins from a peer still on a relay's old sequence (the
+// peer missed the restarted relay's marker and has not heard its heads
+// yet) gets the old relay's epoch with the dump: the new relay's heads
+// then tell both that they are on the wrong sequence, and neither takes
+// the other's stale dump as a repair.
+func TestDumpCarriesTheRelayEpoch(t *testing.T) {
+	url := startNATS(t)
+	proxy := startProxy(t, url[len("nats://"):])
+	w := kvroute.WorkerKey{ID: 3}
+	cfg := nodeConfig{syncTimeout: time.Second}
+	p := startNode(t, proxy.URL(), "p", cfg, 3)
+	pub1, stop1 := startRelay(t, connect(t, url), 0)
+	for tok := range uint32(5) {
+		storeBlock(t, pub1, w, tok)
+	}
+	eventually(t, "p to hold the first sequence", func() bool { return len(p.blocks(w)) == 5 })
+	time.Sleep(200 * time.Millisecond) // p hears pub1's heads
+
+	stop1()
+	proxy.setDrop(dropEvent(w, 0)) // p misses the restart marker
+	pub2, _ := startRelayConfig(t, natsx.PublisherConfig{Conn: connect(t, url), HeadsInterval: 2 * time.Second})
+	events := p.rep.Stats().Events
+	storeBlock(t, pub2, w, 101) // event 1 of the new sequence
+	storeBlock(t, pub2, w, 102) // event 2
+	eventually(t, "p to drop the new events as duplicates", func() bool { return p.rep.Stats().Events >= events+2 })
+	require.Len(t, p.blocks(w), 5)
+
+	j := startNode(t, url, "j", cfg, 3) // from p's stale dump
+	time.Sleep(2500 * time.Millisecond) // pub2's heads reach both
+	storeBlock(t, pub2, w, 103)
+	want := seqHashes(101, 102, 103)
+	for _, n := range []*node{j, p} {
+		eventually(t, n.id+" to follow the new sequence", func() bool { return slices.Equal(n.blocks(w), want) })
+	}
+}
+
 // A Replica run again after Run returned starts from a peer's dump, not
 // from the dump on top of what it held before: blocks removed while it
 // was down leave its index, and the next live event follows the dump

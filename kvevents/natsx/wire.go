@@ -97,17 +97,32 @@ func readWorker(p []byte) (kvroute.WorkerKey, []byte, error) {
 }
 
 // workerID is a worker and an event ID: its last one, or the one asked for.
+// epoch, when not 0, is the Publisher whose sequence id belongs to (see
+// heads): dumps and repair requests carry it, so that a replica on an old
+// relay's sequence is not taken for one in sync with the new relay's.
 type workerID struct {
 	worker kvroute.WorkerKey
 	id     uint64
+	epoch  uint64
 }
 
+// appendWorkerIDs encodes l as [[worker, rank, id] or [worker, rank, id,
+// epoch], ...]: an entry carries its epoch only when it is known, so the
+// messages without epochs (heads, which carry one for all) keep the
+// encoding that readers without epochs accept.
 func appendWorkerIDs(dst []byte, l []workerID) []byte {
 	dst = msgp.AppendArrayHeader(dst, uint32(len(l)))
 	for _, x := range l {
-		dst = msgp.AppendArrayHeader(dst, 3)
+		if x.epoch == 0 {
+			dst = msgp.AppendArrayHeader(dst, 3)
+		} else {
+			dst = msgp.AppendArrayHeader(dst, 4)
+		}
 		dst = appendWorker(dst, x.worker)
 		dst = msgp.AppendUint64(dst, x.id)
+		if x.epoch != 0 {
+			dst = msgp.AppendUint64(dst, x.epoch)
+		}
 	}
 	return dst
 }
@@ -120,14 +135,23 @@ func readWorkerIDs(p []byte) ([]workerID, []byte, error) {
 	out := make([]workerID, 0, n)
 	for range n {
 		var x workerID
-		if p, err = arrayOf(p, 3, "worker id entry"); err != nil {
-			return nil, p, err
+		var m uint32
+		if m, p, err = msgp.ReadArrayHeaderBytes(p); err != nil {
+			return nil, p, malformed("worker id entry", err)
+		}
+		if m != 3 && m != 4 {
+			return nil, p, malformed("worker id entry", fmt.Errorf("%d elements, want 3 or 4", m))
 		}
 		if x.worker, p, err = readWorker(p); err != nil {
 			return nil, p, err
 		}
 		if x.id, p, err = msgp.ReadUint64Bytes(p); err != nil {
 			return nil, p, malformed("event id", err)
+		}
+		if m == 4 {
+			if x.epoch, p, err = msgp.ReadUint64Bytes(p); err != nil {
+				return nil, p, malformed("epoch", err)
+			}
 		}
 		out = append(out, x)
 	}
@@ -321,7 +345,8 @@ func decodeActiveChunk(p []byte) (*activeChunk, error) {
 
 // dumpChunk is one chunk of an index dump: of every worker (a starting
 // replica's request on "<prefix>.dump") or of one (a repair's request on
-// "<prefix>.wdump.<peer>"). Only chunk 0 carries the last event IDs.
+// "<prefix>.wdump.<peer>"). Only chunk 0 carries the last event IDs, each
+// with its relay's epoch when the dumping replica knows it.
 type dumpChunk struct {
 	index  uint64
 	final  bool
@@ -373,7 +398,8 @@ func decodeDumpChunk(p []byte) (*dumpChunk, error) {
 }
 
 // haveReq asks the peers on "<prefix>.have" which of them holds worker's
-// events through id, for a repair; those that do answer with their ID.
+// events through id, of the relay of want.epoch when it is not 0, for a
+// repair; those that do answer with their ID.
 type haveReq struct {
 	from string // the asking replica
 	want workerID
