@@ -36,6 +36,9 @@ const (
 	// dumpChunkItems bounds the events and requests of one chunk; the
 	// payload budget bounds their bytes.
 	dumpChunkItems = 256
+	// dumpRemovedPerEvent bounds the block hashes of a Removed event in a
+	// dump (about 150 KB), so that each fits a chunk.
+	dumpRemovedPerEvent = 1 << 14
 	// defaultMaxPayload is NATS's default payload limit, assumed while the
 	// connection has not told the server's.
 	defaultMaxPayload = 1 << 20
@@ -325,9 +328,9 @@ func (r *Replica) enqueueLocked(op loadOp) {
 // loadOpBytes bounds the encoded size of o.
 func loadOpBytes(o *loadOp) int { return loadOpFixedBytes + blockBytes*len(o.blocks) }
 
-// payloadBudget is the encoded size at which a load batch or an active
-// chunk is closed: half the server's payload limit, which leaves room for
-// the message's headers and the subject.
+// payloadBudget is the encoded size at which a load batch, an active
+// chunk or a dump chunk is closed: half the server's payload limit, which
+// leaves room for the message's headers and the subject.
 func (r *Replica) payloadBudget() int {
 	if m := r.cfg.Conn.MaxPayload(); m > 0 {
 		return int(m / 2)
@@ -1186,7 +1189,11 @@ func (l *loop) serveDump(reply string, only *workerID) {
 			c.last = append(c.last, workerID{worker: w, id: id, epoch: l.epochs[w]})
 		}
 	}
-	var buf []byte
+	// A chunk is closed before an event would take it past the payload
+	// budget or dumpChunkItems events.
+	budget := r.payloadBudget()
+	var buf, scratch []byte
+	size := msgFixedBytes + len(appendWorkerIDs(nil, c.last))
 	send := func(final bool) error {
 		c.final = final
 		var err error
@@ -1194,9 +1201,28 @@ func (l *loop) serveDump(reply string, only *workerID) {
 			return err
 		}
 		if err := r.cfg.Conn.Publish(reply, buf); err != nil {
-			return err
+			return fmt.Errorf("natsx: dump chunk %d of %d bytes: %w", c.index, len(buf), err)
 		}
 		c = &dumpChunk{index: c.index + 1}
+		size = msgFixedBytes
+		return nil
+	}
+	add := func(ev *kvroute.Event) error {
+		var d kvevents.DynamoEvent
+		if err := d.FromEvent(ev, kvroute.Hasher{}); err != nil {
+			return err
+		}
+		var err error
+		if scratch, err = kvevents.AppendDynamoEvent(scratch[:0], &d); err != nil {
+			return err
+		}
+		if len(c.events) > 0 && (len(c.events) >= dumpChunkItems || size+len(scratch) > budget) {
+			if err := send(false); err != nil {
+				return err
+			}
+		}
+		c.events = append(c.events, d)
+		size += len(scratch)
 		return nil
 	}
 	seen := false
@@ -1209,13 +1235,17 @@ func (l *loop) serveDump(reply string, only *workerID) {
 			return nil
 		}
 		seen = true
-		var d kvevents.DynamoEvent
-		if err := d.FromEvent(ev, kvroute.Hasher{}); err != nil {
-			return err
+		if ev.Kind != kvroute.EventRemoved || len(ev.Removed) <= dumpRemovedPerEvent {
+			return add(ev)
 		}
-		c.events = append(c.events, d)
-		if len(c.events) >= dumpChunkItems {
-			return send(false)
+		// A long list of removals (the placeholders of evicted
+		// ancestors) goes in several events, in order.
+		part := *ev
+		for rest := ev.Removed; len(rest) > 0; rest = rest[len(part.Removed):] {
+			part.Removed = rest[:min(len(rest), dumpRemovedPerEvent)]
+			if err := add(&part); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -528,12 +528,13 @@ func TestRemovedWorkerKeepsItsBlocks(t *testing.T) {
 	}
 }
 
-// storeBlock publishes a Stored event of one block, token tok, on w.
-func storeBlock(t testing.TB, pub *natsx.Publisher, w kvroute.WorkerKey, tok uint32) {
+// storeBlock applies a Stored event of one root block, token tok, of w to
+// sink (a Publisher, or an index).
+func storeBlock(t testing.TB, sink interface{ Apply(*kvroute.Event) error }, w kvroute.WorkerKey, tok uint32) {
 	t.Helper()
 	ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w,
 		Blocks: []kvroute.StoredBlock{{External: kvroute.ExternalHash(tok), Hash: hasher.HashBlock([]uint32{tok, 1, 2, 3})}}}
-	require.NoError(t, pub.Apply(&ev))
+	require.NoError(t, sink.Apply(&ev))
 }
 
 // seqHashes returns the sorted sequence hashes of root blocks of tokens toks.
@@ -633,4 +634,31 @@ func TestLargeLoadFitsThePayloadLimit(t *testing.T) {
 	}
 	b := startNode(t, url, "b", nodeConfig{}, 1)
 	eventually(t, "b to hold every request of a", func() bool { return b.tracker.Len() == requests })
+}
+
+// A dump stays under NATS's payload limit whatever the index holds: a
+// worker whose long chain lost its ancestors is dumped with one
+// placeholder per ancestor, more than one message would hold, and a
+// joining replica still loads it exactly.
+func TestLargeDumpFitsThePayloadLimit(t *testing.T) {
+	url := startNATS(t)
+	w := kvroute.WorkerKey{ID: 1}
+	a := startNode(t, url, "a", nodeConfig{}, 1)
+	const chain = 130_000 // 9 bytes a placeholder: over 1 MB
+	blocks := make([]kvroute.StoredBlock, chain)
+	evicted := make([]kvroute.ExternalHash, 0, chain)
+	for i := range blocks {
+		blocks[i] = kvroute.StoredBlock{External: kvroute.ExternalHash(1<<40 + i), Hash: kvroute.BlockHash(1<<40 + 7*i)}
+		if i < chain-1 {
+			evicted = append(evicted, blocks[i].External)
+		}
+	}
+	require.NoError(t, a.ix.Apply(&kvroute.Event{Kind: kvroute.EventStored, Worker: w, Blocks: blocks}))
+	require.NoError(t, a.ix.Apply(&kvroute.Event{Kind: kvroute.EventRemoved, Worker: w, Removed: evicted}))
+	storeBlock(t, a.ix, w, 1) // a short chain beside it
+	require.Len(t, a.blocks(w), 2)
+
+	b := startNode(t, url, "b", nodeConfig{}, 1)
+	require.Equal(t, a.blocks(w), b.blocks(w))
+	require.Positive(t, a.rep.Stats().DumpsServed)
 }
