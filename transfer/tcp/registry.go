@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/kvroute/kvroute/transfer"
@@ -29,8 +30,35 @@ type regEntry struct {
 	drained chan struct{}
 }
 
-// pins is the set of regions one transfer pinned.
-type pins []*regEntry
+// pins is the set of regions one transfer pinned: nearly always one, held
+// without an allocation.
+type pins struct {
+	first *regEntry
+	more  []*regEntry
+}
+
+// add adds e unless it is there already, and reports whether it added it.
+func (p *pins) add(e *regEntry) bool {
+	if p.first == nil {
+		p.first = e
+		return true
+	}
+	if p.first == e || slices.Contains(p.more, e) {
+		return false
+	}
+	p.more = append(p.more, e)
+	return true
+}
+
+// each calls f for every pinned region.
+func (p *pins) each(f func(*regEntry)) {
+	if p.first != nil {
+		f(p.first)
+	}
+	for _, e := range p.more {
+		f(e)
+	}
+}
 
 // covers reports whether one region of kind holds all of d.
 func covers(regions []region, kind transfer.MemKind, d transfer.Desc) bool {
@@ -87,15 +115,11 @@ func (r *registry) pin(kind transfer.MemKind, ds []transfer.Desc) (pins, int) {
 	for i, d := range ds {
 		e := r.find(kind, d)
 		if e == nil {
-			return nil, i
+			return pins{}, i
 		}
-		if len(p) == 0 || p[len(p)-1] != e {
-			p = append(p, e)
-		}
+		p.add(e)
 	}
-	for _, e := range p {
-		e.pins++
-	}
+	p.each(func(e *regEntry) { e.pins++ })
 	return p, -1
 }
 
@@ -103,12 +127,12 @@ func (r *registry) pin(kind transfer.MemKind, ds []transfer.Desc) (pins, int) {
 func (r *registry) unpin(p pins) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, e := range p {
+	p.each(func(e *regEntry) {
 		e.pins--
 		if e.pins == 0 && e.drained != nil {
 			close(e.drained)
 		}
-	}
+	})
 }
 
 func (r *registry) add(kind transfer.MemKind, ds []transfer.RegDesc) {

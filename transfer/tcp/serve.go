@@ -130,7 +130,7 @@ func (s *server) pin() (pins, uint8, string) {
 	p, i := s.agent.regs.pin(transfer.DRAM, s.descs)
 	if i >= 0 {
 		d := s.descs[i]
-		return nil, statusNotRegistered, fmt.Sprintf("descriptor %d: %#x+%d dev %d", i, d.Addr, d.Len, d.DevID)
+		return pins{}, statusNotRegistered, fmt.Sprintf("descriptor %d: %#x+%d dev %d", i, d.Addr, d.Len, d.DevID)
 	}
 	return p, statusOK, ""
 }
