@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"math/bits"
+	"slices"
 
 	"github.com/kvroute/kvroute"
 )
@@ -69,12 +70,54 @@ func (r *MatchResult) Find(w kvroute.WorkerKey) (WorkerMatch, bool) {
 // every block so far; it stops at the first block nobody in the set holds.
 // Match takes no lock and allocates nothing once res has grown to the
 // cluster's size; it may run concurrently with Apply.
+//
+// A worker removed while Match runs may see its slot given to a new
+// worker: the holder bits Match read would then be the new worker's.
+// Match walks again when the workers changed while it walked (a bounded
+// number of times, then it leaves out the workers whose slots changed
+// hands), so that it never names a worker with blocks it never held.
 func (ix *Index) Match(seqs []kvroute.SeqHash, res *MatchResult) {
+	for attempt := 0; ; attempt++ {
+		start := ix.slotKeys.Load()
+		ix.match(seqs, res, *start)
+		end := ix.slotKeys.Load()
+		if end == start {
+			return
+		}
+		if attempt == maxSlotChanges {
+			res.keepSameSlots(*start, *end)
+			return
+		}
+	}
+}
+
+// maxSlotChanges is how many times Match walks again when the workers
+// change while it walks.
+const maxSlotChanges = 2
+
+// keepSameSlots leaves out of r the workers whose slot in slots, the
+// table a walk named them from, holds another worker (or none) in now.
+func (r *MatchResult) keepSameSlots(slots, now []slotKey) {
+	r.Workers = slices.DeleteFunc(r.Workers, func(m WorkerMatch) bool {
+		for i, k := range slots {
+			if k.ok && k.key == m.Worker {
+				return i >= len(now) || now[i] != k
+			}
+		}
+		return true
+	})
+	r.Blocks = 0
+	for _, m := range r.Workers {
+		r.Blocks = max(r.Blocks, m.Blocks)
+	}
+}
+
+// match is Match naming workers from slots.
+func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey) {
 	res.Reset()
 	if len(seqs) == 0 {
 		return
 	}
-	slots := *ix.slotKeys.Load()
 	words := (len(slots) + slotsPerChunk - 1) / slotsPerChunk
 	if words == 0 {
 		return
