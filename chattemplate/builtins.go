@@ -340,7 +340,7 @@ func strMethod(s string, name string) *callable {
 			if err != nil {
 				return nil, err
 			}
-			return strings.Replace(s, old, nw, int(n)), nil
+			return replaceBounded(s, old, nw, n)
 		})
 	case "find", "rfind", "count", "index":
 		return method(name, func(args []value, kwargs *dict) (value, error) {
@@ -385,7 +385,7 @@ func strMethod(s string, name string) *callable {
 				}
 				parts[i] = str
 			}
-			return strings.Join(parts, s), nil
+			return joinBounded(parts, s)
 		})
 	case "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper", "isnumeric", "isdecimal":
 		return method(name, func([]value, *dict) (value, error) { return strPredicate(s, name), nil })
@@ -396,8 +396,11 @@ func strMethod(s string, name string) *callable {
 				return nil, err
 			}
 			n := runeLen(s)
-			if int(w) <= n {
+			if w <= int64(n) {
 				return s, nil
+			}
+			if err := checkLen(int(min(w, maxOutput+1)) - n + len(s)); err != nil {
+				return nil, err
 			}
 			sign := ""
 			rest := s
@@ -605,6 +608,9 @@ func makeFilters() map[string]filterFunc {
 			switch ind := argument(args, kw, 1, "indent", nil).(type) {
 			case nil:
 			case int64:
+				if ind > maxOutput {
+					return nil, fmt.Errorf("%w: tojson indent wider than %d", ErrRender, maxOutput)
+				}
 				n := int(max(ind, 0))
 				o.indent, o.indentStr, o.itemSep = &n, strings.Repeat(" ", n), ","
 			case string:
@@ -661,7 +667,7 @@ func makeFilters() map[string]filterFunc {
 				}
 				parts[i] = toStr(it)
 			}
-			return strings.Join(parts, sep), nil
+			return joinBounded(parts, sep)
 		},
 		"first": func(_ *renderer, v value, _ []value, _ *dict) (value, error) {
 			items, err := iterate(v)
@@ -688,7 +694,11 @@ func makeFilters() map[string]filterFunc {
 		"capitalize": func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return pyCapitalize(toStr(v)), nil },
 		"safe":       func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return v, nil },
 		"escape": func(_ *renderer, v value, _ []value, _ *dict) (value, error) {
-			return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;").Replace(toStr(v)), nil
+			s := toStr(v)
+			if err := checkLen(len(s) + 4*strings.Count(s, "&") + 3*(strings.Count(s, "<")+strings.Count(s, ">")) + 4*(strings.Count(s, `"`)+strings.Count(s, "'"))); err != nil {
+				return nil, err
+			}
+			return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;").Replace(s), nil
 		},
 		"default": func(_ *renderer, v value, args []value, kw *dict) (value, error) {
 			def := argument(args, kw, 0, "default_value", "")
@@ -803,7 +813,7 @@ func makeFilters() map[string]filterFunc {
 			if err != nil {
 				return nil, err
 			}
-			return strings.Replace(toStr(v), toStr(args[0]), toStr(args[1]), int(n)), nil
+			return replaceBounded(toStr(v), toStr(args[0]), toStr(args[1]), n)
 		},
 		"reverse": func(_ *renderer, v value, _ []value, _ *dict) (value, error) {
 			if s, ok := v.(string); ok {
@@ -897,13 +907,20 @@ func makeFilters() map[string]filterFunc {
 			ind := ""
 			switch w := width.(type) {
 			case int64:
+				if w > maxOutput {
+					return nil, fmt.Errorf("%w: indent wider than %d", ErrRender, maxOutput)
+				}
 				ind = strings.Repeat(" ", int(max(w, 0)))
 			case string:
 				ind = w
 			}
 			first := truthy(argument(args, kw, 1, "first", false))
 			blank := truthy(argument(args, kw, 2, "blank", false))
-			lines := strings.Split(toStr(v), "\n")
+			s := toStr(v)
+			lines := strings.Split(s, "\n")
+			if err := checkLen(len(s) + len(ind)*min(len(lines), maxOutput)); err != nil {
+				return nil, err
+			}
 			for i, l := range lines {
 				if i == 0 && !first || !blank && strings.TrimSpace(l) == "" && i > 0 {
 					continue
@@ -925,6 +942,41 @@ func makeFilters() map[string]filterFunc {
 	f["d"] = f["default"]
 	f["e"] = f["escape"]
 	return f
+}
+
+// replaceBounded is strings.Replace with Python's count (negative means
+// all), refusing a result longer than maxOutput.
+func replaceBounded(s, old, nw string, count int64) (value, error) {
+	if growth := len(nw) - len(old); growth > 0 {
+		n := int64(strings.Count(s, old))
+		if old == "" {
+			n = int64(runeLen(s) + 1)
+		}
+		if count >= 0 {
+			n = min(n, count)
+		}
+		if n > maxOutput/int64(growth) {
+			return nil, checkLen(maxOutput + 1)
+		}
+		if err := checkLen(len(s) + int(n)*growth); err != nil {
+			return nil, err
+		}
+	}
+	return strings.Replace(s, old, nw, int(max(count, -1))), nil
+}
+
+// joinBounded is strings.Join, refusing a result longer than maxOutput.
+func joinBounded(parts []string, sep string) (value, error) {
+	n := len(sep) * max(len(parts)-1, 0)
+	if len(sep) > 0 && len(parts) > maxOutput/len(sep) {
+		return nil, checkLen(maxOutput + 1)
+	}
+	for _, p := range parts {
+		if n += len(p); n > maxOutput {
+			return nil, checkLen(n)
+		}
+	}
+	return strings.Join(parts, sep), nil
 }
 
 // jinjaTitle is Jinja's title filter: each word, split at white space and

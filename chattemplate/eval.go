@@ -47,8 +47,95 @@ func (r *renderer) tick() error {
 	return nil
 }
 
-// maxOutput bounds a rendering's length.
+// maxOutput bounds a rendering's length and that of every string a
+// rendering builds.
 const maxOutput = 64 << 20
+
+// maxItems bounds the length of lists a rendering builds.
+const maxItems = 1 << 20
+
+// errIntOverflow is the error of integer arithmetic whose result does not
+// fit in 64 bits (Python would go on with a big integer).
+var errIntOverflow = fmt.Errorf("%w: integer result does not fit in 64 bits", ErrRender)
+
+// concat joins two strings, refusing a result longer than maxOutput.
+func concat(a, b string) (value, error) {
+	if err := checkLen(len(a) + len(b)); err != nil {
+		return nil, err
+	}
+	return a + b, nil
+}
+
+// checkLen refuses a string of n bytes longer than maxOutput.
+func checkLen(n int) error {
+	if n > maxOutput {
+		return fmt.Errorf("%w: string longer than %d bytes", ErrRender, maxOutput)
+	}
+	return nil
+}
+
+// addInt is a + b, refusing a result beyond 64 bits.
+func addInt(a, b int64) (value, error) {
+	s := a + b
+	if (s > a) != (b > 0) {
+		return nil, errIntOverflow
+	}
+	return s, nil
+}
+
+// mulInt is a * b, refusing a result beyond 64 bits.
+func mulInt(a, b int64) (value, error) {
+	if a == 0 || b == 0 {
+		return int64(0), nil
+	}
+	p := a * b
+	if p/b != a || (a == -1 && b == math.MinInt64) || (b == -1 && a == math.MinInt64) {
+		return nil, errIntOverflow
+	}
+	return p, nil
+}
+
+// powInt is base ** exp for exp >= 0 by repeated squaring, refusing a
+// result beyond 64 bits. It takes at most about 64 multiplications
+// whatever the exponent.
+func powInt(base, exp int64) (value, error) {
+	switch base {
+	case 0:
+		if exp == 0 {
+			return int64(1), nil
+		}
+		return int64(0), nil
+	case 1:
+		return int64(1), nil
+	case -1:
+		if exp%2 == 0 {
+			return int64(1), nil
+		}
+		return int64(-1), nil
+	}
+	if exp >= 64 { // |base| >= 2
+		return nil, errIntOverflow
+	}
+	result, sq := int64(1), base
+	for {
+		if exp&1 == 1 {
+			p, err := mulInt(result, sq)
+			if err != nil {
+				return nil, err
+			}
+			result = p.(int64)
+		}
+		exp >>= 1
+		if exp == 0 {
+			return result, nil
+		}
+		p, err := mulInt(sq, sq)
+		if err != nil {
+			return nil, err
+		}
+		sq = p.(int64)
+	}
+}
 
 func (r *renderer) exec(nodes []node, sc *scope) error {
 	for _, n := range nodes {
@@ -248,7 +335,19 @@ func iterate(v value) ([]value, error) {
 	return nil, fmt.Errorf("%w: '%s' object is not iterable", ErrRender, typeName(v))
 }
 
+// eval evaluates an expression, refusing a string result longer than
+// maxOutput whichever operation built it.
 func (r *renderer) eval(e expr, sc *scope) (value, error) {
+	v, err := r.evalExpr(e, sc)
+	if s, ok := v.(string); ok && err == nil {
+		if err := checkLen(len(s)); err != nil {
+			return nil, err
+		}
+	}
+	return v, err
+}
+
+func (r *renderer) evalExpr(e expr, sc *scope) (value, error) {
 	if err := r.tick(); err != nil {
 		return nil, err
 	}
@@ -354,6 +453,9 @@ func (r *renderer) eval(e expr, sc *scope) (value, error) {
 		case "-":
 			switch x := x.(type) {
 			case int64:
+				if x == math.MinInt64 {
+					return nil, errIntOverflow
+				}
 				return -x, nil
 			case float64:
 				return -x, nil
@@ -596,9 +698,18 @@ func sliceIndices(n int, b [3]*int64) ([]int, error) {
 			stop = -1
 		}
 	}
-	var out []int
-	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
-		out = append(out, int(i))
+	// The count as Python's slice length computes it; start + k*step
+	// stays a valid index for every k below it, so nothing overflows.
+	var count int64
+	switch {
+	case step > 0 && start < stop:
+		count = (stop-start-1)/step + 1
+	case step < 0 && stop < start:
+		count = (start-stop-1)/(-step) + 1
+	}
+	out := make([]int, count)
+	for k := range out {
+		out[k] = int(start + int64(k)*step)
 	}
 	return out, nil
 }
@@ -650,7 +761,7 @@ func binary(op string, l, r value) (value, error) {
 		}
 		return ok == (op == "in"), nil
 	case "~":
-		return toStr(l) + toStr(r), nil
+		return concat(toStr(l), toStr(r))
 	}
 	if u, ok := l.(*undefined); ok {
 		return nil, fmt.Errorf("%w: '%s' is undefined", ErrRender, u.name)
@@ -665,17 +776,20 @@ func binary(op string, l, r value) (value, error) {
 		switch op {
 		case "+":
 			if bothInt {
-				return li + ri, nil
+				return addInt(li, ri)
 			}
 			return lf + rf, nil
 		case "-":
 			if bothInt {
-				return li - ri, nil
+				if ri == math.MinInt64 {
+					return nil, errIntOverflow
+				}
+				return addInt(li, -ri)
 			}
 			return lf - rf, nil
 		case "*":
 			if bothInt {
-				return li * ri, nil
+				return mulInt(li, ri)
 			}
 			return lf * rf, nil
 		case "/":
@@ -713,11 +827,7 @@ func binary(op string, l, r value) (value, error) {
 			return m, nil
 		case "**":
 			if bothInt && ri >= 0 {
-				p := int64(1)
-				for range ri {
-					p *= li
-				}
-				return p, nil
+				return powInt(li, ri)
 			}
 			return math.Pow(lf, rf), nil
 		}
@@ -727,10 +837,13 @@ func binary(op string, l, r value) (value, error) {
 		switch lv := l.(type) {
 		case string:
 			if rs, ok := r.(string); ok {
-				return lv + rs, nil
+				return concat(lv, rs)
 			}
 		case *list:
 			if rl, ok := r.(*list); ok && rl.tuple == lv.tuple {
+				if len(lv.items)+len(rl.items) > maxItems {
+					return nil, fmt.Errorf("%w: list longer than %d items", ErrRender, maxItems)
+				}
 				return &list{tuple: lv.tuple, items: append(append([]value(nil), lv.items...), rl.items...)}, nil
 			}
 		}
@@ -741,19 +854,23 @@ func binary(op string, l, r value) (value, error) {
 		if n, _, isInt, ok := number(r); ok && isInt {
 			switch lv := l.(type) {
 			case string:
-				if n <= 0 {
+				if n <= 0 || lv == "" {
 					return "", nil
 				}
-				if int64(len(lv))*n > maxOutput {
-					return nil, fmt.Errorf("%w: repeated string too long", ErrRender)
+				if n > maxOutput/int64(len(lv)) {
+					return nil, fmt.Errorf("%w: string longer than %d bytes", ErrRender, maxOutput)
 				}
 				return strings.Repeat(lv, int(n)), nil
 			case *list:
 				out := &list{tuple: lv.tuple}
-				if int64(len(lv.items))*n > maxOutput {
-					return nil, fmt.Errorf("%w: repeated list too long", ErrRender)
+				if n <= 0 || len(lv.items) == 0 {
+					return out, nil
 				}
-				for i := int64(0); i < n; i++ {
+				if n > maxItems/int64(len(lv.items)) {
+					return nil, fmt.Errorf("%w: list longer than %d items", ErrRender, maxItems)
+				}
+				out.items = make([]value, 0, int(n)*len(lv.items))
+				for range n {
 					out.items = append(out.items, lv.items...)
 				}
 				return out, nil

@@ -105,7 +105,15 @@ type Options struct {
 // string, json.Number, []any, []string, map[string]any (read in sorted key
 // order) or json.RawMessage (decoded keeping the key order of objects,
 // which tojson preserves as Python does).
-func (t *Template) Render(vars map[string]any, opts Options) (string, error) {
+//
+// A failure of the engine itself (a panic) is returned as an error
+// wrapping ErrRender rather than taking the process down.
+func (t *Template) Render(vars map[string]any, opts Options) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("%w: internal error: %v", ErrRender, p)
+		}
+	}()
 	root := &scope{vars: make(map[string]value, len(vars))}
 	for k, v := range vars {
 		x, err := fromGo(v, 0)

@@ -147,29 +147,66 @@ func toStr(v value) string {
 	return repr(v)
 }
 
-// repr is Python's repr().
+// repr is Python's repr(). A repr longer than maxOutput is cut short
+// somewhere past maxOutput bytes (its length is what matters then: it is
+// refused as too long wherever it goes).
 func repr(v value) string {
+	switch v.(type) {
+	case *list, *dict:
+		var b strings.Builder
+		writeRepr(&b, v)
+		return b.String()
+	}
+	return reprScalar(v)
+}
+
+// writeRepr writes repr(v) to b, stopping once b holds more than
+// maxOutput bytes.
+func writeRepr(b *strings.Builder, v value) {
+	switch v := v.(type) {
+	case *list:
+		open, end := "[", "]"
+		if v.tuple {
+			open, end = "(", ")"
+			if len(v.items) == 1 {
+				end = ",)"
+			}
+		}
+		b.WriteString(open)
+		for i, it := range v.items {
+			if b.Len() > maxOutput {
+				return
+			}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeRepr(b, it)
+		}
+		b.WriteString(end)
+	case *dict:
+		b.WriteString("{")
+		for i, k := range v.keys {
+			if b.Len() > maxOutput {
+				return
+			}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(pyRepr(k))
+			b.WriteString(": ")
+			writeRepr(b, v.m[k])
+		}
+		b.WriteString("}")
+	default:
+		b.WriteString(reprScalar(v))
+	}
+}
+
+// reprScalar is repr() of a value other than a list or dict.
+func reprScalar(v value) string {
 	switch v := v.(type) {
 	case string:
 		return pyRepr(v)
-	case *list:
-		parts := make([]string, len(v.items))
-		for i, it := range v.items {
-			parts[i] = repr(it)
-		}
-		if v.tuple {
-			if len(parts) == 1 {
-				return "(" + parts[0] + ",)"
-			}
-			return "(" + strings.Join(parts, ", ") + ")"
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
-	case *dict:
-		parts := make([]string, len(v.keys))
-		for i, k := range v.keys {
-			parts[i] = pyRepr(k) + ": " + repr(v.m[k])
-		}
-		return "{" + strings.Join(parts, ", ") + "}"
 	case *undefined:
 		return "Undefined"
 	case *callable:
@@ -281,6 +318,9 @@ func toJSON(v value, o jsonOptions) (string, error) {
 func writeJSON(b *strings.Builder, v value, o jsonOptions, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("%w: tojson nesting too deep", ErrRender)
+	}
+	if b.Len() > maxOutput {
+		return fmt.Errorf("%w: tojson output longer than %d bytes", ErrRender, maxOutput)
 	}
 	nl := func(d int) {
 		if o.indent != nil || o.indentStr != "" {
