@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,10 +35,11 @@ type config struct {
 	Tokenizer    string `json:"tokenizer"`
 	TokenizerAPI string `json:"tokenizer_api"`
 	// Parity is "fail" (default), "warn" or "off".
-	Parity         string `json:"parity"`
-	ParityWait     string `json:"parity_wait"`
-	Fallbacks      int    `json:"fallbacks"`
-	InjectUsage    bool   `json:"inject_usage"`
+	Parity     string `json:"parity"`
+	ParityWait string `json:"parity_wait"`
+	Fallbacks  int    `json:"fallbacks"`
+	// InjectUsage is -inject-usage; left out, the flag's value.
+	InjectUsage    *bool  `json:"inject_usage"`
 	ScrapeInterval string `json:"scrape_interval"`
 	// BusyKV and BusyPrefillTokens mark engines too loaded to pick (the
 	// picker answers 429 when all are): active decode blocks above this
@@ -212,8 +214,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	if err := c.busy().Validate(); err != nil {
 		return nil, err
 	}
-	if set["inject-usage"] || *path == "" {
-		c.InjectUsage = *inject
+	if set["inject-usage"] || c.InjectUsage == nil {
+		c.InjectUsage = inject
 	}
 	str("kube-namespace", &c.Kube.Namespace, *kns)
 	if set["kube-pool"] {
@@ -234,6 +236,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	if c.Kube.Selector != "" && c.Kube.Pool == "" && len(c.Kube.Ports) == 0 {
 		return nil, errors.New("-kube-selector needs -kube-ports")
 	}
+	if c.Kube.Pool != "" && (c.Kube.Selector != "" || len(c.Kube.Ports) > 0) {
+		return nil, errors.New("-kube-pool reads the selector and ports from the InferencePool: give -kube-selector and -kube-ports only instead of it")
+	}
 	if set["etcd"] {
 		c.Etcd.Endpoints = strings.Split(*etcdEPs, ",")
 	}
@@ -244,6 +249,17 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		c.Adapters[m] = l
 	}
 	c.Engines = append(c.Engines, engines...)
+	names := map[string]bool{}
+	for i := range c.Engines {
+		e := &c.Engines[i]
+		if err := e.Validate(); err != nil {
+			return nil, err
+		}
+		if names[e.Name] {
+			return nil, fmt.Errorf("engine %q given twice", e.Name)
+		}
+		names[e.Name] = true
+	}
 	var err error
 	if c.scrapeInterval, err = duration(set["scrape-interval"], c.ScrapeInterval, *scrape); err != nil {
 		return nil, err
@@ -263,10 +279,11 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("no engines: give -engine, -etcd, -kube-pool, -kube-selector or -config")
 	}
 	if c.Tokenizer == "" {
-		if len(c.Engines) == 0 {
-			return nil, errors.New("no tokenizer: give -tokenizer (an engine or a render server) when engines are discovered")
+		i := slices.IndexFunc(c.Engines, func(e discovery.Engine) bool { return len(e.Ports) > 0 })
+		if i < 0 {
+			return nil, errors.New("no tokenizer: give -tokenizer (an engine or a render server) when no static engine has a port")
 		}
-		c.Tokenizer = "http://" + c.Engines[0].Address(0)
+		c.Tokenizer = "http://" + c.Engines[i].Address(0)
 	}
 	return &c, nil
 }

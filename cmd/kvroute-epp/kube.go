@@ -16,7 +16,7 @@ import (
 // startKube watches the pool's pods with the in-cluster credentials
 // (the pod's service account), reading the selector and target ports
 // from the InferencePool when -kube-pool names one.
-func startKube(ctx context.Context, cfg *config, pool *discovery.Pool, log *slog.Logger, errs chan<- error) error {
+func startKube(ctx context.Context, cfg *config, sink discovery.Sink, log *slog.Logger, errs chan<- error) error {
 	rc, err := rest.InClusterConfig()
 	if err != nil {
 		return fmt.Errorf("kubernetes: %w", err)
@@ -38,6 +38,6 @@ func startKube(ctx context.Context, cfg *config, pool *discovery.Pool, log *slog
 	}
 	w := &kube.Watcher{Client: cs, Namespace: k.Namespace, Selector: k.Selector, TargetPorts: k.Ports,
 		EventsPort: k.EventsPort, ReplayPort: k.ReplayPort, Logger: log}
-	go func() { errs <- w.Run(ctx, pool) }()
+	go func() { errs <- w.Run(ctx, sink) }()
 	return nil
 }

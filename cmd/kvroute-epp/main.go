@@ -97,15 +97,17 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- addr
 	}
 	defer pool.Close()
 	picker, err := epp.New(epp.Config{Router: r, Endpoints: eps, Tokenizer: tok, Adapters: cfg.Adapters,
-		Fallbacks: cfg.Fallbacks, InjectUsage: cfg.InjectUsage, Logger: log})
+		Fallbacks: cfg.Fallbacks, InjectUsage: *cfg.InjectUsage, Logger: log})
 	if err != nil {
 		return err
 	}
 
-	// Discovery.
+	// Discovery: the static engines and each watcher's are parts of one
+	// set, so that a watcher's Sync never removes the static engines.
 	sources := make(chan error, 2)
+	merged := discovery.NewMerged(pool, 3)
 	if len(cfg.Engines) > 0 {
-		pool.Sync(ctx, cfg.Engines)
+		merged.Source(0).Sync(ctx, cfg.Engines)
 	}
 	if cfg.Etcd.Endpoints != nil {
 		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, Context: ctx})
@@ -114,11 +116,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- addr
 		}
 		defer c.Close()
 		w := &etcd.Watcher{Client: c, Prefix: cfg.Etcd.Prefix, Logger: log}
-		go func() { sources <- w.Run(ctx, pool) }()
+		go func() { sources <- w.Run(ctx, merged.Source(1)) }()
 	}
 
 	if cfg.Kube.enabled() {
-		if err := startKube(ctx, cfg, pool, log, sources); err != nil {
+		if err := startKube(ctx, cfg, merged.Source(2), log, sources); err != nil {
 			return err
 		}
 	}
@@ -195,10 +197,15 @@ func parityCheck(cfg *config, tok epp.Tokenizer, log *slog.Logger) func(context.
 		return nil
 	}
 	return func(ctx context.Context, e *discovery.Engine) error {
-		engine := &render.Client{URL: "http://" + e.Address(0), API: cfg.tokenizerAPI}
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		err := render.Probe(pctx, tok, engine, cfg.Model)
+		var err error
+		if len(e.Ports) == 0 {
+			err = errors.New("the engine has no port to probe")
+		} else {
+			engine := &render.Client{URL: "http://" + e.Address(0), API: cfg.tokenizerAPI}
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			err = render.Probe(pctx, tok, engine, cfg.Model)
+		}
 		switch {
 		case err == nil:
 			log.Info("token parity probe passed", "engine", e.Name)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +21,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/epp"
+	"github.com/kvroute/kvroute/internal/etcdtest"
 	"github.com/kvroute/kvroute/internal/fakeengine"
 	"github.com/kvroute/kvroute/router"
 )
@@ -152,6 +155,8 @@ func TestParse(t *testing.T) {
 		{[]string{"-engine", "a=127.0.0.1:1", "-busy-kv", "-1"}, "scheduling"},
 		{[]string{"-kube-pool", "llama"}, "no tokenizer"},
 		{[]string{"-engine", "a=127.0.0.1:1", "-load-reports", "max"}, "want capacities or merged"},
+		{[]string{"-kube-pool", "llama", "-kube-selector", "app=x", "-kube-ports", "8000", "-tokenizer", "http://t"}, "-kube-pool reads the selector"},
+		{[]string{"-engine", "a=127.0.0.1:1", "-engine", "a=127.0.0.1:2"}, `engine "a" given twice`},
 	} {
 		_, err := parse(tt.args, io.Discard)
 		require.ErrorContains(t, err, tt.err, tt.args)
@@ -185,4 +190,51 @@ func TestParseLoadReports(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte(`{"engines": [{"name": "a", "host": "127.0.0.1", "ports": [1]}], "load_reports": "max"}`), 0o600))
 	_, err := parse([]string{"-config", bad}, io.Discard)
 	require.ErrorContains(t, err, "want capacities or merged")
+}
+
+// A config file's settings fall back to the flags' defaults; its engines
+// are checked as the flags' are, and one without a port makes no
+// tokenizer.
+func TestParseConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		path := filepath.Join(dir, strconv.Itoa(len(body))+".json")
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+		return path
+	}
+	c, err := parse([]string{"-config", write(`{"engines":[{"name":"a","host":"127.0.0.1","ports":[1]}]}`)}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, *c.InjectUsage, "-inject-usage defaults to true")
+	c, err = parse([]string{"-config", write(`{"engines":[{"name":"a","host":"127.0.0.1","ports":[1]}],"inject_usage":false}`)}, io.Discard)
+	require.NoError(t, err)
+	require.False(t, *c.InjectUsage)
+	require.NotPanics(t, func() {
+		_, err = parse([]string{"-config", write(`{"engines":[{"name":"a","host":"127.0.0.1","ranks":1}]}`)}, io.Discard)
+	})
+	require.ErrorContains(t, err, "no tokenizer")
+	_, err = parse([]string{"-config", write(`{"engines":[{"name":"a","host":"127.0.0.1","ports":[0]}]}`)}, io.Discard)
+	require.ErrorIs(t, err, discovery.ErrEngine)
+}
+
+// The static engines stay when a discovery source syncs its own.
+func TestStaticEnginesStayBesideEtcd(t *testing.T) {
+	_, url := etcdtest.Start(t)
+	args := append([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-parity", "off",
+		"-etcd", url, "-etcd-prefix", "/empty/"}, startEngines(t, false)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	logs := &syncBuffer{}
+	go func() { done <- run(ctx, args, logs, ready) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("picker stopped: %v\n%s", err, logs)
+	}
+	time.Sleep(time.Second) // the watcher's first listing
+	before := logs.String()
+	cancel()
+	require.NoError(t, <-done)
+	require.Contains(t, before, "discovery: engine added")
+	require.NotContains(t, before, "discovery: engine removed", "%s", before)
 }
