@@ -23,7 +23,7 @@ var configSeeds = []string{
 	 "engines":[{"id":1,"url":"http://a:8000","events":"tcp://a:5557","replay":"tcp://a:5558","topic":"kv","ranks":2,
 	   "max_requests":8,"max_batched_tokens":8192,"kv_capacity_blocks":1000},
 	  {"id":6102808441099218236,"url":"https://f:8000","preset":"dynamo","headers":{"X-Pool":"{id}-{rank}"}}],
-	 "tokenize_render":true,"adapters":{"m":"lora-a"},"load_reports":"merged"}`,
+	 "tokenize_url":"http://a:8000","tokenize_render":true,"adapters":{"m":"lora-a"},"load_reports":"merged"}`,
 	`{"block_size":16,"model_dir":"/models/tiny","dynamo":{"store":"etcd:http://127.0.0.1:2379","frontend":"http://127.0.0.1:8000",
 	 "model":"tiny","namespace":"dynamo","component":"backend","endpoint":"generate","callback_host":"10.0.0.5"}}`,
 	`{}`,

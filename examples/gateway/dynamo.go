@@ -46,8 +46,8 @@ type dynamoConfig struct {
 
 // validate checks the configuration of an enabled Dynamo mode.
 func (c *dynamoConfig) validate() error {
-	kind, _, _ := strings.Cut(c.Store, ":")
-	if kind != "file" && kind != "etcd" {
+	kind, where, _ := strings.Cut(c.Store, ":")
+	if (kind != "file" && kind != "etcd") || strings.Trim(where, ", ") == "" {
 		return fmt.Errorf("-dynamo-store %q is neither file:DIR nor etcd:URL[,URL...]", c.Store)
 	}
 	if c.Frontend == "" {

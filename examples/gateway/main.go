@@ -240,6 +240,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	o.file.Engines = append(o.file.Engines, engines...)
+	switch {
+	case o.file.ModelDir != "" && o.file.TokenizeURL != "":
+		return nil, errors.New("give a model directory or a tokenize URL, not both")
+	case o.file.TokenizeRender && o.file.TokenizeURL == "":
+		return nil, errors.New("-tokenize-render needs a tokenize URL")
+	}
 	if o.file.Dynamo.Store != "" {
 		if err := o.file.Dynamo.validate(); err != nil {
 			return nil, err
@@ -324,28 +330,50 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	ran := make(chan error, 1)
 	go func() { ran <- gw.Run(runCtx) }()
-	dynRan := make(chan error, 1)
+	var dynRan chan error // nil without the Dynamo mode: never ready
 	if dyn != nil {
+		dynRan = make(chan error, 1)
 		go func() { dynRan <- dyn.Run(runCtx) }()
-	} else {
-		dynRan <- nil
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
+	// Serve until ctx ends, or until the gateway's or the Dynamo mode's
+	// loop stops on its own, which leaves the gateway blind: then shut
+	// down with its error.
+	shutdown := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+	var rerr, derr error
+	gwDone, dynDone := false, dyn == nil
 	select {
 	case err = <-served:
 	case <-ctx.Done():
 		log.Info("shutting down")
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = srv.Shutdown(sctx)
-		cancel()
+		err = shutdown()
+	case rerr = <-ran:
+		gwDone = true
+		err = fmt.Errorf("gateway loop stopped: %w", cmp.Or(rerr, errors.New("no error")))
+		log.Error("shutting down", "err", err)
+		_ = shutdown()
+	case derr = <-dynRan:
+		dynDone = true
+		err = fmt.Errorf("dynamo discovery stopped: %w", cmp.Or(derr, errors.New("no error")))
+		log.Error("shutting down", "err", err)
+		_ = shutdown()
 	}
 	stopRun()
-	rerr := errors.Join(<-ran, <-dynRan)
+	if !gwDone {
+		rerr = <-ran
+	}
+	if !dynDone {
+		derr = <-dynRan
+	}
 	if err == nil || errors.Is(err, http.ErrServerClosed) {
-		err = rerr
+		err = errors.Join(rerr, derr)
 	}
 	return err
 }
