@@ -42,19 +42,21 @@ func newMatchSet(tokens []*addedToken) *matchSet {
 
 // segment is a part of the input: an added token (tok != nil) or text.
 type segment struct {
-	text  string
-	tok   *addedToken
-	first bool // starts at the beginning of the original text
+	text string
+	tok  *addedToken
+	lead int // as piece.lead
 }
 
-// split appends the segments of s to dst. Text segments are never empty.
-func (m *matchSet) split(dst []segment, s string, first bool) []segment {
+// split appends the segments of s to dst; lead is that of s (see
+// piece.lead). Text segments are never empty.
+func (m *matchSet) split(dst []segment, s string, lead int) []segment {
 	if m == nil {
 		if s != "" {
-			dst = append(dst, segment{text: s, first: first})
+			dst = append(dst, segment{text: s, lead: lead})
 		}
 		return dst
 	}
+	from := func(i int) int { return max(lead-i, 0) }
 	done := 0 // end of the last emitted segment
 	for i := 0; i < len(s); {
 		t := m.at(s, i)
@@ -70,13 +72,13 @@ func (m *matchSet) split(dst []segment, s string, first bool) []segment {
 			stop = len(s) - len(strings.TrimLeftFunc(s[stop:], unicode.IsSpace))
 		}
 		if done < start {
-			dst = append(dst, segment{text: s[done:start], first: first && done == 0})
+			dst = append(dst, segment{text: s[done:start], lead: from(done)})
 		}
-		dst = append(dst, segment{text: s[start:stop], tok: t, first: first && start == 0})
+		dst = append(dst, segment{text: s[start:stop], tok: t, lead: from(start)})
 		done, i = stop, stop
 	}
 	if done < len(s) {
-		dst = append(dst, segment{text: s[done:], first: first && done == 0})
+		dst = append(dst, segment{text: s[done:], lead: from(done)})
 	}
 	return dst
 }

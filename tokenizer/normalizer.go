@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -13,6 +14,19 @@ import (
 // normalizers of Hugging Face tokenizers do.
 type normalizer interface {
 	normalize(s string) string
+	// normalizeLead is normalize that also follows where the text starts:
+	// lead is the number of leading bytes of s that Hugging Face's
+	// alignments map to the start of the original text (0 when s does not
+	// begin there), and the result's lead is returned with it. Metaspace's
+	// "first" prepend scheme reads it.
+	normalizeLead(s string, lead int) (string, int)
+}
+
+// firstRuneLen is the lead of a text that begins the original text: the
+// bytes of its first character.
+func firstRuneLen(s string) int {
+	_, n := utf8.DecodeRuneInString(s)
+	return n
 }
 
 type unicodeNorm struct{ form norm.Form }
@@ -22,6 +36,34 @@ func (n unicodeNorm) normalize(s string) string {
 		return s
 	}
 	return n.form.String(s)
+}
+
+// normalizeLead normalizes s a segment at a time (a starter and the
+// marks combining with it). Hugging Face aligns the characters a segment
+// becomes with the ones it came from in order, so a segment wholly in the
+// lead stays in it and one the lead ends in keeps its first character
+// there.
+func (n unicodeNorm) normalizeLead(s string, lead int) (string, int) {
+	if lead == 0 || n.form.IsNormalString(s) {
+		return n.normalize(s), lead
+	}
+	var it norm.Iter
+	it.InitString(n.form, s)
+	var b strings.Builder
+	b.Grow(len(s))
+	out := 0
+	for !it.Done() {
+		start := it.Pos()
+		seg := it.Next()
+		switch {
+		case it.Pos() <= lead:
+			out = b.Len() + len(seg)
+		case start < lead && out == b.Len():
+			out += firstRuneLen(string(seg))
+		}
+		b.Write(seg)
+	}
+	return b.String(), out
 }
 
 // prepend adds its text to a non-empty piece.
@@ -34,6 +76,14 @@ func (n prepend) normalize(s string) string {
 	return n.text + s
 }
 
+// normalizeLead: the prepended text is aligned with the first character.
+func (n prepend) normalizeLead(s string, lead int) (string, int) {
+	if s == "" || lead < firstRuneLen(s) {
+		return n.normalize(s), 0
+	}
+	return n.text + s, len(n.text) + lead
+}
+
 // replace replaces every occurrence of a literal.
 type replace struct{ old, new string }
 
@@ -42,6 +92,39 @@ func (n replace) normalize(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(s, n.old, n.new)
+}
+
+// normalizeLead: the replacement of a match is aligned with the match's
+// last byte (Hugging Face's NormalizedString.replace), the rest with
+// themselves; the result's lead ends at its first byte aligned past the
+// original start.
+func (n replace) normalizeLead(s string, lead int) (string, int) {
+	out := n.normalize(s)
+	if n.old == "" || lead == 0 {
+		return out, 0
+	}
+	newLead, i := 0, 0
+	for i < len(s) {
+		k := strings.Index(s[i:], n.old)
+		if k < 0 {
+			k = len(s) - i
+		}
+		// Unmatched bytes s[i:i+k] keep their alignment.
+		if i+k > lead {
+			return out, newLead + max(lead-i, 0)
+		}
+		newLead += k
+		i += k
+		if i == len(s) {
+			break
+		}
+		if i+len(n.old)-1 >= lead { // the match's last byte is past the lead
+			return out, newLead
+		}
+		newLead += len(n.new)
+		i += len(n.old)
+	}
+	return out, newLead
 }
 
 // strip removes Unicode white space on either side.
@@ -57,6 +140,19 @@ func (n strip) normalize(s string) string {
 	return s
 }
 
+// normalizeLead: stripped white space takes its share of the lead with it.
+func (n strip) normalizeLead(s string, lead int) (string, int) {
+	out := s
+	if n.left {
+		out = strings.TrimLeftFunc(s, unicode.IsSpace)
+	}
+	lead = max(lead-(len(s)-len(out)), 0)
+	if n.right {
+		out = strings.TrimRightFunc(out, unicode.IsSpace)
+	}
+	return out, min(lead, len(out))
+}
+
 type normalizerSeq []normalizer
 
 func (q normalizerSeq) normalize(s string) string {
@@ -64,6 +160,13 @@ func (q normalizerSeq) normalize(s string) string {
 		s = n.normalize(s)
 	}
 	return s
+}
+
+func (q normalizerSeq) normalizeLead(s string, lead int) (string, int) {
+	for _, n := range q {
+		s, lead = n.normalizeLead(s, lead)
+	}
+	return s, lead
 }
 
 // parseNormalizer reads a "normalizer" object; nil means none.

@@ -4,15 +4,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
-// piece is a part of the text on its way to the model. first is set when
-// the piece starts at the beginning of the original text (Metaspace's
-// "first" prepend scheme reads it).
+// piece is a part of the text on its way to the model. lead is the number
+// of its leading bytes that Hugging Face's alignments map to the start of
+// the original text, 0 when it does not begin there (Metaspace's "first"
+// prepend scheme reads it).
 type piece struct {
-	s     string
-	first bool
+	s    string
+	lead int
 }
+
+// leadFrom is the lead of a part of p starting at byte i.
+func (p piece) leadFrom(i int) int { return max(p.lead-i, 0) }
 
 // preTokenizer splits pieces further, appending the results to dst.
 type preTokenizer interface {
@@ -26,7 +31,7 @@ type regexSplit struct{ match matcher }
 func (t regexSplit) split(dst []piece, p piece) []piece {
 	for i := 0; i < len(p.s); {
 		e := t.match(p.s, i)
-		dst = append(dst, piece{p.s[i:e], p.first && i == 0})
+		dst = append(dst, piece{p.s[i:e], p.leadFrom(i)})
 		i = e
 	}
 	return dst
@@ -46,15 +51,15 @@ func (t literalSplit) split(dst []piece, p piece) []piece {
 			break
 		}
 		if k > 0 {
-			dst = append(dst, piece{s[off : off+k], p.first && off == 0})
+			dst = append(dst, piece{s[off : off+k], p.leadFrom(off)})
 		}
 		if !t.remove {
-			dst = append(dst, piece{t.lit, p.first && off+k == 0})
+			dst = append(dst, piece{t.lit, p.leadFrom(off + k)})
 		}
 		off += k + len(t.lit)
 	}
 	if off < len(s) {
-		dst = append(dst, piece{s[off:], p.first && off == 0})
+		dst = append(dst, piece{s[off:], p.leadFrom(off)})
 	}
 	return dst
 }
@@ -68,7 +73,7 @@ type byteLevel struct {
 
 func (t byteLevel) split(dst []piece, p piece) []piece {
 	if t.addPrefixSpace && !strings.HasPrefix(p.s, " ") {
-		p.s = " " + p.s
+		p.s, p.lead = " "+p.s, prependLead(p, 1)
 	}
 	if !t.useRegex {
 		return append(dst, p)
@@ -84,13 +89,27 @@ type metaspace struct {
 	splitOn     bool
 }
 
+// prependLead is the lead of p once n bytes are prepended to it, which
+// Hugging Face aligns with its first character.
+func prependLead(p piece, n int) int {
+	_, first := utf8.DecodeRuneInString(p.s)
+	if p.lead < first {
+		return 0
+	}
+	return p.lead + n
+}
+
 func (t metaspace) split(dst []piece, p piece) []piece {
 	s := strings.ReplaceAll(p.s, " ", t.replacement)
-	if !strings.HasPrefix(s, t.replacement) && (t.scheme == "always" || t.scheme == "first" && p.first) {
+	// Each replacement is aligned with the space it replaces.
+	lead := p.lead + (len(t.replacement)-1)*strings.Count(p.s[:min(p.lead, len(p.s))], " ")
+	if !strings.HasPrefix(s, t.replacement) && (t.scheme == "always" || t.scheme == "first" && p.lead > 0) {
+		lead = prependLead(piece{s, lead}, len(t.replacement))
 		s = t.replacement + s
 	}
+	q := piece{s, lead}
 	if !t.splitOn {
-		return append(dst, piece{s, p.first})
+		return append(dst, q)
 	}
 	start := 0
 	for start < len(s) {
@@ -99,11 +118,11 @@ func (t metaspace) split(dst []piece, p piece) []piece {
 			break
 		}
 		end := start + 1 + k
-		dst = append(dst, piece{s[start:end], p.first && start == 0})
+		dst = append(dst, piece{s[start:end], q.leadFrom(start)})
 		start = end
 	}
 	if start < len(s) {
-		dst = append(dst, piece{s[start:], p.first && start == 0})
+		dst = append(dst, piece{s[start:], q.leadFrom(start)})
 	}
 	return dst
 }

@@ -161,17 +161,21 @@ func (t *Tokenizer) encode(dst []uint32, text string) []uint32 {
 	text = validUTF8(text)
 	buf := encodePool.Get().(*encodeBuf)
 	defer encodePool.Put(buf)
-	buf.segs = t.raw.split(buf.segs[:0], text, true)
+	buf.segs = t.raw.split(buf.segs[:0], text, firstRuneLen(text))
 	for _, sg := range buf.segs {
 		if sg.tok != nil {
 			dst = append(dst, sg.tok.id)
 			continue
 		}
-		s := sg.text
+		s, lead := sg.text, sg.lead
 		if t.normalizer != nil {
-			s = t.normalizer.normalize(s)
+			if lead > 0 {
+				s, lead = t.normalizer.normalizeLead(s, lead)
+			} else {
+				s = t.normalizer.normalize(s)
+			}
 		}
-		buf.subs = t.normed.split(buf.subs[:0], s, sg.first)
+		buf.subs = t.normed.split(buf.subs[:0], s, lead)
 		for _, sub := range buf.subs {
 			if sub.tok != nil {
 				dst = append(dst, sub.tok.id)
@@ -179,9 +183,9 @@ func (t *Tokenizer) encode(dst []uint32, text string) []uint32 {
 			}
 			buf.pieces = buf.pieces[:0]
 			if t.pre != nil {
-				buf.pieces = t.pre.split(buf.pieces, piece{sub.text, sub.first})
+				buf.pieces = t.pre.split(buf.pieces, piece{sub.text, sub.lead})
 			} else {
-				buf.pieces = append(buf.pieces, piece{sub.text, sub.first})
+				buf.pieces = append(buf.pieces, piece{sub.text, sub.lead})
 			}
 			for _, p := range buf.pieces {
 				if p.s != "" {

@@ -15,6 +15,12 @@
                          tokenizer.json files are the reference).
   reference.py ref       reads {"dir", "texts", "chats"} as JSON on stdin and
                          prints the reference ids for them as JSON.
+  reference.py variants  reads {"tokenizer", "variants", "texts"} as JSON on
+                         stdin: a tokenizer.json file, a list of
+                         {"normalizer", "pre_tokenizer"} objects replacing
+                         its own (a missing key keeps it) and texts; prints
+                         the input with "ids" added, the ids of each text
+                         under each variant (without special tokens).
 
 Needs tokenizers, transformers and jinja2 (no torch).
 """
@@ -658,12 +664,27 @@ def gen(root, train=True):
             json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
 
 
+def variants(req):
+    with open(req["tokenizer"], encoding="utf-8") as f:
+        base = json.load(f)
+    out = dict(req)
+    out["ids"] = []
+    for v in req["variants"]:
+        d = dict(base)
+        d.update(v)
+        tok = Tokenizer.from_str(json.dumps(d))
+        out["ids"].append([tok.encode(t, add_special_tokens=False).ids for t in req["texts"]])
+    return out
+
+
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] in ("gen", "golden"):
         gen(sys.argv[2], train=sys.argv[1] == "gen")
     elif len(sys.argv) >= 2 and sys.argv[1] == "ref":
         req = json.load(sys.stdin)
         json.dump(reference(req["dir"], req.get("texts", []), req.get("chats", [])), sys.stdout, ensure_ascii=False)
+    elif len(sys.argv) >= 2 and sys.argv[1] == "variants":
+        json.dump(variants(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
