@@ -10,9 +10,9 @@ import (
 // twice its fair share of the requests in flight (rounded up).
 const DefaultLoadBoundFactor = 2
 
-// overBound is what BoundedLoad adds to the cost of a candidate over the
-// bound: more than any cost of this package, finite so that the order among
-// candidates over the bound still follows their costs.
+// overBound is what BoundedLoad adds, at least, to the cost of a candidate
+// over the bound (see BoundedLoad.penalty): finite, so that the order
+// among candidates over the bound still follows their costs.
 const overBound = 1e15
 
 // LoadMeasure is what BoundedLoad bounds.
@@ -107,11 +107,37 @@ func (b *BoundedLoad) Costs(req *Request, cands []Candidate, costs []float64) {
 		return
 	}
 	bound := b.bound(req, cands[:n])
+	shift := b.penalty(req, cands[:n], costs[:n], bound)
 	for i := range n {
 		if _, with, _ := b.loads(req, &cands[i]); with > bound {
-			costs[i] += overBound
+			costs[i] += shift
 		}
 	}
+}
+
+// penalty returns what to add to the costs of the candidates over bound
+// so that each exceeds every cost within it by overBound at least, and
+// their own order stays: a request's weight overrides may scale costs
+// far beyond any fixed penalty.
+func (b *BoundedLoad) penalty(req *Request, cands []Candidate, costs []float64, bound int) float64 {
+	maxWithin, minOver := 0.0, math.Inf(1)
+	for i := range cands {
+		c := costs[i]
+		if c != c || math.IsInf(c, 0) {
+			continue
+		}
+		if _, with, _ := b.loads(req, &cands[i]); with > bound {
+			minOver = min(minOver, c)
+		} else {
+			maxWithin = max(maxWithin, c)
+		}
+	}
+	if math.IsInf(minOver, 1) || maxWithin <= minOver {
+		return overBound
+	}
+	// Twice the gap: at costs so large that adding overBound is lost to
+	// rounding, the sum still clears the largest cost within the bound.
+	return overBound + 2*(maxWithin-minOver)
 }
 
 // bound returns the load bound over cands: a candidate whose load with
@@ -131,8 +157,11 @@ func (b *BoundedLoad) bound(req *Request, cands []Candidate) int {
 // total, the least load with the request being least, for a request that
 // adds r.
 func (b *BoundedLoad) boundOf(n, total, least, r int) int {
-	bound := int(math.Ceil(b.factor*float64(total+r)/float64(n*r))) * r
-	return max(bound, least)
+	f := math.Ceil(b.factor*float64(total+r)/float64(n*r)) * float64(r)
+	if !(f < math.MaxInt/2) {
+		return math.MaxInt // a factor so large it bounds nothing
+	}
+	return max(int(f), least)
 }
 
 // DefaultCostConfig returns the cost NewDefaultCost bounds: Dynamo's cost with

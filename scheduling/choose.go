@@ -48,11 +48,12 @@ func chooseBoundedDynamo(b *BoundedLoad, d *DynamoCost, sel *Selector, req *Requ
 	}
 	total, least, r := d.costs(&p, req, cands, costs, b)
 	bound := b.boundOf(n, total, least, r)
+	shift := b.penalty(req, cands, costs, bound)
 	lo, hi, ties, first := math.Inf(1), math.Inf(-1), 0, -1
 	for i := range cands {
 		v := costs[i]
 		if _, with, _ := b.loads(req, &cands[i]); with > bound {
-			v += overBound
+			v += shift
 			costs[i] = v
 		}
 		v = costOf(v)

@@ -151,12 +151,14 @@ func (d *DynamoCost) costs(p *dynamoParams, req *Request, cands []Candidate, cos
 		if prefill < 0 {
 			prefill = 0
 		}
-		decode := c.Load.PotentialDecodeBlocks + p.out
+		// In float: a request's expected output and an engine's counts
+		// may be anything, and an int sum could wrap.
+		decode := float64(c.Load.PotentialDecodeBlocks) + float64(p.out)
 		capacity := c.Load.KVCapacityBlocks
-		if capacity > 0 && decode > capacity {
-			decode += decode - capacity
+		if capacity > 0 && decode > float64(capacity) {
+			decode += decode - float64(capacity)
 		}
-		costs[i] = p.pls*prefill + float64(decode) + p.arw*float64(c.Load.ActiveRequests)
+		costs[i] = p.pls*prefill + decode + p.arw*float64(c.Load.ActiveRequests)
 		if p.kvp > 0 && capacity > 0 {
 			costs[i] += p.kvp * float64(max(c.Load.PotentialDecodeBlocks, 0)) / float64(capacity)
 		}

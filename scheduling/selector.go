@@ -109,9 +109,17 @@ func (s *Selector) pick(costs []float64, t, lo, hi float64, ties, first int) int
 		return s.nthMin(costs, lo, ties)
 	}
 	scale := 1 / ((hi - lo) * t)
+	if math.IsInf(scale, 0) || scale == 0 || scale != scale {
+		// A temperature so low, or a spread of costs so wide, that the
+		// weights are not numbers: the limit is the cheapest candidate.
+		return s.nthMin(costs, lo, ties)
+	}
 	var sum float64
 	for _, c := range costs {
 		sum += softmaxWeight(costOf(c), lo, scale)
+	}
+	if !(sum > 0) || math.IsInf(sum, 0) {
+		return s.nthMin(costs, lo, ties)
 	}
 	u := s.float64() * sum
 	last := 0

@@ -217,7 +217,7 @@ func (t *Tracker) Add(id RequestID, w kvroute.WorkerKey, blocks []kvroute.SeqHas
 	*r = trackedRequest{
 		id:            id,
 		prefillTokens: prefillTokens,
-		deadline:      t.clock.Now().UnixNano() + t.ttl,
+		deadline:      t.deadline(),
 	}
 	for {
 		ws := t.workerOrCreate(w)
@@ -287,8 +287,18 @@ func (t *Tracker) update(id RequestID, f func(r *trackedRequest, ws *workerState
 	if ws.removed || !f(r, ws) {
 		return false
 	}
-	r.deadline = t.clock.Now().UnixNano() + t.ttl
+	r.deadline = t.deadline()
 	return true
+}
+
+// deadline returns when a request touched now expires: now plus the TTL,
+// or never (the largest time) when that sum overflows.
+func (t *Tracker) deadline() int64 {
+	now := t.clock.Now().UnixNano()
+	if int64(t.ttl) > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + int64(t.ttl)
 }
 
 // Free stops tracking request id (completed, cancelled or failed) and
