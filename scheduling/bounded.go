@@ -11,8 +11,8 @@ import (
 const DefaultLoadBoundFactor = 2
 
 // overBound is what BoundedLoad adds, at least, to the cost of a candidate
-// over the bound (see BoundedLoad.penalty): finite, so that the order
-// among candidates over the bound still follows their costs.
+// over the bound (see penaltyGap): finite, so that the order among
+// candidates over the bound still follows their costs.
 const overBound = 1e15
 
 // LoadMeasure is what BoundedLoad bounds.
@@ -107,37 +107,37 @@ func (b *BoundedLoad) Costs(req *Request, cands []Candidate, costs []float64) {
 		return
 	}
 	bound := b.bound(req, cands[:n])
-	shift := b.penalty(req, cands[:n], costs[:n], bound)
+	maxWithin, minOver := 0.0, math.Inf(1)
 	for i := range n {
 		if _, with, _ := b.loads(req, &cands[i]); with > bound {
-			costs[i] += shift
+			minOver = min(minOver, costOf(costs[i]))
+			costs[i] += overBound
+		} else if c := costs[i]; c > maxWithin {
+			maxWithin = c
+		}
+	}
+	if extra := extraPenalty(maxWithin, minOver); extra > 0 {
+		for i := range n {
+			if _, with, _ := b.loads(req, &cands[i]); with > bound {
+				costs[i] += extra
+			}
 		}
 	}
 }
 
-// penalty returns what to add to the costs of the candidates over bound
-// so that each exceeds every cost within it by overBound at least, and
-// their own order stays: a request's weight overrides may scale costs
-// far beyond any fixed penalty.
-func (b *BoundedLoad) penalty(req *Request, cands []Candidate, costs []float64, bound int) float64 {
-	maxWithin, minOver := 0.0, math.Inf(1)
-	for i := range cands {
-		c := costs[i]
-		if c != c || math.IsInf(c, 0) {
-			continue
-		}
-		if _, with, _ := b.loads(req, &cands[i]); with > bound {
-			minOver = min(minOver, c)
-		} else {
-			maxWithin = max(maxWithin, c)
-		}
+// extraPenalty returns what BoundedLoad adds beyond overBound to the costs
+// of candidates over the bound, given the largest finite cost within the
+// bound and the least cost over it, so that each exceeds every cost within
+// the bound and their own order stays: nothing, unless a request's weight
+// overrides scale costs far beyond overBound; then twice the gap (at costs
+// so large that adding overBound is lost to rounding, the sum still clears
+// the largest cost within the bound).
+func extraPenalty(maxWithin, minOver float64) float64 {
+	gap := maxWithin - minOver
+	if !(gap >= overBound/2) || math.IsInf(gap, 0) {
+		return 0
 	}
-	if math.IsInf(minOver, 1) || maxWithin <= minOver {
-		return overBound
-	}
-	// Twice the gap: at costs so large that adding overBound is lost to
-	// rounding, the sum still clears the largest cost within the bound.
-	return overBound + 2*(maxWithin-minOver)
+	return 2 * gap
 }
 
 // bound returns the load bound over cands: a candidate whose load with

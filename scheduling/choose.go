@@ -48,13 +48,18 @@ func chooseBoundedDynamo(b *BoundedLoad, d *DynamoCost, sel *Selector, req *Requ
 	}
 	total, least, r := d.costs(&p, req, cands, costs, b)
 	bound := b.boundOf(n, total, least, r)
-	shift := b.penalty(req, cands, costs, bound)
+	maxWithin, minOver := 0.0, math.Inf(1)
 	lo, hi, ties, first := math.Inf(1), math.Inf(-1), 0, -1
 	for i := range cands {
 		v := costs[i]
 		if _, with, _ := b.loads(req, &cands[i]); with > bound {
-			v += shift
+			if v < minOver {
+				minOver = v
+			}
+			v += overBound
 			costs[i] = v
+		} else if v > maxWithin {
+			maxWithin = v
 		}
 		v = costOf(v)
 		switch {
@@ -65,6 +70,28 @@ func chooseBoundedDynamo(b *BoundedLoad, d *DynamoCost, sel *Selector, req *Requ
 		}
 		if v > hi && !math.IsInf(v, 1) {
 			hi = v
+		}
+	}
+	if extra := extraPenalty(maxWithin, minOver); extra > 0 {
+		// Costs so large (a request's overrides) that overBound does not
+		// clear them: the rare second pass.
+		lo, hi, ties, first = math.Inf(1), math.Inf(-1), 0, -1
+		for i := range cands {
+			v := costs[i]
+			if _, with, _ := b.loads(req, &cands[i]); with > bound {
+				v += extra
+				costs[i] = v
+			}
+			v = costOf(v)
+			switch {
+			case v < lo:
+				lo, ties, first = v, 1, i
+			case v == lo:
+				ties++
+			}
+			if v > hi && !math.IsInf(v, 1) {
+				hi = v
+			}
 		}
 	}
 	return sel.pick(costs, or(req.Overrides.Temperature, sel.temperature), lo, hi, ties, first)
