@@ -760,7 +760,7 @@ func makeFilters() map[string]filterFunc {
 		"int": func(_ *renderer, v value, args []value, kw *dict) (value, error) {
 			def := argument(args, kw, 0, "default", int64(0))
 			switch x := v.(type) {
-			case int64:
+			case int64, bigInt:
 				return x, nil
 			case bool:
 				return b2i(x), nil
@@ -784,6 +784,10 @@ func makeFilters() map[string]filterFunc {
 			if _, f, _, ok := number(v); ok {
 				return f, nil
 			}
+			if b, ok := v.(bigInt); ok {
+				f, _ := strconv.ParseFloat(string(b), 64)
+				return f, nil
+			}
 			if s, ok := v.(string); ok {
 				if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
 					return f, nil
@@ -802,6 +806,8 @@ func makeFilters() map[string]filterFunc {
 				return b2i(x), nil
 			case float64:
 				return math.Abs(x), nil
+			case bigInt:
+				return bigInt(strings.TrimPrefix(string(x), "-")), nil
 			}
 			return nil, fmt.Errorf("%w: bad operand type for abs(): '%s'", ErrRender, typeName(v))
 		},
@@ -1082,11 +1088,21 @@ func makeTests() map[string]testFunc {
 		"boolean":   func(v value, _ []value) (bool, error) { _, ok := v.(bool); return ok, nil },
 		"true":      func(v value, _ []value) (bool, error) { b, ok := v.(bool); return ok && b, nil },
 		"false":     func(v value, _ []value) (bool, error) { b, ok := v.(bool); return ok && !b, nil },
-		"integer":   func(v value, _ []value) (bool, error) { _, ok := v.(int64); return ok, nil },
-		"float":     func(v value, _ []value) (bool, error) { _, ok := v.(float64); return ok, nil },
-		"number":    func(v value, _ []value) (bool, error) { _, _, _, ok := number(v); return ok, nil },
-		"string":    func(v value, _ []value) (bool, error) { _, ok := v.(string); return ok, nil },
-		"mapping":   func(v value, _ []value) (bool, error) { _, ok := v.(*dict); return ok, nil },
+		"integer": func(v value, _ []value) (bool, error) {
+			switch v.(type) {
+			case int64, bigInt:
+				return true, nil
+			}
+			return false, nil
+		},
+		"float": func(v value, _ []value) (bool, error) { _, ok := v.(float64); return ok, nil },
+		"number": func(v value, _ []value) (bool, error) {
+			_, _, _, ok := number(v)
+			_, big := v.(bigInt)
+			return ok || big, nil
+		},
+		"string":  func(v value, _ []value) (bool, error) { _, ok := v.(string); return ok, nil },
+		"mapping": func(v value, _ []value) (bool, error) { _, ok := v.(*dict); return ok, nil },
 		"iterable": func(v value, _ []value) (bool, error) {
 			switch v.(type) {
 			case string, *list, *dict, *undefined:
@@ -1137,6 +1153,9 @@ func makeTests() map[string]testFunc {
 			return containsValue(args[0], v)
 		},
 		"odd": func(v value, _ []value) (bool, error) {
+			if b, ok := v.(bigInt); ok {
+				return (b[len(b)-1]-'0')%2 == 1, nil
+			}
 			n, _, isInt, ok := number(v)
 			if !ok || !isInt {
 				return false, fmt.Errorf("%w: odd needs an integer", ErrRender)
@@ -1144,6 +1163,9 @@ func makeTests() map[string]testFunc {
 			return n%2 != 0, nil
 		},
 		"even": func(v value, _ []value) (bool, error) {
+			if b, ok := v.(bigInt); ok {
+				return (b[len(b)-1]-'0')%2 == 0, nil
+			}
 			n, _, isInt, ok := number(v)
 			if !ok || !isInt {
 				return false, fmt.Errorf("%w: even needs an integer", ErrRender)

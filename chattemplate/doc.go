@@ -41,4 +41,15 @@
 // blocks, recursive loops, unknown filters or tests, str.format, %
 // formatting) is refused with an error wrapping ErrUnsupported, at Parse
 // when the syntax shows it, else at Render.
+//
+// # Numbers and limits
+//
+// Integers are 64 bits. An integer in JSON variables that does not fit
+// keeps its digits, as Python's json does: it prints, compares and
+// serializes exactly, and arithmetic on it is refused (ErrUnsupported).
+// Arithmetic whose result leaves 64 bits fails with an error wrapping
+// ErrRender where Python would go on with a big integer. A rendering is
+// bounded: Options.MaxSteps, 64 MiB for the output and for every string
+// it builds, 1 Mi items for every list it builds; going past a bound is
+// an error wrapping ErrRender.
 package chattemplate

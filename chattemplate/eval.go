@@ -54,6 +54,17 @@ const maxOutput = 64 << 20
 // maxItems bounds the length of lists a rendering builds.
 const maxItems = 1 << 20
 
+// refuseBigInt refuses arithmetic on an integer beyond 64 bits read from
+// JSON: this package cannot compute it exactly as Python would.
+func refuseBigInt(op string, l, r value) error {
+	for _, v := range []value{l, r} {
+		if b, ok := v.(bigInt); ok {
+			return fmt.Errorf("%w: arithmetic (%s) on the integer %s, beyond 64 bits", ErrUnsupported, op, b)
+		}
+	}
+	return nil
+}
+
 // errIntOverflow is the error of integer arithmetic whose result does not
 // fit in 64 bits (Python would go on with a big integer).
 var errIntOverflow = fmt.Errorf("%w: integer result does not fit in 64 bits", ErrRender)
@@ -459,12 +470,14 @@ func (r *renderer) evalExpr(e expr, sc *scope) (value, error) {
 				return -x, nil
 			case float64:
 				return -x, nil
+			case bigInt:
+				return x.negate(), nil
 			case bool:
 				return -b2i(x), nil
 			}
 		case "+":
 			switch x := x.(type) {
-			case int64, float64:
+			case int64, float64, bigInt:
 				return x, nil
 			case bool:
 				return b2i(x), nil
@@ -769,6 +782,9 @@ func binary(op string, l, r value) (value, error) {
 	if u, ok := r.(*undefined); ok {
 		return nil, fmt.Errorf("%w: '%s' is undefined", ErrRender, u.name)
 	}
+	if err := refuseBigInt(op, l, r); err != nil {
+		return nil, err
+	}
 	li, lf, lInt, lNum := number(l)
 	ri, rf, rInt, rNum := number(r)
 	if lNum && rNum {
@@ -885,6 +901,12 @@ func binary(op string, l, r value) (value, error) {
 }
 
 func equal(a, b value) bool {
+	if _, ok := a.(bigInt); ok {
+		return equalBig(a, b)
+	}
+	if _, ok := b.(bigInt); ok {
+		return equalBig(a, b)
+	}
 	if ai, af, aInt, ok := number(a); ok {
 		if bi, bf, bInt, ok := number(b); ok {
 			if aInt && bInt {
@@ -929,7 +951,24 @@ func equal(a, b value) bool {
 	return a == b
 }
 
+// equalBig is a == b where one is a bigInt: numbers compare by value,
+// exactly, as Python's do.
+func equalBig(a, b value) bool {
+	x, okA := bigNumber(a)
+	y, okB := bigNumber(b)
+	return okA && okB && x.Cmp(y) == 0
+}
+
 func compare(a, b value) (int, error) {
+	_, aBig := a.(bigInt)
+	_, bBig := b.(bigInt)
+	if aBig || bBig {
+		x, okA := bigNumber(a)
+		y, okB := bigNumber(b)
+		if okA && okB {
+			return x.Cmp(y), nil
+		}
+	}
 	if _, af, _, ok := number(a); ok {
 		if _, bf, _, ok := number(b); ok {
 			switch {

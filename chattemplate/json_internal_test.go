@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"reflect"
 	"strconv"
 	"testing"
@@ -12,8 +13,8 @@ import (
 // referenceFromJSON decodes JSON into template values with encoding/json's
 // token stream, the semantics fromJSON keeps (duplicate keys accepted,
 // the last one winning; invalid UTF-8 and lone surrogates replaced with
-// U+FFFD; numbers as int64 when they fit, else float64, ±Inf beyond its
-// range), and refuses anything but white space after the value. It is the
+// U+FFFD; integers as int64 when they fit, else as their digits;
+// other numbers as float64, ±Inf beyond its range), and refuses anything but white space after the value. It is the
 // oracle of TestFromJSONAgreesWithEncodingJSON and
 // FuzzFromJSON.
 func referenceFromJSON(data []byte) (value, error) {
@@ -69,8 +70,12 @@ func referenceDecode(d *json.Decoder, depth int) (value, error) {
 		}
 		return nil, errors.New("unexpected delimiter")
 	case json.Number:
-		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
+		i, err := strconv.ParseInt(string(t), 10, 64)
+		if err == nil {
 			return i, nil
+		}
+		if b, ok := new(big.Int).SetString(string(t), 10); ok {
+			return bigInt(b.String()), nil
 		}
 		f, err := strconv.ParseFloat(string(t), 64)
 		if err != nil && !errors.Is(err, strconv.ErrRange) {
@@ -89,6 +94,7 @@ var jsonSeeds = []string{
 	`{"a":1,"b":[true,false,null],"c":{"d":"e"}}`,
 	`{"a":1,"a":2,"b":3,"a":4}`,
 	` [ 1 , 2.5 , -0 , 1e400 , -1e400 , 9223372036854775807 , 9223372036854775808 , 1E-400 ] `,
+	`[-9223372036854775808, -9223372036854775809, 100000000000000000000000000000, 1e19, 10000000000000000000.0, -0]`,
 	`"\u00e9\ud83d\ude00 \ud800 \udc00x \u0000"`,
 	"\"\xff\xfe invalid \xc3\x28 utf-8\"",
 	"{\"k\xff\":\"v\"}",

@@ -104,7 +104,8 @@ type Options struct {
 // chat_template_kwargs. Values may be nil, bool, integers, float64,
 // string, json.Number, []any, []string, map[string]any (read in sorted key
 // order) or json.RawMessage (decoded keeping the key order of objects,
-// which tojson preserves as Python does).
+// which tojson preserves as Python does, and the digits of integers beyond
+// 64 bits).
 //
 // A failure of the engine itself (a panic) is returned as an error
 // wrapping ErrRender rather than taking the process down.

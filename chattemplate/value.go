@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,12 +23,53 @@ import (
 //	nil        None
 //	undefined  Jinja's Undefined (prints nothing, fails on use)
 //	bool, int64, float64, string
+//	bigInt     an int beyond 64 bits read from JSON, kept as its digits
 //	*list      list or tuple
 //	*dict      dict, keeping insertion order as Python does
 //	*namespace, *loopInfo, *macro, *callable
 type value = any
 
 type undefined struct{ name string }
+
+// bigInt is an integer read from JSON that does not fit in int64, as its
+// decimal digits (a JSON integer literal: an optional minus sign, no
+// leading zeros). Python keeps such integers exactly, so they print,
+// compare and serialize as written; arithmetic on them is refused.
+type bigInt string
+
+// bigIntLiteral reports whether a JSON number literal is an integer (no
+// fraction, no exponent).
+func bigIntLiteral(raw string) bool { return !strings.ContainsAny(raw, ".eE") }
+
+// negate is -b.
+func (b bigInt) negate() bigInt {
+	if strings.HasPrefix(string(b), "-") {
+		return b[1:]
+	}
+	return "-" + b
+}
+
+// bigNumber reads an int, float, bool or bigInt as an exact big.Float,
+// for comparisons with a bigInt. NaN and infinities are not read.
+func bigNumber(v value) (*big.Float, bool) {
+	if b, ok := v.(bigInt); ok {
+		i, ok := new(big.Int).SetString(string(b), 10)
+		if !ok {
+			return nil, false
+		}
+		return new(big.Float).SetInt(i), true
+	}
+	i, f, isInt, ok := number(v)
+	switch {
+	case !ok:
+		return nil, false
+	case isInt:
+		return new(big.Float).SetInt64(i), true
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return nil, false
+	}
+	return new(big.Float).SetFloat64(f), true
+}
 
 type list struct {
 	items []value
@@ -78,7 +120,7 @@ func typeName(v value) string {
 		return "Undefined"
 	case bool:
 		return "bool"
-	case int64:
+	case int64, bigInt:
 		return "int"
 	case float64:
 		return "float"
@@ -139,6 +181,8 @@ func toStr(v value) string {
 		return "False"
 	case int64:
 		return strconv.FormatInt(v, 10)
+	case bigInt:
+		return string(v)
 	case float64:
 		return pyFloat(v)
 	case *namespace:
@@ -341,6 +385,8 @@ func writeJSON(b *strings.Builder, v value, o jsonOptions, depth int) error {
 		}
 	case int64:
 		b.WriteString(strconv.FormatInt(v, 10))
+	case bigInt:
+		b.WriteString(string(v))
 	case float64:
 		switch {
 		case math.IsInf(v, 1):
@@ -465,8 +511,12 @@ func decodeJSON(d *jsontext.Decoder, depth int) (value, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInput, err)
 		}
-		if i, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		i, err := strconv.ParseInt(string(raw), 10, 64)
+		if err == nil {
 			return i, nil
+		}
+		if errors.Is(err, strconv.ErrRange) && bigIntLiteral(string(raw)) {
+			return bigInt(raw), nil
 		}
 		f, err := strconv.ParseFloat(string(raw), 64)
 		if err != nil && !errors.Is(err, strconv.ErrRange) {
@@ -538,8 +588,14 @@ func fromGo(v any, depth int) (value, error) {
 	case float32:
 		return float64(v), nil
 	case json.Number:
-		if i, err := v.Int64(); err == nil {
+		i, err := v.Int64()
+		if err == nil {
 			return i, nil
+		}
+		if errors.Is(err, strconv.ErrRange) && bigIntLiteral(string(v)) {
+			if b, ok := new(big.Int).SetString(string(v), 10); ok {
+				return bigInt(b.String()), nil
+			}
 		}
 		f, err := v.Float64()
 		if err != nil {
