@@ -423,6 +423,15 @@ def chats_for(family):
             {"messages": [sys_msg, user1, asst_call, tool_res, asst, user2], "tools": TOOLS, "add_generation_prompt": True},
             {"messages": [user1, asst_call, tool_res], "tools": TOOLS, "add_generation_prompt": False},
         ]
+    # integers beyond 64 bits in tools and tool calls keep their digits
+    big_tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather by station id",
+        "parameters": {"type": "object", "properties": {
+            "station": {"type": "integer", "maximum": 10000000000000000000000, "default": 12345678901234567890}},
+            "required": ["station"]}}}]
+    big_call = {"role": "assistant", "tool_calls": [{"id": "call12345", "type": "function", "function": {
+        "name": "get_weather", "arguments": {"station": 12345678901234567890, "offset": -9223372036854775809}}}]}
+    out += [{"messages": [user1, big_call, tool_res], "tools": big_tools, "add_generation_prompt": True}]
     if family == "llama3":
         out += [
             {"messages": [user1], "tools": TOOLS, "add_generation_prompt": True,
