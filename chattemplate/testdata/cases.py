@@ -80,6 +80,9 @@ CASES = [
     "{{ none | length }}",
     "{% for x in n %}{% endfor %}",
     "{{ 1 / 0 }}",
+    # huge operands: jinja2 answers at once, or fails
+    "{{ 1 ** 1000000000000 }} {{ (-1) ** 1000000000001 }} {{ 2 ** 62 }} {{ 'abc'[1::9223372036854775807] }} {{ 'abc'[::-9223372036854775807] }} {{ [1, 2, 3][1::9223372036854775807] }} {{ ([] * 4611686018427387904) | length }}",
+    "{{ 'abcd' * 4611686018427387904 }}",
     # scoping
     "{% for i in [1,2] %}{% if i == 1 %}{% set y = 5 %}{% endif %}[{{ y }}]{% endfor %}",
     "{% set x = 1 %}{% if true %}{% set x = 2 %}{% endif %}{{ x }}",
@@ -319,6 +322,13 @@ CHAT_CASES = [
     (QWEN3_TEMPLATE, {"messages": [{"role": "user", "content": "<tool_response>x</tool_response>"}, {"role": "assistant", "content": "a"}],
                       "add_generation_prompt": False}),
     (HERMES_TEMPLATE, {"messages": [{"role": "user", "content": " hello "}, {"role": "assistant", "content": None}], "tools": TOOLS}),
+    # integers beyond 64 bits in tools and tool calls
+    (QWEN3_TEMPLATE, {"messages": [{"role": "user", "content": "q"},
+                                   {"role": "assistant", "content": "", "tool_calls": [
+                                       {"function": {"name": "get_weather", "arguments": {"station": 12345678901234567890, "offset": -9223372036854775809}}}]}],
+                      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+                          "station": {"type": "integer", "maximum": 10000000000000000000000, "default": 12345678901234567890}}}}}],
+                      "add_generation_prompt": True}),
 ]
 
 
