@@ -297,8 +297,16 @@ func pyRepr(s string) string {
 		q = '"'
 	}
 	var b strings.Builder
+	b.Grow(len(s) + 2)
 	b.WriteByte(q)
-	for _, r := range s {
+	for s != "" {
+		n := plainASCII(s, q)
+		b.WriteString(s[:n])
+		if s = s[n:]; s == "" {
+			break
+		}
+		r, size := utf8.DecodeRuneInString(s)
+		s = s[size:]
 		switch {
 		case r == rune(q) || r == '\\':
 			b.WriteByte('\\')
@@ -447,9 +455,28 @@ func writeJSON(b *strings.Builder, v value, o jsonOptions, depth int) error {
 	return nil
 }
 
+// plainASCII is the length of the leading run of s made of printable
+// ASCII other than the quote q and the backslash, which repr and tojson
+// copy as they are.
+func plainASCII(s string, q byte) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == q || c == '\\' {
+			return i
+		}
+	}
+	return len(s)
+}
+
 func writeJSONString(b *strings.Builder, s string, ascii bool) {
 	b.WriteByte('"')
-	for _, r := range s {
+	for s != "" {
+		n := plainASCII(s, '"')
+		b.WriteString(s[:n])
+		if s = s[n:]; s == "" {
+			break
+		}
+		r, size := utf8.DecodeRuneInString(s)
+		s = s[size:]
 		switch r {
 		case '"':
 			b.WriteString(`\"`)
