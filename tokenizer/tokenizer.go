@@ -17,6 +17,7 @@ type Tokenizer struct {
 	normed     *matchSet // added tokens matched on normalized text
 	normalizer normalizer
 	pre        preTokenizer
+	firstOnly  bool // a Metaspace pre-tokenizer prepends to the first piece only
 	model      model
 	post       *affix
 	decoder    []decoder
@@ -67,6 +68,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.pre, byteLevel, err = parsePreTokenizer(spec.PreTokenizer); err != nil {
 		return nil, err
 	}
+	t.firstOnly = prependsFirstOnly(t.pre)
 	typ, err := componentType("model", spec.Model)
 	if err != nil {
 		return nil, err
@@ -161,7 +163,11 @@ func (t *Tokenizer) encode(dst []uint32, text string) []uint32 {
 	text = validUTF8(text)
 	buf := encodePool.Get().(*encodeBuf)
 	defer encodePool.Put(buf)
-	buf.segs = t.raw.split(buf.segs[:0], text, firstRuneLen(text))
+	lead := 0 // where the text starts is followed only when it matters
+	if t.firstOnly {
+		lead = firstRuneLen(text)
+	}
+	buf.segs = t.raw.split(buf.segs[:0], text, lead)
 	for _, sg := range buf.segs {
 		if sg.tok != nil {
 			dst = append(dst, sg.tok.id)
@@ -195,6 +201,22 @@ func (t *Tokenizer) encode(dst []uint32, text string) []uint32 {
 		}
 	}
 	return dst
+}
+
+// prependsFirstOnly reports whether p has a Metaspace pre-tokenizer with
+// the "first" prepend scheme.
+func prependsFirstOnly(p preTokenizer) bool {
+	switch p := p.(type) {
+	case metaspace:
+		return p.scheme == "first"
+	case preTokenizerSeq:
+		for _, q := range p {
+			if prependsFirstOnly(q) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TokenID returns the id of a token of the vocabulary or of the added
