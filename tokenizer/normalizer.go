@@ -38,11 +38,11 @@ func (n unicodeNorm) normalize(s string) string {
 	return n.form.String(s)
 }
 
-// normalizeLead normalizes s a segment at a time (a starter and the
-// marks combining with it). Hugging Face aligns the characters a segment
-// becomes with the ones it came from in order, so a segment wholly in the
-// lead stays in it and one the lead ends in keeps its first character
-// there.
+// normalizeLead normalizes s a segment at a time. Hugging Face aligns
+// what a character becomes (its decomposition, or the character it
+// composes into with the marks that follow) with that character, so the
+// segments coming from characters that begin in the lead make the new
+// lead.
 func (n unicodeNorm) normalizeLead(s string, lead int) (string, int) {
 	if lead == 0 || n.form.IsNormalString(s) {
 		return n.normalize(s), lead
@@ -55,15 +55,41 @@ func (n unicodeNorm) normalizeLead(s string, lead int) (string, int) {
 	for !it.Done() {
 		start := it.Pos()
 		seg := it.Next()
-		switch {
-		case it.Pos() <= lead:
-			out = b.Len() + len(seg)
-		case start < lead && out == b.Len():
-			out += firstRuneLen(string(seg))
+		if start < lead && out == b.Len() {
+			if it.Pos() == start { // a part of the decomposition of one character
+				out += len(seg)
+			} else {
+				out += n.leadBytes(s[start:it.Pos()], lead-start, seg)
+			}
 		}
 		b.Write(seg)
 	}
 	return b.String(), out
+}
+
+// leadBytes is the length of the leading part of seg, the normalization
+// of in, made of characters coming from characters of in that begin
+// before its byte lead: each character of seg is matched with the
+// decompositions of the characters of in, in order (a composed character
+// comes from the first of the characters it composes).
+func (n unicodeNorm) leadBytes(in string, lead int, seg []byte) int {
+	dec := norm.NFD
+	if n.form == norm.NFKC || n.form == norm.NFKD {
+		dec = norm.NFKD
+	}
+	var from []int // for each rune of in's decomposition: where its character begins in in
+	for i, r := range in {
+		for range utf8.RuneCountInString(dec.String(string(r))) {
+			from = append(from, i)
+		}
+	}
+	k, j := 0, 0
+	for j < len(seg) && k < len(from) && from[k] < lead {
+		r, size := utf8.DecodeRune(seg[j:])
+		k += utf8.RuneCountInString(dec.String(string(r)))
+		j += size
+	}
+	return j
 }
 
 // prepend adds its text to a non-empty piece.
