@@ -74,25 +74,13 @@ func chooseBoundedDynamo(b *BoundedLoad, d *DynamoCost, sel *Selector, req *Requ
 	}
 	if extra := extraPenalty(maxWithin, minOver); extra > 0 {
 		// Costs so large (a request's overrides) that overBound does not
-		// clear them: the rare second pass.
-		lo, hi, ties, first = math.Inf(1), math.Inf(-1), 0, -1
+		// clear them: the rare second pass, then the selector's own scan.
 		for i := range cands {
-			v := costs[i]
 			if _, with, _ := b.loads(req, &cands[i]); with > bound {
-				v += extra
-				costs[i] = v
-			}
-			v = costOf(v)
-			switch {
-			case v < lo:
-				lo, ties, first = v, 1, i
-			case v == lo:
-				ties++
-			}
-			if v > hi && !math.IsInf(v, 1) {
-				hi = v
+				costs[i] += extra
 			}
 		}
+		return sel.Select(costs, req.Overrides.Temperature)
 	}
 	return sel.pick(costs, or(req.Overrides.Temperature, sel.temperature), lo, hi, ties, first)
 }
