@@ -241,6 +241,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	o.file.Engines = append(o.file.Engines, engines...)
 	switch {
+	case o.interval <= 0:
+		return nil, fmt.Errorf("-health-interval %v is not a positive duration", o.interval)
+	case o.remove < 0:
+		return nil, fmt.Errorf("-remove-after %v is negative (0: never)", o.remove)
 	case o.file.ModelDir != "" && o.file.TokenizeURL != "":
 		return nil, errors.New("give a model directory or a tokenize URL, not both")
 	case o.file.TokenizeRender && o.file.TokenizeURL == "":

@@ -49,6 +49,8 @@ func TestParse(t *testing.T) {
 		{name: "dynamo store without a URL", args: []string{"-dynamo-store", "etcd:,", "-dynamo-frontend", "http://f:8000", "-model-dir", dir}, wantErr: "neither file:DIR nor etcd"},
 		{name: "model directory and tokenize URL", args: []string{"-engine", "1=http://a:8000", "-model-dir", dir, "-tokenize-url", "http://a:8000"},
 			wantErr: "a model directory or a tokenize URL, not both"},
+		{name: "negative health interval", args: []string{"-engine", "1=http://a:8000", "-health-interval", "-1s"}, wantErr: "not a positive duration"},
+		{name: "negative remove-after", args: []string{"-engine", "1=http://a:8000", "-remove-after", "-1s"}, wantErr: "is negative"},
 		{name: "render without tokenize URL", args: []string{"-engine", "1=http://a:8000", "-tokenize-render"}, wantErr: "needs a tokenize URL"},
 		{name: "bad engine", args: []string{"-engine", "1=ftp://a"}, wantErr: "not http(s)"},
 		{name: "bad duration in file", args: []string{"-config", bad}, wantErr: "soon"},
