@@ -133,17 +133,11 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	}
 
 	s := r.snap.Load()
-	disagg := s.roles[RolePrefill] > 0 && s.roles[RoleDecode] > 0
 	var err error
-	if disagg {
+	if s.roles[RolePrefill] > 0 && s.roles[RoleDecode] > 0 && !s.pinsAggregated(req) {
 		err = r.selectDisaggregated(ctx, &s, req, sreq, sc, d)
 	} else {
-		var c *scheduling.Candidate
-		c, err = r.choose(ctx, &s, phaseAggregated, req, sreq, sc, r.cost, d)
-		if err == nil {
-			d.Worker = c.Worker
-			d.CachedBlocks = c.CachedBlocks()
-		}
+		err = r.selectAggregated(ctx, &s, req, sreq, sc, d)
 	}
 	if err != nil {
 		r.stats.stripe(sc.stripe).rejected.Add(1)
@@ -190,19 +184,28 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	return nil
 }
 
+// pinsAggregated reports whether req is pinned to a worker that serves
+// both phases: the pin binds both, so a pool of prefill and decode
+// workers routes it as an aggregated one.
+func (s *snapshot) pinsAggregated(req *Request) bool {
+	i, ok := s.byKey.get(req.Pin)
+	return req.HasPin && ok && s.domains[i].role == RoleAggregated
+}
+
+// selectAggregated chooses one worker for both phases.
+func (r *Router) selectAggregated(ctx context.Context, s **snapshot, req *Request, sreq *scheduling.Request, sc *scratch, d *Decision) error {
+	c, err := r.choose(ctx, s, phaseAggregated, req, sreq, sc, r.cost, d)
+	if err != nil {
+		return err
+	}
+	d.Worker, d.CachedBlocks = c.Worker, c.CachedBlocks()
+	return nil
+}
+
 // selectDisaggregated chooses a prefill and a decode worker, each phase on
 // the snapshot the one before it ended on (a wait in the admission queue
 // may have seen workers come and go).
 func (r *Router) selectDisaggregated(ctx context.Context, s **snapshot, req *Request, sreq *scheduling.Request, sc *scratch, d *Decision) error {
-	if i, ok := (*s).byKey.get(req.Pin); req.HasPin && ok && (*s).domains[i].role == RoleAggregated {
-		// A pin to a worker that serves both phases binds both.
-		c, err := r.choose(ctx, s, phaseAggregated, req, sreq, sc, r.cost, d)
-		if err != nil {
-			return err
-		}
-		d.Worker, d.CachedBlocks = c.Worker, c.CachedBlocks()
-		return nil
-	}
 	p, err := r.choose(ctx, s, phasePrefill, req, sreq, sc, r.cost, d)
 	if err != nil {
 		if !errors.Is(err, ErrNoWorkers) && !errors.Is(err, scheduling.ErrAllBusy) && !errors.Is(err, scheduling.ErrNoCandidates) {
@@ -210,11 +213,9 @@ func (r *Router) selectDisaggregated(ctx context.Context, s **snapshot, req *Req
 		}
 		// No prefill worker can take it: decode workers prefill
 		// themselves, as an aggregated pool would.
-		c, err2 := r.choose(ctx, s, phaseAggregated, req, sreq, sc, r.cost, d)
-		if err2 != nil {
+		if r.selectAggregated(ctx, s, req, sreq, sc, d) != nil {
 			return err
 		}
-		d.Worker, d.CachedBlocks = c.Worker, c.CachedBlocks()
 		return nil
 	}
 	d.Prefill, d.CachedBlocks = p.Worker, p.CachedBlocks()
