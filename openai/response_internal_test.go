@@ -23,12 +23,6 @@ var chunkSeeds = []string{
 	` { "choices" : [ { } ] } `,
 }
 
-func TestDecodeChunkAgreesWithEncodingJSON(t *testing.T) {
-	for _, s := range chunkSeeds {
-		checkDecodeChunk(t, []byte(s))
-	}
-}
-
 // FuzzDecodeChunkAgrees: decodeChunk and encoding/json accept the same
 // chunks and read the same choices, usage and error from them.
 func FuzzDecodeChunkAgrees(f *testing.F) {
