@@ -11,8 +11,9 @@ import (
 )
 
 // referenceCleanMessages is cleanMessages written with encoding/json, the
-// oracle of FuzzCleanMessages (whose seeds every test run checks): an array of objects, each read field by field in
-// order, duplicates included, then cleaned by the same cleanFields.
+// oracle of FuzzCleanMessages (whose seeds every test run checks): an
+// array of objects, each read field by field in order, duplicates
+// included, then cleaned by the same cleanFields.
 func referenceCleanMessages(raw json.RawMessage) ([]byte, error) {
 	var msgs []json.RawMessage
 	if err := json.Unmarshal(raw, &msgs); err != nil {
