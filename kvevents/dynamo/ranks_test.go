@@ -147,14 +147,7 @@ func TestRecoveryResetScope(t *testing.T) {
 		return dynamo.QueryAnswer{Kind: "TreeDump", Events: []kvevents.DynamoEvent{storedEvent(w, 1, dumped)}, LastEventID: 1,
 			ResetScope: "domain"}
 	})
-	pub := newPublisher(t, ctx)
-	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
-	require.NoError(t, err)
-	sub, err := dynamo.New(dynamo.Config{Sink: ix})
-	require.NoError(t, err)
-	tgt := srv.Target(uint64(w.ID), 0)
-	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep, Recovery: &tgt}))
-	startSubscriber(t, ctx, sub, pub)
+	pub, ix, sub := followRecovering(t, ctx, dynamo.Config{}, srv.Target(uint64(w.ID), 0))
 	waitFor(t, ctx, "the refused dump", func() bool { return sub.Stats().Abandoned == 1 }, nil)
 	pub.sendEvents(t, 1, 0, storedEvent(w, 9, live))
 	waitFor(t, ctx, "the live event", func() bool { return matchBlocks(ix, live) == 1 }, nil)

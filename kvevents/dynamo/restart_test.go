@@ -29,14 +29,7 @@ func TestRestartWithRecovery(t *testing.T) {
 		}
 		return dynamo.QueryAnswer{Kind: "TreeDump", Events: []kvevents.DynamoEvent{storedEvent(w, 1, after)}, LastEventID: 1}
 	})
-	pub := newPublisher(t, ctx)
-	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
-	require.NoError(t, err)
-	sub, err := dynamo.New(dynamo.Config{Sink: ix})
-	require.NoError(t, err)
-	tgt := srv.Target(uint64(w.ID), 0)
-	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep, Recovery: &tgt}))
-	startSubscriber(t, ctx, sub, pub)
+	pub, ix, sub := followRecovering(t, ctx, dynamo.Config{}, srv.Target(uint64(w.ID), 0))
 	waitFor(t, ctx, "the first dump", func() bool { return sub.Stats().Restored == 1 }, nil)
 	pub.sendEvents(t, 1, 0, storedEvent(w, 11, tokens(150, 4)))
 	waitFor(t, ctx, "event 11", func() bool { return matchBlocks(ix, tokens(150, 4)) == 1 }, nil)
