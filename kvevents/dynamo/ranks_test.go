@@ -147,7 +147,7 @@ func TestRecoveryResetScope(t *testing.T) {
 		return dynamo.QueryAnswer{Kind: "TreeDump", Events: []kvevents.DynamoEvent{storedEvent(w, 1, dumped)}, LastEventID: 1,
 			ResetScope: "domain"}
 	})
-	pub, ix, sub := followRecovering(t, ctx, dynamo.Config{}, srv.Target(uint64(w.ID), 0))
+	pub, ix, sub := follow(t, ctx, dynamo.Config{}, new(srv.Target(uint64(w.ID), 0)))
 	waitFor(t, ctx, "the refused dump", func() bool { return sub.Stats().Abandoned == 1 }, nil)
 	pub.sendEvents(t, 1, 0, storedEvent(w, 9, live))
 	waitFor(t, ctx, "the live event", func() bool { return matchBlocks(ix, live) == 1 }, nil)

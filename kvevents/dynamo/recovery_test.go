@@ -24,10 +24,10 @@ func storedEvent(w kvroute.WorkerKey, id uint64, toks []uint32) kvevents.DynamoE
 	return d
 }
 
-// followRecovering runs a subscriber with cfg into a new index until the
-// test ends, following a new publisher whose worker it recovers from tgt,
-// and waits until it hears the publisher.
-func followRecovering(t *testing.T, ctx context.Context, cfg dynamo.Config, tgt dynamo.RecoveryTarget) (*publisher, *indexer.Index, *dynamo.Subscriber) {
+// follow runs a subscriber with cfg into a new index until the test
+// ends, following a new publisher (whose worker it recovers from tgt when
+// not nil), and waits until it hears the publisher.
+func follow(t *testing.T, ctx context.Context, cfg dynamo.Config, tgt *dynamo.RecoveryTarget) (*publisher, *indexer.Index, *dynamo.Subscriber) {
 	t.Helper()
 	pub := newPublisher(t, ctx)
 	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
@@ -35,7 +35,7 @@ func followRecovering(t *testing.T, ctx context.Context, cfg dynamo.Config, tgt 
 	cfg.Sink = ix
 	sub, err := dynamo.New(cfg)
 	require.NoError(t, err)
-	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep, Recovery: &tgt}))
+	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep, Recovery: tgt}))
 	startSubscriber(t, ctx, sub, pub)
 	return pub, ix, sub
 }
@@ -65,7 +65,7 @@ func TestRecoveryDoesNotStall(t *testing.T) {
 		return dynamo.QueryAnswer{Kind: "TreeDump", Events: []kvevents.DynamoEvent{storedEvent(a, 2, dumped)}, LastEventID: 2}
 	})
 	const timeout = 3 * time.Second
-	pub, ix, sub := followRecovering(t, ctx, dynamo.Config{Query: dynamo.Querier{Timeout: timeout}}, srv.Target(uint64(a.ID), 0))
+	pub, ix, sub := follow(t, ctx, dynamo.Config{Query: dynamo.Querier{Timeout: timeout}}, new(srv.Target(uint64(a.ID), 0)))
 	// The dump asked for when the publisher was added hangs.
 	select {
 	case n := <-srv.Started():
@@ -112,8 +112,7 @@ func TestRecoveryGivesUp(t *testing.T) {
 	defer cancel()
 	w := kvroute.WorkerKey{ID: 31, Rank: 1}
 	srv := dynamo.NewQueryServer(t, func(int, *uint64) dynamo.QueryAnswer { return dynamo.QueryAnswer{Hang: true} })
-	pub, ix, sub := followRecovering(t, ctx, dynamo.Config{Query: dynamo.Querier{Timeout: 200 * time.Millisecond}, RecoveryGiveUp: time.Second},
-		srv.Target(uint64(w.ID), uint32(w.Rank)))
+	pub, ix, sub := follow(t, ctx, dynamo.Config{Query: dynamo.Querier{Timeout: 200 * time.Millisecond}, RecoveryGiveUp: time.Second}, new(srv.Target(uint64(w.ID), uint32(w.Rank))))
 	began := time.Now()
 	waitFor(t, ctx, "the worker to be given up on", func() bool { return sub.Stats().Abandoned == 1 }, nil)
 	t.Logf("given up after %v", time.Since(began))
@@ -155,7 +154,7 @@ func TestRecoveryAtAdd(t *testing.T) {
 		}
 		return dynamo.QueryAnswer{Kind: "Events", Events: []kvevents.DynamoEvent{childEv, storedEvent(w, 7, tokens(900, 4))}, LastEventID: 7}
 	})
-	pub, ix, sub := followRecovering(t, ctx, dynamo.Config{}, srv.Target(uint64(w.ID), 0))
+	pub, ix, sub := follow(t, ctx, dynamo.Config{}, new(srv.Target(uint64(w.ID), 0)))
 	waitFor(t, ctx, "the dump", func() bool { return sub.Stats().Restored == 1 }, nil)
 	require.Equal(t, 1, matchBlocks(ix, root))
 

@@ -5,11 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
-	"github.com/kvroute/kvroute/indexer"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/dynamo"
 )
@@ -29,7 +27,7 @@ func TestRestartWithRecovery(t *testing.T) {
 		}
 		return dynamo.QueryAnswer{Kind: "TreeDump", Events: []kvevents.DynamoEvent{storedEvent(w, 1, after)}, LastEventID: 1}
 	})
-	pub, ix, sub := followRecovering(t, ctx, dynamo.Config{}, srv.Target(uint64(w.ID), 0))
+	pub, ix, sub := follow(t, ctx, dynamo.Config{}, new(srv.Target(uint64(w.ID), 0)))
 	waitFor(t, ctx, "the first dump", func() bool { return sub.Stats().Restored == 1 }, nil)
 	pub.sendEvents(t, 1, 0, storedEvent(w, 11, tokens(150, 4)))
 	waitFor(t, ctx, "event 11", func() bool { return matchBlocks(ix, tokens(150, 4)) == 1 }, nil)
@@ -54,27 +52,15 @@ func TestRestartWithRecovery(t *testing.T) {
 func TestRestartSeenOnReconnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	pub := newPublisher(t, ctx)
-	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
-	require.NoError(t, err)
-	sub, err := dynamo.New(dynamo.Config{Sink: ix, MaxBackoff: 100 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep}))
-	startSubscriber(t, ctx, sub, pub)
+	pub, ix, sub := follow(t, ctx, dynamo.Config{MaxBackoff: 100 * time.Millisecond}, nil)
 	w := kvroute.WorkerKey{ID: 4}
 	for seq := range uint64(6) {
 		pub.message(1, seq, dynamo.TopicKVEvents, stored(t, w, 0, tokens(int(seq)*10, 4)))
 	}
 	waitFor(t, ctx, "the first run", func() bool { return matchBlocks(ix, tokens(50, 4)) == 1 }, nil)
-	require.NoError(t, pub.pub.Close())
 
-	again := zmq4.NewPub(ctx)
-	defer again.Close()
-	require.NoError(t, again.Listen(pub.ep))
-	send := func(seq uint64, toks []uint32) {
-		require.NoError(t, again.SendMulti(zmq4.NewMsgFrom(dynamo.AppendZMQ(&dynamo.Envelope{Topic: dynamo.TopicKVEvents,
-			PublisherID: 1, Sequence: seq, Payload: stored(t, w, 0, toks)})...)))
-	}
+	again := pub.restart(ctx)
+	send := func(seq uint64, toks []uint32) { again.message(1, seq, dynamo.TopicKVEvents, stored(t, w, 0, toks)) }
 	send(0, tokens(1000, 4)) // before the subscriber is back: lost
 	send(1, tokens(1010, 4))
 	seq := uint64(2)

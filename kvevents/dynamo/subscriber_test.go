@@ -39,6 +39,16 @@ func (p *publisher) send(frames [][]byte) {
 	require.NoError(p.t, p.pub.SendMulti(zmq4.NewMsgFrom(frames...)))
 }
 
+// restart closes p's socket and returns a publisher bound to the same
+// endpoint, as an engine that exits and comes back is.
+func (p *publisher) restart(ctx context.Context) *publisher {
+	require.NoError(p.t, p.pub.Close())
+	again := &publisher{t: p.t, pub: zmq4.NewPub(ctx), ep: p.ep}
+	require.NoError(p.t, again.pub.Listen(p.ep))
+	p.t.Cleanup(func() { again.pub.Close() })
+	return again
+}
+
 func (p *publisher) message(pubID, seq uint64, topic string, payload []byte) {
 	p.send(dynamo.AppendZMQ(&dynamo.Envelope{Topic: topic, PublisherID: pubID, Sequence: seq, PublishedAt: 1, Payload: payload}))
 }
@@ -286,26 +296,14 @@ func TestNewConfig(t *testing.T) {
 func TestSubscriberReconnects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	pub := newPublisher(t, ctx)
-	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
-	require.NoError(t, err)
-	sub, err := dynamo.New(dynamo.Config{Sink: ix, MaxBackoff: 100 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, sub.AddPublisher(dynamo.Publisher{Endpoint: pub.ep}))
-	startSubscriber(t, ctx, sub, pub)
+	pub, ix, sub := follow(t, ctx, dynamo.Config{MaxBackoff: 100 * time.Millisecond}, nil)
 	w := kvroute.WorkerKey{ID: 4}
 	waitFor(t, ctx, "the first store", func() bool { return matchBlocks(ix, tokens(0, 4)) == 1 },
 		func() { pub.message(1, 0, dynamo.TopicKVEvents, stored(t, w, 0, tokens(0, 4))) })
-	require.NoError(t, pub.pub.Close())
 
-	again := zmq4.NewPub(ctx)
-	defer again.Close()
-	require.NoError(t, again.Listen(pub.ep))
+	again := pub.restart(ctx)
 	waitFor(t, ctx, "a store after the publisher came back", func() bool { return matchBlocks(ix, tokens(10, 4)) == 1 },
-		func() {
-			require.NoError(t, again.SendMulti(zmq4.NewMsgFrom(dynamo.AppendZMQ(&dynamo.Envelope{Topic: dynamo.TopicKVEvents,
-				PublisherID: 2, Sequence: 0, Payload: stored(t, w, 0, tokens(10, 4))})...)))
-		})
+		func() { again.message(2, 0, dynamo.TopicKVEvents, stored(t, w, 0, tokens(10, 4))) })
 	st := sub.Stats()
 	require.GreaterOrEqual(t, st.Reconnects, uint64(2))
 	require.Equal(t, 1, matchBlocks(ix, tokens(0, 4)), "nothing reset")
