@@ -60,10 +60,15 @@ func (p *pins) each(f func(*regEntry)) {
 	}
 }
 
+// holds reports whether g is of kind and holds all of d.
+func (g region) holds(kind transfer.MemKind, d transfer.Desc) bool {
+	return g.kind == kind && g.desc.Covers(d)
+}
+
 // covers reports whether one region of kind holds all of d.
 func covers(regions []region, kind transfer.MemKind, d transfer.Desc) bool {
 	for _, r := range regions {
-		if r.kind == kind && r.desc.Covers(d) {
+		if r.holds(kind, d) {
 			return true
 		}
 	}
@@ -85,7 +90,7 @@ func coversAll(regions []region, kind transfer.MemKind, ds []transfer.Desc) int 
 // holds mu.
 func (r *registry) find(kind transfer.MemKind, d transfer.Desc) *regEntry {
 	for _, e := range r.regions {
-		if e.kind == kind && e.desc.Covers(d) {
+		if e.holds(kind, d) {
 			return e
 		}
 	}
