@@ -338,24 +338,50 @@ func (r *Replica) payloadBudget() int {
 	return defaultMaxPayload / 2
 }
 
+// chunkSize decides where the messages of a list of items close: before
+// an item that would take a message past maxItems items or budget bytes
+// (an item larger than budget goes alone).
+type chunkSize struct {
+	budget, maxItems int
+	items, size      int // the open message's items and bytes
+}
+
+// newChunkSize returns the chunkSize of an empty first message, whose
+// bytes before its items are header.
+func newChunkSize(budget, maxItems, header int) chunkSize {
+	return chunkSize{budget: budget, maxItems: maxItems, size: header}
+}
+
+// full reports whether the message must close before an item of n bytes.
+func (c *chunkSize) full(n int) bool {
+	return c.items > 0 && (c.items >= c.maxItems || c.size+n > c.budget)
+}
+
+// add counts an item of n bytes in the message.
+func (c *chunkSize) add(n int) { c.items, c.size = c.items+1, c.size+n }
+
+// next starts the next message, whose header is header bytes.
+func (c *chunkSize) next(header int) { c.items, c.size = 0, header }
+
 // takeBatchesLocked numbers and encodes the pending operations, at most
 // MaxLoadBatch and about payloadBudget bytes per batch (a single
 // operation larger than that goes alone). r.mu is held.
 func (r *Replica) takeBatchesLocked() [][]byte {
 	var out [][]byte
-	budget, header := r.payloadBudget(), msgFixedBytes+len(r.cfg.ID)
+	header := msgFixedBytes + len(r.cfg.ID)
 	emit := func(ops []loadOp) {
 		r.seq++
 		out = append(out, appendLoadBatch(nil, &loadBatch{origin: r.cfg.ID, incarnation: r.incarnation, seq: r.seq, ops: ops}))
 	}
-	start, size := 0, header
+	cs, start := newChunkSize(r.payloadBudget(), MaxLoadBatch, header), 0
 	for i := range r.pending {
 		n := loadOpBytes(&r.pending[i])
-		if i > start && (i-start >= MaxLoadBatch || size+n > budget) {
+		if cs.full(n) {
 			emit(r.pending[start:i])
-			start, size = i, header
+			start = i
+			cs.next(header)
 		}
-		size += n
+		cs.add(n)
 	}
 	if start < len(r.pending) {
 		emit(r.pending[start:])
@@ -405,21 +431,20 @@ func (r *Replica) heartbeat(now time.Time) {
 // dumpChunkItems requests and about payloadBudget bytes.
 func (r *Replica) serveActive(reply string) {
 	now := time.Now()
-	budget := r.payloadBudget()
+	cs := newChunkSize(r.payloadBudget(), dumpChunkItems, msgFixedBytes)
 	r.mu.Lock()
 	msgs := r.takeBatchesLocked()
 	c := &activeChunk{incarnation: r.incarnation, seq: r.seq}
 	var chunks [][]byte
-	size := msgFixedBytes
 	for _, o := range r.own {
 		n := activeReqFixedBytes + loadOpBytes(&o.op)
-		if len(c.reqs) > 0 && (len(c.reqs) >= dumpChunkItems || size+n > budget) {
+		if cs.full(n) {
 			chunks = append(chunks, appendActiveChunk(nil, c))
 			c = &activeChunk{index: c.index + 1, incarnation: c.incarnation, seq: c.seq}
-			size = msgFixedBytes
+			cs.next(msgFixedBytes)
 		}
 		c.reqs = append(c.reqs, activeReq{ttlMillis: max(o.deadline.Sub(now).Milliseconds(), 1), op: o.op})
-		size += n
+		cs.add(n)
 	}
 	c.final = true
 	chunks = append(chunks, appendActiveChunk(nil, c))
@@ -1191,9 +1216,8 @@ func (l *loop) serveDump(reply string, only *workerID) {
 	}
 	// A chunk is closed before an event would take it past the payload
 	// budget or dumpChunkItems events.
-	budget := r.payloadBudget()
+	cs := newChunkSize(r.payloadBudget(), dumpChunkItems, msgFixedBytes+len(appendWorkerIDs(nil, c.last)))
 	var buf, scratch []byte
-	size := msgFixedBytes + len(appendWorkerIDs(nil, c.last))
 	send := func(final bool) error {
 		c.final = final
 		var err error
@@ -1204,7 +1228,7 @@ func (l *loop) serveDump(reply string, only *workerID) {
 			return fmt.Errorf("natsx: dump chunk %d of %d bytes: %w", c.index, len(buf), err)
 		}
 		c = &dumpChunk{index: c.index + 1}
-		size = msgFixedBytes
+		cs.next(msgFixedBytes)
 		return nil
 	}
 	add := func(ev *kvroute.Event) error {
@@ -1216,13 +1240,13 @@ func (l *loop) serveDump(reply string, only *workerID) {
 		if scratch, err = kvevents.AppendDynamoEvent(scratch[:0], &d); err != nil {
 			return err
 		}
-		if len(c.events) > 0 && (len(c.events) >= dumpChunkItems || size+len(scratch) > budget) {
+		if cs.full(len(scratch)) {
 			if err := send(false); err != nil {
 				return err
 			}
 		}
 		c.events = append(c.events, d)
-		size += len(scratch)
+		cs.add(len(scratch))
 		return nil
 	}
 	seen := false
