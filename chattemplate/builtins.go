@@ -962,7 +962,7 @@ func replaceBounded(s, old, nw string, count int64) (value, error) {
 			n = min(n, count)
 		}
 		if n > maxOutput/int64(growth) {
-			return nil, checkLen(maxOutput + 1)
+			return nil, errTooLong
 		}
 		if err := checkLen(len(s) + int(n)*growth); err != nil {
 			return nil, err
@@ -975,7 +975,7 @@ func replaceBounded(s, old, nw string, count int64) (value, error) {
 func joinBounded(parts []string, sep string) (value, error) {
 	n := len(sep) * max(len(parts)-1, 0)
 	if len(sep) > 0 && len(parts) > maxOutput/len(sep) {
-		return nil, checkLen(maxOutput + 1)
+		return nil, errTooLong
 	}
 	for _, p := range parts {
 		if n += len(p); n > maxOutput {

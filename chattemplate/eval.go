@@ -77,10 +77,13 @@ func concat(a, b string) (value, error) {
 	return a + b, nil
 }
 
+// errTooLong refuses a string longer than maxOutput.
+var errTooLong = fmt.Errorf("%w: string longer than %d bytes", ErrRender, maxOutput)
+
 // checkLen refuses a string of n bytes longer than maxOutput.
 func checkLen(n int) error {
 	if n > maxOutput {
-		return fmt.Errorf("%w: string longer than %d bytes", ErrRender, maxOutput)
+		return errTooLong
 	}
 	return nil
 }
@@ -874,7 +877,7 @@ func binary(op string, l, r value) (value, error) {
 					return "", nil
 				}
 				if n > maxOutput/int64(len(lv)) {
-					return nil, fmt.Errorf("%w: string longer than %d bytes", ErrRender, maxOutput)
+					return nil, errTooLong
 				}
 				return strings.Repeat(lv, int(n)), nil
 			case *list:
