@@ -464,7 +464,7 @@ func (r *Request) Body() ([]byte, error) {
 // Rewrite returns the request's body with the model set by SetModel and,
 // when includeUsage is set for a streamed request that did not ask for it,
 // "stream_options": {"include_usage": true} added (other stream options
-// are kept), and whether anything changed. Unchanged, it returns nil and
+// are kept as received), and whether anything changed. Unchanged, it returns nil and
 // false. Every other field is kept as received.
 func (r *Request) Rewrite(includeUsage bool) ([]byte, bool, error) {
 	fields, changed, err := r.rewriteFields(includeUsage)
@@ -483,16 +483,16 @@ func (r *Request) rewriteFields(includeUsage bool) (map[string]json.RawMessage, 
 	}
 	changed := r.modelSet
 	if includeUsage && r.Stream && !r.IncludeUsage {
+		// ParseRequest checked that stream_options is an object or null.
 		opts := map[string]json.RawMessage{}
-		if err := field(r.Fields, "stream_options", &opts); err != nil {
-			return nil, false, err
+		if raw, ok := r.Fields["stream_options"]; ok && !isNull(raw) {
+			var err error
+			if opts, err = decodeFields(raw); err != nil {
+				return nil, false, fmt.Errorf("%w: stream_options: %w", ErrBadRequest, err)
+			}
 		}
 		opts["include_usage"] = json.RawMessage("true")
-		raw, err := json.Marshal(opts)
-		if err != nil {
-			return nil, false, fmt.Errorf("%w: stream_options: %w", ErrBadRequest, err)
-		}
-		fields["stream_options"], changed = raw, true
+		fields["stream_options"], changed = encodeFields(opts), true
 	}
 	return fields, changed, nil
 }

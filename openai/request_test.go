@@ -103,6 +103,29 @@ func TestParseRequest(t *testing.T) {
 	}
 }
 
+// TestRewriteKeepsStreamOptions: the stream options Rewrite keeps beside
+// the include_usage it adds are the bytes received, as every other field
+// is: not compacted, not escaped again.
+func TestRewriteKeepsStreamOptions(t *testing.T) {
+	tests := []struct{ name, options, want string }{
+		{name: "spaced array", options: `{"x":[1, 2]}`, want: `{"include_usage":true,"x":[1, 2]}`},
+		{name: "html characters", options: `{"tag":"<b>&</b>"}`, want: `{"include_usage":true,"tag":"<b>&</b>"}`},
+		{name: "include_usage false replaced", options: `{"include_usage":false,"a":{ "b" : 1 }}`, want: `{"a":{ "b" : 1 },"include_usage":true}`},
+		{name: "null", options: `null`, want: `{"include_usage":true}`},
+		{name: "empty", options: `{}`, want: `{"include_usage":true}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := openai.ParseRequest([]byte(`{"prompt":"a","stream":true,"stream_options":`+tt.options+`}`), openai.KindCompletion)
+			require.NoError(t, err)
+			body, changed, err := r.Rewrite(true)
+			require.NoError(t, err)
+			require.True(t, changed)
+			require.Equal(t, `{"prompt":"a","stream":true,"stream_options":`+tt.want+`}`, string(body))
+		})
+	}
+}
+
 func TestRewrite(t *testing.T) {
 	r, err := openai.ParseRequest([]byte(`{"model":"m","prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":false}}`), openai.KindCompletion)
 	require.NoError(t, err)
