@@ -41,9 +41,16 @@ func (r *renderer) tick() error {
 	if r.steps > r.limit {
 		return fmt.Errorf("%w: more than %d steps", ErrRender, r.limit)
 	}
-	if r.out.Len() > maxOutput {
+	return nil
+}
+
+// emit appends s to the output, refusing output longer than maxOutput
+// before it grows the buffer, so that a rendering never holds more.
+func (r *renderer) emit(s string) error {
+	if len(s) > maxOutput-r.out.Len() {
 		return fmt.Errorf("%w: output longer than %d bytes", ErrRender, maxOutput)
 	}
+	r.out.WriteString(s)
 	return nil
 }
 
@@ -158,13 +165,17 @@ func (r *renderer) exec(nodes []node, sc *scope) error {
 		}
 		switch n := n.(type) {
 		case *textNode:
-			r.out.WriteString(n.text)
+			if err := r.emit(n.text); err != nil {
+				return err
+			}
 		case *outputNode:
 			v, err := r.eval(n.e, sc)
 			if err != nil {
 				return err
 			}
-			r.out.WriteString(toStr(v))
+			if err := r.emit(toStr(v)); err != nil {
+				return err
+			}
 		case *ifNode:
 			for i, c := range n.conds {
 				v, err := r.eval(c, sc)
