@@ -128,10 +128,14 @@ type Decision struct {
 	Waited time.Duration
 
 	r         *Router
-	id        scheduling.RequestID // tracker id on Worker
-	prefillID scheduling.RequestID // tracker id on Prefill when Disaggregated
-	state     atomic.Uint32
-	stripe    uint8 // stripe of the router's counters this decision adds to
+	id        scheduling.RequestID // tracker id on Worker, 0 when not tracked
+	prefillID scheduling.RequestID // tracker id on Prefill when Disaggregated, 0 when not tracked
+	// serving and prefill are the incarnations of Worker and Prefill the
+	// decision was made for: a worker removed and added again under the
+	// same id is a new one, which the decision's outcome does not concern.
+	serving, prefill *domainState
+	state            atomic.Uint32
+	stripe           uint8 // stripe of the router's counters this decision adds to
 }
 
 const (
@@ -177,7 +181,11 @@ func (d *Decision) AddOutputTokens(n int) {
 }
 
 // Done ends the request: its load is released, its outcome feeds routing
-// accuracy and worker health. Only the first call counts.
+// accuracy and worker health. Only the first call counts. The outcome
+// counts toward the health of the worker the decision was made for only
+// while that worker stays registered: once it was removed (RemoveWorker,
+// PurgeWorker), even if added again under its id since, it concerns a
+// worker that is no longer there.
 func (d *Decision) Done(o Outcome) {
 	if d == nil || d.r == nil {
 		return

@@ -40,8 +40,11 @@ func (r *Router) track(id scheduling.RequestID, w kvroute.WorkerKey, blocks []kv
 
 // untrack frees a request of this router and reports it to the load sync,
 // even when the tracker no longer held it (its worker was removed or it
-// expired), so that the sync forgets it too.
+// expired), so that the sync forgets it too. Id 0 is no request.
 func (r *Router) untrack(id scheduling.RequestID) {
+	if id == 0 {
+		return // never tracked, or already untracked (see SelectInto)
+	}
 	r.tracker.Free(id)
 	if r.loadSync != nil {
 		r.loadSync.Freed(id)

@@ -151,14 +151,19 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 
 	// Track the request's load on the chosen worker(s).
 	d.id = r.newID(sc)
+	d.serving = s.state(d.Worker)
 	serving := d.Worker
 	if d.Disaggregated {
 		d.prefillID = r.newID(sc)
+		d.prefill = s.state(d.Prefill)
 		serving = d.Prefill
 		r.track(d.prefillID, d.Prefill, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
 		r.track(d.id, d.Worker, sc.seqs, 0)
 	} else {
 		r.track(d.id, d.Worker, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
+	}
+	if cur := r.snap.Load(); cur != s {
+		r.untrackLeft(cur, d)
 	}
 	if sc.released {
 		// Released by a load drop and admitted: the next waiter may fit too.
@@ -181,6 +186,33 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 		}
 	}
 	r.stats.record(d, time.Since(start))
+	return nil
+}
+
+// untrackLeft stops tracking the load of a decision on a worker that left
+// the router (or left and came back) after the decision chose it from the
+// snapshot it started on and before its load was tracked: the removal
+// dropped the worker's requests before this one was added, which would
+// otherwise stay counted against the worker's id, and so against the next
+// worker added under it, until the decision's Done. cur is the snapshot
+// published after the tracking.
+func (r *Router) untrackLeft(cur *snapshot, d *Decision) {
+	if cur.state(d.Worker) != d.serving {
+		r.untrack(d.id)
+		d.id = 0
+	}
+	if d.Disaggregated && cur.state(d.Prefill) != d.prefill {
+		r.untrack(d.prefillID)
+		d.prefillID = 0
+	}
+}
+
+// state returns the state of cache domain k in s, nil when s does not hold
+// it.
+func (s *snapshot) state(k kvroute.WorkerKey) *domainState {
+	if i, ok := s.byKey.get(k); ok {
+		return s.domains[i].domainState
+	}
 	return nil
 }
 

@@ -54,13 +54,9 @@ func (s *routerStats) record(d *Decision, took time.Duration) {
 	st.promptTokens.Add(uint64(d.PromptTokens))
 	st.predictedCachedTokens.Add(uint64(d.CachedTokens))
 	st.latency.observe(took)
-	if dm := d.r.domain(d.Worker); dm != nil {
-		dm.decisions.Add(1)
-	}
+	d.serving.decisions.Add(1)
 	if d.Disaggregated {
-		if dm := d.r.domain(d.Prefill); dm != nil {
-			dm.decisions.Add(1)
-		}
+		d.prefill.decisions.Add(1)
 	}
 }
 
@@ -206,10 +202,13 @@ func RecommendedSyncInterval(accuracy float64) time.Duration {
 }
 
 // observe takes a finished decision's outcome into feedback and health.
+// Health is the worker's only while it is the incarnation the decision was
+// made for: an outcome arriving after the worker was removed (and perhaps
+// added again under its id) says nothing about the worker now registered.
 func (r *Router) observe(d *Decision, o Outcome) {
 	f := &r.feedback
 	r.stats.stripe(d.stripe).outcomes.Add(1)
-	if dm := r.domain(d.Worker); dm != nil {
+	if dm := r.domain(d.Worker); dm != nil && dm.domainState == d.serving {
 		switch {
 		case o.Err == nil:
 			r.noteSuccess(dm)
