@@ -83,15 +83,18 @@ func (s *dpStarts) get(worker uint64) int {
 // load reports from its event plane. Nothing is probed and no port is
 // opened.
 type dynamoMode struct {
-	sub  *kvdynamo.Subscriber
-	pool *discovery.Pool
-	etcd *clientv3.Client
-	run  func(ctx context.Context, sink dyndisc.Sink) error
+	sub   *kvdynamo.Subscriber
+	pool  *discovery.Pool
+	etcd  *clientv3.Client
+	run   func(ctx context.Context, sink dyndisc.Sink) error
+	close sync.Once
 }
 
 // newDynamoMode prepares the Dynamo mode: events go to the router's index,
 // load reports to the gateway (which keeps them across its health probes).
-func newDynamoMode(ctx context.Context, c dynamoConfig, r *router.Router, gw *gateway.Gateway, log *slog.Logger) (*dynamoMode, error) {
+// Its pool and store client run from here on: Run ends them, and Close
+// when Run is not called.
+func newDynamoMode(c dynamoConfig, r *router.Router, gw *gateway.Gateway, log *slog.Logger) (*dynamoMode, error) {
 	sub, err := kvdynamo.New(kvdynamo.Config{Sink: r.Index(), Load: gw, Logger: log.With("part", "dynamo-events"),
 		Query: kvdynamo.Querier{CallbackHost: cmp.Or(c.CallbackHost, os.Getenv("DYN_TCP_RESPONSE_STREAM_HOST"))}})
 	if err != nil {
@@ -109,7 +112,9 @@ func newDynamoMode(ctx context.Context, c dynamoConfig, r *router.Router, gw *ga
 		w := &dyndisc.FileWatcher{Dir: where, Selector: sel, Logger: log.With("part", "dynamo-store")}
 		m.run = w.Run
 	case "etcd":
-		client, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(where, ","), DialTimeout: 5 * time.Second, Context: ctx})
+		// Not tied to a context: Run and Close close it, after the
+		// watcher that uses it has stopped.
+		client, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(where, ","), DialTimeout: 5 * time.Second})
 		if err != nil {
 			_ = pool.Close()
 			return nil, fmt.Errorf("etcd %s: %w", where, err)
@@ -133,11 +138,22 @@ func (m *dynamoMode) Run(ctx context.Context) error {
 	_ = m.pool.Close()
 	stopSub()
 	wg.Wait()
-	if m.etcd != nil {
-		_ = m.etcd.Close()
-	}
+	m.Close()
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
+}
+
+// Close stops what newDynamoMode started, in the reverse order: the store
+// client, then the pool (removing its workers from the router). It is for
+// a gateway that stops before Run, and harmless after Run and when
+// repeated.
+func (m *dynamoMode) Close() {
+	m.close.Do(func() {
+		if m.etcd != nil {
+			_ = m.etcd.Close()
+		}
+		_ = m.pool.Close()
+	})
 }

@@ -306,9 +306,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- net.
 	}
 	var dyn *dynamoMode
 	if o.file.Dynamo.Store != "" {
-		if dyn, err = newDynamoMode(ctx, o.file.Dynamo, r, gw, log); err != nil {
+		if dyn, err = newDynamoMode(o.file.Dynamo, r, gw, log); err != nil {
 			return err
 		}
+		// Until Run takes over: a failure to start below leaves no pool
+		// or store client behind.
+		defer dyn.Close()
 		starts.sub.Store(dyn.sub)
 	}
 	reg := prometheus.NewRegistry()
