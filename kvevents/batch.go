@@ -157,6 +157,11 @@ type Batch struct {
 	RankSlot bool
 	// Skipped counts events of unknown types that were skipped.
 	Skipped int
+	// Invalid counts events that were skipped because they are not valid
+	// events although the batch is well-formed (see DecodeBatch);
+	// InvalidErr is the first one's error, nil when Invalid is 0.
+	Invalid    int
+	InvalidErr error
 
 	hashes []Hash   // arena for BlockHashes
 	tokens []uint32 // arena for TokenIDs
@@ -180,6 +185,7 @@ func (b *Batch) Reset() {
 	clear(b.Events)
 	b.Events = b.Events[:0]
 	b.Timestamp, b.DPRank, b.RankSlot, b.Skipped = 0, OptInt{}, false, 0
+	b.Invalid, b.InvalidErr = 0, nil
 	b.hashes = b.hashes[:0]
 	b.tokens = b.tokens[:0]
 	b.spans = b.spans[:0]

@@ -154,8 +154,12 @@ type ConvertStats struct {
 	// ConverterConfig.LoRAs.
 	UnknownLoRA uint64
 	// InvalidEvents are events skipped because a field was unusable
-	// (unreadable extra_keys, a block size out of range).
+	// (unreadable extra_keys, a block size out of range), including the
+	// events DecodeBatch skipped as invalid (Batch.Invalid).
 	InvalidEvents uint64
+	// UnknownTypes are events of types kvevents does not know, which
+	// DecodeBatch skipped (Batch.Skipped).
+	UnknownTypes uint64
 	// Salted are stored events hashed under a cache salt; MMBlocks are
 	// blocks hashed with multimodal items.
 	Salted, MMBlocks uint64
@@ -209,7 +213,8 @@ type ConvertStats struct {
 // Dynamo does: it then matches nothing a salted request asks for.
 //
 // An event that cannot be converted is skipped and counted in Stats; the
-// others of its batch are converted.
+// others of its batch are converted. Convert also counts the events
+// DecodeBatch skipped (Batch.Skipped and Batch.Invalid).
 //
 // A Converter is not safe for concurrent use; use one per subscriber.
 type Converter struct {
@@ -329,6 +334,9 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 		rank = kvroute.DPRank(b.DPRank.Value)
 	}
 	worker := kvroute.WorkerKey{ID: c.cfg.Worker, Rank: rank}
+	if b.Skipped+b.Invalid != 0 {
+		c.countDecodeSkips(b, worker)
+	}
 	// Size the arenas up front so that sub-slices stay valid.
 	var nb, nr int
 	for i := range b.Events {
@@ -665,6 +673,18 @@ func (c *Converter) blockMM(dst []uint64, from, to int) []uint64 {
 		}
 	}
 	return dst
+}
+
+// countDecodeSkips counts the events DecodeBatch skipped in b: of unknown
+// types, or invalid.
+func (c *Converter) countDecodeSkips(b *Batch, worker kvroute.WorkerKey) {
+	c.stats.SkippedEvents += uint64(b.Skipped + b.Invalid)
+	c.stats.UnknownTypes += uint64(b.Skipped)
+	c.stats.InvalidEvents += uint64(b.Invalid)
+	if b.Invalid != 0 {
+		c.log.Warn("kvevents: skipped invalid events", "worker", worker.String(),
+			"count", b.Invalid, "first", b.InvalidErr)
+	}
 }
 
 func (c *Converter) skip(ev *EngineEvent, why string) {

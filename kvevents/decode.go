@@ -113,9 +113,14 @@ func eventTypeByTag(tag []byte) EventType {
 // arrays from older producers, extra trailing fields from newer ones are
 // skipped) or as tagged maps (unknown keys are skipped), hashes as
 // unsigned or signed integers or byte strings. Events of unknown types are
-// skipped and counted in b.Skipped.
+// skipped and counted in b.Skipped. An event of a known type that is
+// well-formed msgpack but has an unusable field (of the wrong type or out
+// of range, such as a token id above 2^32-1) is skipped and counted in
+// b.Invalid, its error kept in b.InvalidErr: the other events of the batch
+// still decode.
 //
-// Errors wrap ErrMalformed. The decoded slices alias b and payload; see
+// Errors wrap ErrMalformed: the payload is not well-formed msgpack, or not
+// a batch of tagged events. The decoded slices alias b and payload; see
 // [EngineEvent]. DecodeBatch never panics, and allocates at most in
 // proportion to len(payload).
 func DecodeBatch(payload []byte, b *Batch) error {
@@ -143,9 +148,23 @@ func DecodeBatch(payload []byte, b *Batch) error {
 		var ev EngineEvent
 		var sp span
 		var known bool
+		start, h0, t0 := rest, len(b.hashes), len(b.tokens)
 		rest, known, err = decodeEvent(rest, b, &ev, &sp)
 		if err != nil {
-			return fmt.Errorf("event %d: %w", i, err)
+			// An event of a known type with an unusable field is skipped
+			// alone, when it is whole msgpack: the events around it still
+			// decode. Anything else is not a batch of tagged events.
+			end, serr := msgp.Skip(start)
+			if serr != nil || taggedType(start) == 0 {
+				return fmt.Errorf("event %d: %w", i, err)
+			}
+			b.hashes, b.tokens = b.hashes[:h0], b.tokens[:t0]
+			if b.Invalid == 0 {
+				b.InvalidErr = fmt.Errorf("event %d: %w", i, err)
+			}
+			b.Invalid++
+			rest = end
+			continue
 		}
 		if !known {
 			b.Skipped++
@@ -200,6 +219,46 @@ func growEvents(s []EngineEvent, n int) []EngineEvent {
 
 func malformed(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrMalformed, what, err)
+}
+
+// taggedType returns the type of the event at the start of p as its tag
+// gives it (the first element of an array, the "type" value of a map), or
+// 0 when the tag is unknown or cannot be read.
+func taggedType(p []byte) EventType {
+	switch msgp.NextType(p) {
+	case msgp.ArrayType:
+		n, p, err := msgp.ReadArrayHeaderBytes(p)
+		if err != nil || n == 0 {
+			return 0
+		}
+		tag, _, err := msgp.ReadStringZC(p)
+		if err != nil {
+			return 0
+		}
+		return eventTypeByTag(tag)
+	case msgp.MapType:
+		n, p, err := msgp.ReadMapHeaderBytes(p)
+		if err != nil {
+			return 0
+		}
+		for range n {
+			var key []byte
+			if key, p, err = msgp.ReadStringZC(p); err != nil {
+				return 0
+			}
+			if string(key) == "type" {
+				tag, _, err := msgp.ReadStringZC(p)
+				if err != nil {
+					return 0
+				}
+				return eventTypeByTag(tag)
+			}
+			if p, err = msgp.Skip(p); err != nil {
+				return 0
+			}
+		}
+	}
+	return 0
 }
 
 // decodeEvent decodes one event in either layout. known is false for an
@@ -276,7 +335,9 @@ func decodeMapEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) ([]byte, bool
 			continue
 		}
 		f := fieldByName(key)
-		if f == fUnknown {
+		if f == fUnknown || sawType && ev.Type == 0 {
+			// An unknown key, or any key of an event of an unknown type
+			// (whose fields need not be of the types ours have).
 			if p, err = msgp.Skip(p); err != nil {
 				return p, false, malformed("unknown event field", err)
 			}

@@ -2,6 +2,7 @@ package kvevents_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -60,10 +61,27 @@ func referenceTokens(list []byte) (ids []uint32, decoded, exact, eagle bool) {
 	return ids, true, len(p) == 0, false
 }
 
+// checkRejected fails unless the one-event batch decoded into b with
+// error err was rejected: an error wrapping ErrMalformed, or the event
+// skipped as invalid (with an error wrapping ErrMalformed) and no event
+// left.
+func checkRejected(t *testing.T, b *kvevents.Batch, err error, what string) {
+	t.Helper()
+	if err == nil {
+		err = b.InvalidErr
+		if b.Invalid != 1 || len(b.Events) != 0 {
+			t.Fatalf("%s: decoded %d events, %d invalid; want the event rejected", what, len(b.Events), b.Invalid)
+		}
+	}
+	if !errors.Is(err, kvevents.ErrMalformed) {
+		t.Fatalf("%s: error %v, want ErrMalformed", what, err)
+	}
+}
+
 // checkTokens decodes the batch around list and compares its token ids
 // with referenceTokens: the same ids when the list is exactly a list of
-// ids, an error when one of its ids does not decode. (Bytes after the last
-// id are read as the event's next fields.)
+// ids, the event rejected when one of its ids does not decode. (Bytes
+// after the last id are read as the event's next fields.)
 func checkTokens(t *testing.T, b *kvevents.Batch, list []byte) {
 	t.Helper()
 	want, decoded, exact, eagle := referenceTokens(list)
@@ -72,12 +90,7 @@ func checkTokens(t *testing.T, b *kvevents.Batch, list []byte) {
 	case eagle || decoded && !exact:
 		return
 	case !decoded:
-		if err == nil {
-			t.Fatalf("list % x decoded, want an error", list)
-		}
-		if !errors.Is(err, kvevents.ErrMalformed) {
-			t.Fatalf("error %v does not wrap ErrMalformed", err)
-		}
+		checkRejected(t, b, err, fmt.Sprintf("list % x", list))
 		return
 	}
 	if err != nil {
@@ -197,9 +210,7 @@ func TestDecodeTokenIDs(t *testing.T) {
 					list = msgp.AppendUint32(list, 70000+uint32(i))
 				}
 				err := kvevents.DecodeBatch(storedWithTokens(list), &b)
-				if err == nil || !errors.Is(err, kvevents.ErrMalformed) {
-					t.Fatalf("id %d %s: error %v, want ErrMalformed", at, tt.name, err)
-				}
+				checkRejected(t, &b, err, fmt.Sprintf("id %d %s", at, tt.name))
 			}
 		})
 	}
@@ -276,5 +287,121 @@ func TestDecodeHashForms(t *testing.T) {
 		if got[i].Kind != want[i].Kind || got[i].Key != want[i].Key || string(got[i].Bytes) != string(want[i].Bytes) {
 			t.Fatalf("hash %d (of the pair %s, %s): got %+v, want %+v", i, tests[i/2/len(tests)].name, tests[i/2%len(tests)].name, got[i], want[i])
 		}
+	}
+}
+
+// TestDecodeSkipsInvalidEventAlone: an event of a known type that is
+// well-formed msgpack but has an unusable field is skipped and counted
+// (Batch.Invalid, and InvalidEvents once converted) while the events
+// before and after it in its batch decode and convert; an event of an
+// unknown type is skipped (Batch.Skipped, UnknownTypes) whatever its
+// fields hold; an event without a readable tag makes the batch malformed.
+func TestDecodeSkipsInvalidEventAlone(t *testing.T) {
+	arrayStored := func(hash, parent, tokens, blockSize, medium []byte) []byte {
+		p := msgp.AppendArrayHeader(nil, 7)
+		p = msgp.AppendString(p, "BlockStored")
+		p = append(msgp.AppendArrayHeader(p, 1), hash...)
+		p = append(p, parent...)
+		p = append(p, tokens...)
+		p = append(p, blockSize...)
+		p = msgp.AppendNil(p)
+		return append(p, medium...)
+	}
+	tokens := msgp.AppendArrayHeader(nil, 16)
+	for i := range 16 {
+		tokens = msgp.AppendUint32(tokens, uint32(1000+i))
+	}
+	nilv, u42, gpu, bs16 := []byte{0xc0}, msgp.AppendUint64(nil, 42), msgp.AppendString(nil, "GPU"), msgp.AppendInt(nil, 16)
+	mapEvent := func(kv ...any) []byte {
+		p := msgp.AppendMapHeader(nil, uint32(len(kv)/2))
+		for _, v := range kv {
+			var err error
+			if p, err = msgp.AppendIntf(p, v); err != nil {
+				panic(err)
+			}
+		}
+		return p
+	}
+	const (
+		invalid = iota
+		unknown
+		malformed
+	)
+	tokenAbove32 := append(msgp.AppendArrayHeader(nil, 1), 0xcf, 0, 0, 0, 2, 0, 0, 0, 0)
+	tests := []struct {
+		name    string
+		event   []byte
+		outcome int // invalid, unknown or batch malformed
+	}{
+		{"token id above 2^32", arrayStored(u42, nilv, tokenAbove32, bs16, gpu), invalid},
+		{"negative block size", arrayStored(u42, nilv, tokens, msgp.AppendInt(nil, -1), gpu), invalid},
+		{"block size above 2^31", arrayStored(u42, nilv, tokens, msgp.AppendInt(nil, 1<<40), gpu), invalid},
+		{"hash a string", arrayStored(msgp.AppendString(nil, "h"), nilv, tokens, bs16, gpu), invalid},
+		{"parent a float", arrayStored(u42, msgp.AppendFloat64(nil, 1.5), tokens, bs16, gpu), invalid},
+		{"medium an integer", arrayStored(u42, nilv, tokens, bs16, msgp.AppendInt(nil, 3)), invalid},
+		{"map medium an integer", mapEvent("type", "BlockRemoved", "block_hashes", []any{1}, "medium", 3), invalid},
+		{"map without type", mapEvent("block_hashes", []any{1}, "medium", "GPU"), malformed},
+		{"map type an integer", mapEvent("type", 1, "block_hashes", []any{1}), malformed},
+		{"array tag an integer", msgp.AppendInt(msgp.AppendArrayHeader(nil, 1), 1), malformed},
+		{"empty array", msgp.AppendArrayHeader(nil, 0), malformed},
+		{"nil", msgp.AppendNil(nil), malformed},
+		{"integer", msgp.AppendInt(nil, 5), malformed},
+		{"unknown map type with fields of other types", mapEvent("type", "BlockPromoted", "block_hashes", "all", "medium", 2, "token_ids", []any{-1}), unknown},
+		{"unknown array type", msgp.AppendInt(msgp.AppendString(msgp.AppendArrayHeader(nil, 2), "BlockPromoted"), -1), unknown},
+		{"map with type last", mapEvent("block_hashes", []any{1}, "medium", 3, "type", "BlockRemoved"), invalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := msgp.AppendArrayHeader(nil, 3)
+			p = msgp.AppendFloat64(p, 1757500000)
+			p = msgp.AppendArrayHeader(p, 3)
+			p = append(p, arrayStored(u42, nilv, tokens, bs16, gpu)...)
+			p = append(p, tt.event...)
+			p = msgp.AppendString(msgp.AppendArrayHeader(p, 3), "BlockRemoved")
+			p = msgp.AppendUint64(msgp.AppendArrayHeader(p, 1), 42)
+			p = msgp.AppendNil(p)
+			p = msgp.AppendInt(p, 2)
+
+			var b kvevents.Batch
+			err := kvevents.DecodeBatch(p, &b)
+			if tt.outcome == malformed {
+				if !errors.Is(err, kvevents.ErrMalformed) {
+					t.Fatalf("error %v, want ErrMalformed", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("batch rejected: %v", err)
+			}
+			if len(b.Events) != 2 || b.Events[0].Type != kvevents.BlockStored || b.Events[1].Type != kvevents.BlockRemoved {
+				t.Fatalf("decoded %d events, want the store and the removal around the bad event", len(b.Events))
+			}
+			if len(b.Events[0].TokenIDs) != 16 || b.Events[0].BlockHashes[0].Key != 42 || b.Events[1].BlockHashes[0].Key != 42 || b.Rank() != 2 {
+				t.Fatalf("events around the bad one decoded wrong: %+v", b.Events)
+			}
+			wantInvalid, wantUnknown := 1, 0
+			if tt.outcome == unknown {
+				wantInvalid, wantUnknown = 0, 1
+			}
+			if b.Invalid != wantInvalid || b.Skipped != wantUnknown {
+				t.Fatalf("invalid %d, unknown %d; want %d, %d", b.Invalid, b.Skipped, wantInvalid, wantUnknown)
+			}
+			if wantInvalid == 1 && !errors.Is(b.InvalidErr, kvevents.ErrMalformed) {
+				t.Fatalf("InvalidErr %v, want ErrMalformed", b.InvalidErr)
+			}
+
+			c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := c.Convert(nil, &b)
+			if err != nil || len(evs) != 2 {
+				t.Fatalf("converted %d events (%v), want 2", len(evs), err)
+			}
+			st := c.Stats()
+			if st.InvalidEvents != uint64(wantInvalid) || st.UnknownTypes != uint64(wantUnknown) || st.SkippedEvents != 1 {
+				t.Fatalf("stats %+v: want %d invalid, %d of unknown types, 1 skipped", st, wantInvalid, wantUnknown)
+			}
+		})
 	}
 }

@@ -100,7 +100,7 @@ func TestDecodeSGLangPositionalSalt(t *testing.T) {
 
 // TestDecodeSaltMetadataForms: the metadata map's other keys are skipped
 // (as Dynamo skips them), a nil salt is no salt, and a map anywhere it is
-// not SGLang's metadata, or a broken one, is malformed.
+// not SGLang's metadata, or a broken one, is rejected.
 func TestDecodeSaltMetadataForms(t *testing.T) {
 	toks := seq(4, 1)
 	meta := func(kv ...any) []byte {
@@ -144,6 +144,11 @@ func TestDecodeSaltMetadataForms(t *testing.T) {
 			var b kvevents.Batch
 			err := kvevents.DecodeBatch(tt.payload, &b)
 			if tt.err {
+				if err == nil { // the event alone is skipped as invalid
+					require.Equal(t, 1, b.Invalid)
+					require.Empty(t, b.Events)
+					err = b.InvalidErr
+				}
 				require.ErrorIs(t, err, kvevents.ErrMalformed)
 				return
 			}

@@ -48,6 +48,7 @@ type Collector struct {
 	skippedEvents, droppedBlocks, skippedGroups            *prometheus.Desc
 	skippedGroupBlocks, blockSizeRejects, rechunked        *prometheus.Desc
 	unknownLoRA, invalid, salted, mmBlocks, notLocal       *prometheus.Desc
+	unknownTypes                                           *prometheus.Desc
 }
 
 // New returns a Collector whose metric names start with namespace (for
@@ -78,7 +79,8 @@ func New(namespace string) *Collector {
 		blockSizeRejects:   d("block_size_rejects_total", "Stored events rejected for their block size."),
 		rechunked:          d("rechunked_events_total", "Stored events re-chunked into the router's block size."),
 		unknownLoRA:        d("unknown_lora_total", "Stored events whose lora_id has no name."),
-		invalid:            d("events_invalid_total", "Events with an unusable field."),
+		invalid:            d("events_invalid_total", "Events with an unusable field, skipped alone."),
+		unknownTypes:       d("unknown_type_events_total", "Events of types kvevents does not know, skipped."),
 		salted:             d("salted_events_total", "Stored events hashed under a cache salt."),
 		mmBlocks:           d("multimodal_blocks_total", "Blocks hashed with multimodal items."),
 		notLocal:           d("not_local_events_total", "Events about blocks the engine does not hold itself (locality, ownership)."),
@@ -112,7 +114,7 @@ func (c *Collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.received, c.replayed, c.applied, c.gaps, c.dropped, c.duplicates,
 		c.malformed, c.applyErrs, c.unknownParents, c.restarts, c.resets, c.reconnects,
 		c.skippedEvents, c.droppedBlocks, c.skippedGroups, c.skippedGroupBlocks, c.blockSizeRejects,
-		c.rechunked, c.unknownLoRA, c.invalid, c.salted, c.mmBlocks, c.notLocal}
+		c.rechunked, c.unknownLoRA, c.invalid, c.salted, c.mmBlocks, c.notLocal, c.unknownTypes}
 }
 
 // Collect implements prometheus.Collector.
@@ -129,7 +131,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			st.Convert.SkippedEvents, st.Convert.DroppedBlocks, st.Convert.SkippedGroupEvents,
 			st.Convert.SkippedGroupBlocks, st.Convert.BlockSizeRejects, st.Convert.Rechunked,
 			st.Convert.UnknownLoRA, st.Convert.InvalidEvents, st.Convert.Salted, st.Convert.MMBlocks,
-			st.Convert.NotLocal}
+			st.Convert.NotLocal, st.Convert.UnknownTypes}
 		for i, d := range c.descs() {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(values[i]), name)
 		}

@@ -21,7 +21,8 @@ func TestCollectorExportsEveryCounter(t *testing.T) {
 	c := kvprom.New("kvroute")
 	c.Add("e1", fixed{Received: 10, Malformed: 3, Resets: 1, UnknownParents: 2, Gaps: 4, Replayed: 5,
 		AppliedStored: 7, AppliedRemoved: 2, AppliedCleared: 1,
-		Convert: kvevents.ConvertStats{SkippedGroupEvents: 6, SkippedGroupBlocks: 60, BlockSizeRejects: 8, Rechunked: 9}})
+		Convert: kvevents.ConvertStats{SkippedGroupEvents: 6, SkippedGroupBlocks: 60, BlockSizeRejects: 8, Rechunked: 9,
+			InvalidEvents: 4, UnknownTypes: 5}})
 	c.Add("e2", fixed{})
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
@@ -46,6 +47,14 @@ kvroute_kvevents_group_blocks_skipped_total{engine="e2"} 0
 # TYPE kvroute_kvevents_block_size_rejects_total counter
 kvroute_kvevents_block_size_rejects_total{engine="e1"} 8
 kvroute_kvevents_block_size_rejects_total{engine="e2"} 0
+# HELP kvroute_kvevents_events_invalid_total Events with an unusable field, skipped alone.
+# TYPE kvroute_kvevents_events_invalid_total counter
+kvroute_kvevents_events_invalid_total{engine="e1"} 4
+kvroute_kvevents_events_invalid_total{engine="e2"} 0
+# HELP kvroute_kvevents_unknown_type_events_total Events of types kvevents does not know, skipped.
+# TYPE kvroute_kvevents_unknown_type_events_total counter
+kvroute_kvevents_unknown_type_events_total{engine="e1"} 5
+kvroute_kvevents_unknown_type_events_total{engine="e2"} 0
 # HELP kvroute_kvevents_gaps_total Sequence gaps seen.
 # TYPE kvroute_kvevents_gaps_total counter
 kvroute_kvevents_gaps_total{engine="e1"} 4
@@ -60,12 +69,13 @@ kvroute_kvevents_worker_resets_total{engine="e1"} 1
 kvroute_kvevents_worker_resets_total{engine="e2"} 0
 `), "kvroute_kvevents_batches_malformed_total", "kvroute_kvevents_events_applied_by_kind_total",
 		"kvroute_kvevents_group_blocks_skipped_total", "kvroute_kvevents_block_size_rejects_total",
-		"kvroute_kvevents_gaps_total", "kvroute_kvevents_unknown_parents_total", "kvroute_kvevents_worker_resets_total"))
+		"kvroute_kvevents_gaps_total", "kvroute_kvevents_unknown_parents_total", "kvroute_kvevents_worker_resets_total",
+		"kvroute_kvevents_events_invalid_total", "kvroute_kvevents_unknown_type_events_total"))
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 2*(23+3), n)
+	require.Equal(t, 2*(24+3), n)
 	c.Remove("e2")
 	n, err = testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 23+3, n)
+	require.Equal(t, 24+3, n)
 }
