@@ -160,7 +160,7 @@ func (d *Decision) PrefillDone() {
 		}
 	}
 	r := d.r
-	if r.tracker.PrefillDone(d.id) && r.loadSync != nil {
+	if d.id != 0 && r.tracker.PrefillDone(d.id) && r.loadSync != nil {
 		r.loadSync.PrefillDone(d.id)
 	}
 	if d.Disaggregated {
@@ -172,7 +172,7 @@ func (d *Decision) PrefillDone() {
 // AddOutputTokens records n more generated tokens, which grow the request's
 // decode blocks. It does nothing after Done.
 func (d *Decision) AddOutputTokens(n int) {
-	if d == nil || d.r == nil || d.state.Load()&stateDone != 0 {
+	if d == nil || d.r == nil || d.id == 0 || d.state.Load()&stateDone != 0 {
 		return
 	}
 	if d.r.tracker.AddOutputTokens(d.id, n) && d.r.loadSync != nil {

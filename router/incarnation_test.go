@@ -116,16 +116,26 @@ func TestWorkerReplacedDuringSelect(t *testing.T) {
 				}
 			})
 			ls := &countingSync{added: map[scheduling.RequestID]int{}, freed: map[scheduling.RequestID]int{}}
-			r = newRouter(t, router.Config{Cost: cost, RemoveGrace: tt.grace, LoadSync: ls}, newEngine(1), newEngine(2))
-			w1 := kvroute.WorkerKey{ID: 1}
+			// The tracker is shared with another router replica, whose
+			// request ids are its own: one may be any number.
+			shared, err := scheduling.NewTracker(scheduling.TrackerConfig{BlockSize: bs})
+			require.NoError(t, err)
+			w1, w2 := kvroute.WorkerKey{ID: 1}, kvroute.WorkerKey{ID: 2}
+			require.NoError(t, shared.Add(0, w2, nil, 100))
+			peer := shared.Load(w2)
+			r = newRouter(t, router.Config{Cost: cost, RemoveGrace: tt.grace, LoadSync: ls, LoadTracker: shared},
+				newEngine(1), newEngine(2))
 			d, err := r.Select(context.Background(), &router.Request{Tokens: tokens(1, 4, 0, 0)})
 			require.NoError(t, err)
 			require.Equal(t, w1, d.Worker, "chosen from the snapshot the decision started on")
 			require.Zero(t, r.Tracker().Load(w1).ActiveRequests, "the replaced worker's id carries the decision's load")
-			require.Zero(t, r.Stats().TrackedRequests)
+			require.Equal(t, 1, r.Stats().TrackedRequests, "the peer's request alone")
+			d.AddOutputTokens(100)
+			d.PrefillDone()
 			for range 5 {
 				d.Done(router.Outcome{Err: errors.New("connection refused")})
 			}
+			require.Equal(t, peer, shared.Load(w2), "the decision changed a peer's request")
 			if h, ok := r.Health(w1); tt.readd {
 				require.True(t, ok)
 				require.Equal(t, router.Healthy, h)
