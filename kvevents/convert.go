@@ -27,23 +27,36 @@ const (
 	MediumDisk      = "DISK"
 	MediumStorage   = "STORAGE"
 	MediumExternal  = "EXTERNAL"
+	// The tiers of Dynamo's KV block manager, which publishes
+	// vLLM-format events: G1 is "GPU", G2 (host memory) "CPU_TIER1",
+	// G3 (local disk) "CPU_TIER2".
+	MediumCPUTier1 = "CPU_TIER1"
+	MediumCPUTier2 = "CPU_TIER2"
+	// Further names Dynamo's router reads as tiers.
+	MediumDevice = "DEVICE"
+	MediumNVMe   = "NVME"
 )
 
-// TierOfMedium maps an engine's medium to a storage tier:
+// TierOfMedium maps an engine's medium to a storage tier, reading the
+// names Dynamo's router reads as it does:
 //
-//	"" (nil), "GPU"      → TierDevice
-//	"CPU", "CPU_PINNED"  → TierHost (host DRAM, pinned or not)
-//	"DISK"               → TierDisk
-//	anything else        → TierExternal ("STORAGE", "EXTERNAL", unknown)
+//	"" (nil), "GPU", "DEVICE"             → TierDevice
+//	"CPU", "CPU_PINNED", "CPU_TIER1"      → TierHost (host DRAM, pinned or not)
+//	"DISK", "NVME", "CPU_TIER2"           → TierDisk
+//	anything else                         → TierExternal ("STORAGE",
+//	                                        "EXTERNAL", "NETWORK", "REMOTE",
+//	                                        "SHARED", unknown)
 //
-// Matching is exact (engines send upper case).
+// Matching is exact (engines send upper case). Unlike Dynamo, which puts
+// an unknown medium on the device, an unknown medium is TierExternal: a
+// block of an unknown tier is not counted as one the GPU holds.
 func TierOfMedium(medium string) kvroute.Tier {
 	switch medium {
-	case "", MediumGPU:
+	case "", MediumGPU, MediumDevice:
 		return kvroute.TierDevice
-	case MediumCPU, MediumCPUPinned:
+	case MediumCPU, MediumCPUPinned, MediumCPUTier1:
 		return kvroute.TierHost
-	case MediumDisk:
+	case MediumDisk, MediumNVMe, MediumCPUTier2:
 		return kvroute.TierDisk
 	}
 	return kvroute.TierExternal

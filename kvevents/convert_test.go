@@ -25,6 +25,15 @@ func TestTierOfMedium(t *testing.T) {
 		{"STORAGE", kvroute.TierExternal},
 		{"EXTERNAL", kvroute.TierExternal},
 		{"gpu", kvroute.TierExternal},
+		// Dynamo's KV block manager (G1 device, G2 host, G3 disk) and the
+		// other names Dynamo's router reads.
+		{"DEVICE", kvroute.TierDevice},
+		{"CPU_TIER1", kvroute.TierHost},
+		{"CPU_TIER2", kvroute.TierDisk},
+		{"NVME", kvroute.TierDisk},
+		{"NETWORK", kvroute.TierExternal},
+		{"REMOTE", kvroute.TierExternal},
+		{"SHARED", kvroute.TierExternal},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.tier, kvevents.TierOfMedium(tt.medium), tt.medium)
