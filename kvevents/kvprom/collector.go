@@ -24,7 +24,9 @@
 package kvprom
 
 import (
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -88,7 +90,8 @@ func New(namespace string) *Collector {
 }
 
 // Add starts exporting s under the engine label name, replacing any source
-// of that name.
+// of that name. Bytes of name that are not valid UTF-8 are exported as
+// U+FFFD.
 func (c *Collector) Add(name string, s Source) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -126,6 +129,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 	for name, st := range stats {
+		name = labelValue(name)
 		values := []uint64{st.Received, st.Replayed, st.Applied, st.Gaps, st.Dropped, st.Duplicates,
 			st.Malformed, st.ApplyErrs, st.UnknownParents, st.Restarts, st.Resets, st.Reconnects,
 			st.Convert.SkippedEvents, st.Convert.DroppedBlocks, st.Convert.SkippedGroupEvents,
@@ -139,4 +143,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.appliedKind, prometheus.CounterValue, float64(v), name, kind)
 		}
 	}
+}
+
+// labelValue returns name as a valid label value: its bytes that are not
+// valid UTF-8 replaced by U+FFFD (the client panics on them).
+func labelValue(name string) string {
+	if utf8.ValidString(name) {
+		return name
+	}
+	return strings.ToValidUTF8(name, "\uFFFD")
 }

@@ -79,3 +79,35 @@ kvroute_kvevents_worker_resets_total{engine="e2"} 0
 	require.NoError(t, err)
 	require.Equal(t, 24+3, n)
 }
+
+// TestCollectorLabelNotUTF8: a source name that is not valid UTF-8 (an
+// engine name taken from bytes) is exported with its invalid bytes
+// replaced, beside the other sources, instead of panicking the scrape.
+func TestCollectorLabelNotUTF8(t *testing.T) {
+	c := kvprom.New("kvroute")
+	c.Add("engine-\xff", fixed{Received: 4})
+	c.Add("e2", fixed{Received: 2})
+	dc := kvprom.NewDynamo("kvroute")
+	dc.Add("sub-\xfe", fixedDynamo{Received: 3})
+	for _, col := range []prometheus.Collector{c, dc} {
+		require.NotPanics(t, func() {
+			ch := make(chan prometheus.Metric, 1024)
+			col.Collect(ch)
+			close(ch)
+			for range ch {
+			}
+		})
+	}
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	require.NoError(t, reg.Register(dc))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP kvroute_kvevents_batches_received_total Batches received on the PUB socket.
+# TYPE kvroute_kvevents_batches_received_total counter
+kvroute_kvevents_batches_received_total{engine="e2"} 2
+kvroute_kvevents_batches_received_total{engine="engine-�"} 4
+# HELP kvroute_dynamo_events_messages_received_total Event-plane messages received, of every topic.
+# TYPE kvroute_dynamo_events_messages_received_total counter
+kvroute_dynamo_events_messages_received_total{subscriber="sub-�"} 3
+`), "kvroute_kvevents_batches_received_total", "kvroute_dynamo_events_messages_received_total"))
+}

@@ -69,7 +69,8 @@ func dynamoValues(st *dynamo.Stats) []uint64 {
 }
 
 // Add starts exporting s under the subscriber label name, replacing any
-// source of that name.
+// source of that name. Bytes of name that are not valid UTF-8 are exported
+// as U+FFFD.
 func (c *DynamoCollector) Add(name string, s DynamoSource) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -100,6 +101,7 @@ func (c *DynamoCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 	for name, st := range stats {
+		name = labelValue(name)
 		for i, v := range dynamoValues(&st) {
 			ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v), name)
 		}
