@@ -8,6 +8,15 @@
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(routerprom.New(r, "kvroute"))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// A process that runs several routers (one per model, say) registers each
+// with its own constant labels, so that their series do not collide:
+//
+//	reg.MustRegister(routerprom.NewWithLabels(chat, "kvroute", prometheus.Labels{"model": "chat"}))
+//	reg.MustRegister(routerprom.NewWithLabels(code, "kvroute", prometheus.Labels{"model": "code"}))
+//
+// Per-worker series exist only while the router knows the worker: a removed
+// worker's series are gone from the next scrape.
 package routerprom
 
 import (
@@ -33,10 +42,21 @@ type Collector struct {
 }
 
 // New returns a Collector for r whose metric names start with namespace
-// (for example "kvroute").
+// (for example "kvroute"). It is NewWithLabels with no constant labels.
 func New(r *router.Router, namespace string) *Collector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "router", name), help, labels, nil)
+	return NewWithLabels(r, namespace, nil)
+}
+
+// NewWithLabels returns a Collector for r whose metric names start with
+// namespace and whose every series carries the constant labels, for
+// registering several routers on one registry: collectors whose names and
+// constant label values are equal conflict (registration fails), and all
+// collectors of one namespace on a registry must use the same label names.
+// The labels must not be named worker, rank or role (the per-worker labels);
+// registering such a collector fails.
+func NewWithLabels(r *router.Router, namespace string, labels prometheus.Labels) *Collector {
+	d := func(name, help string, variable ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "router", name), help, variable, labels)
 	}
 	return &Collector{
 		r:                r,

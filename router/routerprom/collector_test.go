@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -39,4 +40,84 @@ kvroute_router_prompt_tokens_total 192
 	n, err = testutil.GatherAndCount(reg, "kvroute_router_select_duration_seconds")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+}
+
+// selectN makes n decisions on r and ends them.
+func selectN(t *testing.T, r *router.Router, n int) {
+	t.Helper()
+	for range n {
+		d, err := r.Select(context.Background(), &router.Request{Tokens: make([]uint32, 64)})
+		require.NoError(t, err)
+		d.Done(router.Outcome{})
+	}
+}
+
+// Two routers of one process register on one registry under constant
+// labels, and each series reports its own router.
+func TestCollectorSeveralRouters(t *testing.T) {
+	routers := map[string]*router.Router{}
+	for model, decisions := range map[string]int{"chat": 2, "code": 5} {
+		r, err := router.New(router.Config{})
+		require.NoError(t, err)
+		require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 3}))
+		selectN(t, r, decisions)
+		routers[model] = r
+	}
+	reg := prometheus.NewPedanticRegistry()
+	for model, r := range routers {
+		require.NoError(t, reg.Register(routerprom.NewWithLabels(r, "kvroute", prometheus.Labels{"model": model})))
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP kvroute_router_decisions_total Successful routing decisions.
+# TYPE kvroute_router_decisions_total counter
+kvroute_router_decisions_total{model="chat"} 2
+kvroute_router_decisions_total{model="code"} 5
+# HELP kvroute_router_worker_decisions_total Decisions per cache domain.
+# TYPE kvroute_router_worker_decisions_total counter
+kvroute_router_worker_decisions_total{model="chat",rank="0",role="aggregated",worker="3"} 2
+kvroute_router_worker_decisions_total{model="code",rank="0",role="aggregated",worker="3"} 5
+`), "kvroute_router_decisions_total", "kvroute_router_worker_decisions_total"))
+
+	// The same labels again, no labels beside labelled collectors, and a
+	// label named like a per-worker one are refused at registration.
+	tests := []struct {
+		name   string
+		labels prometheus.Labels
+	}{
+		{"same labels", prometheus.Labels{"model": "chat"}},
+		{"no labels", nil},
+		{"per-worker label name", prometheus.Labels{"worker": "x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Error(t, reg.Register(routerprom.NewWithLabels(routers["chat"], "kvroute", tt.labels)))
+		})
+	}
+}
+
+// A removed worker's series, and those of a rank a worker no longer has,
+// leave with them (also while the index keeps a removed worker's blocks for
+// its grace): the collector keeps nothing of departed cache domains.
+func TestCollectorDropsDepartedDomains(t *testing.T) {
+	r, err := router.New(router.Config{RemoveGrace: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 1}))
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 2}))
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 3, Ranks: 2}))
+	selectN(t, r, 8)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(routerprom.New(r, "kvroute"))
+	series := func(want int) {
+		t.Helper()
+		for _, name := range []string{"kvroute_router_worker_health", "kvroute_router_worker_active_requests", "kvroute_router_worker_decisions_total"} {
+			n, err := testutil.GatherAndCount(reg, name)
+			require.NoError(t, err)
+			require.Equal(t, want, n, name)
+		}
+	}
+	series(4)
+	require.True(t, r.RemoveWorker(2))
+	series(3)
+	require.NoError(t, r.UpdateWorker(router.StaticWorker{WorkerID: 3, Ranks: 1}))
+	series(2)
 }
