@@ -35,6 +35,7 @@ type Collector struct {
 	decisions, rejected, disaggregated, outcomes, failures *prometheus.Desc
 	promptTokens, predictedCached, actualCached            *prometheus.Desc
 	predictedHitRate, actualHitRate, accuracy, syncSeconds *prometheus.Desc
+	accuracySamples                                        *prometheus.Desc
 	queueDepth, tracked                                    *prometheus.Desc
 	workerRequests, workerPrefill, workerBlocks            *prometheus.Desc
 	workerHealth, workerDecisions                          *prometheus.Desc
@@ -70,7 +71,8 @@ func NewWithLabels(r *router.Router, namespace string, labels prometheus.Labels)
 		actualCached:     d("actual_cached_tokens_total", "Cached prompt tokens the engines reported."),
 		predictedHitRate: d("predicted_hit_rate", "Predicted cached tokens over prompt tokens."),
 		actualHitRate:    d("actual_hit_rate", "Reported cached tokens over the prompt tokens of requests that reported them."),
-		accuracy:         d("routing_accuracy", "Share of recent decisions whose engine found at least 80% of the predicted overlap."),
+		accuracy:         d("routing_accuracy", "Share of recent decisions whose engine found at least 80% of the predicted overlap (1 while routing_accuracy_samples is 0)."),
+		accuracySamples:  d("routing_accuracy_samples", "Recent outcomes with a predicted overlap and reported cached tokens that routing_accuracy is computed over."),
 		syncSeconds:      d("recommended_sync_interval_seconds", "Index sync interval recommended from the routing accuracy."),
 		queueDepth:       d("queue_depth", "Requests waiting in the admission queue."),
 		tracked:          d("tracked_requests", "Requests the load tracker holds."),
@@ -87,7 +89,7 @@ func NewWithLabels(r *router.Router, namespace string, labels prometheus.Labels)
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.decisions, c.rejected, c.disaggregated, c.outcomes, c.failures,
 		c.promptTokens, c.predictedCached, c.actualCached, c.predictedHitRate, c.actualHitRate, c.accuracy,
-		c.syncSeconds, c.queueDepth, c.tracked, c.workerRequests, c.workerPrefill, c.workerBlocks,
+		c.accuracySamples, c.syncSeconds, c.queueDepth, c.tracked, c.workerRequests, c.workerPrefill, c.workerBlocks,
 		c.workerHealth, c.workerDecisions, c.latency} {
 		ch <- d
 	}
@@ -113,6 +115,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.predictedHitRate, st.PredictedHitRate)
 	gauge(c.actualHitRate, st.ActualHitRate)
 	gauge(c.accuracy, st.Accuracy)
+	gauge(c.accuracySamples, float64(st.AccuracySamples))
 	gauge(c.syncSeconds, st.RecommendedSyncInterval.Seconds())
 	gauge(c.queueDepth, float64(st.QueueDepth))
 	gauge(c.tracked, float64(st.TrackedRequests))

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/router/routerprom"
 )
@@ -120,4 +121,44 @@ func TestCollectorDropsDepartedDomains(t *testing.T) {
 	series(3)
 	require.NoError(t, r.UpdateWorker(router.StaticWorker{WorkerID: 3, Ranks: 1}))
 	series(2)
+}
+
+// Routing accuracy reads 1 before any outcome could measure it; the samples
+// gauge tells that apart from a measured perfect accuracy.
+func TestCollectorAccuracySamples(t *testing.T) {
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	w := kvroute.WorkerKey{ID: 4}
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: w.ID}))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(routerprom.New(r, "kvroute"))
+	accuracy := func(value, samples string) {
+		t.Helper()
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP kvroute_router_routing_accuracy Share of recent decisions whose engine found at least 80% of the predicted overlap (1 while routing_accuracy_samples is 0).
+# TYPE kvroute_router_routing_accuracy gauge
+kvroute_router_routing_accuracy `+value+`
+# HELP kvroute_router_routing_accuracy_samples Recent outcomes with a predicted overlap and reported cached tokens that routing_accuracy is computed over.
+# TYPE kvroute_router_routing_accuracy_samples gauge
+kvroute_router_routing_accuracy_samples `+samples+`
+`), "kvroute_router_routing_accuracy", "kvroute_router_routing_accuracy_samples"))
+	}
+	accuracy("1", "0")
+
+	// The worker holds the prompt's blocks; the engine then reports that it
+	// found none of them: one measured miss.
+	prompt := make([]uint32, 64)
+	for i := range prompt {
+		prompt[i] = uint32(i)
+	}
+	ev := kvroute.Event{Kind: kvroute.EventStored, Worker: w}
+	for i, b := range r.Hasher().AppendBlockHashes(nil, prompt) {
+		ev.Blocks = append(ev.Blocks, kvroute.StoredBlock{External: kvroute.ExternalHash(i + 1), Hash: b})
+	}
+	require.NoError(t, r.Index().Apply(&ev))
+	d, err := r.Select(context.Background(), &router.Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 64, d.CachedTokens)
+	d.Done(router.Outcome{CachedTokens: 0, CachedTokensKnown: true})
+	accuracy("0", "1")
 }
