@@ -64,4 +64,10 @@
 // "<prefix>.active.<origin>". Dumps and replays arrive as numbered chunks
 // ending with a final one. Core NATS delivers at most once: every loss is
 // found by a sequence number and repaired as above.
+//
+// Every message of the package's own is a msgpack array marked with its
+// major WireVersion in a NATS header. Readers skip the fields a newer
+// version appended to a record, so replicas and relays of different
+// versions work together during an upgrade; a message of a newer major
+// version is dropped unread and counted (ReplicaStats.NewerWire).
 package natsx

@@ -101,7 +101,7 @@ func TestWireRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, h.want.epoch)
 	_, err = readWorkerIDsMsg(msgp.AppendArrayHeader(msgp.AppendArrayHeader(nil, 1), 5))
-	require.ErrorIs(t, err, kvevents.ErrMalformed, "an entry of 5 elements")
+	require.ErrorIs(t, err, kvevents.ErrMalformed, "an entry of 5 elements without their bytes")
 }
 
 func FuzzWire(f *testing.F) {

@@ -266,7 +266,7 @@ func (p *Publisher) Serve(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 		buf = appendHeads(buf[:0], &h)
-		if err := p.conn.Publish(headsSubject(p.prefix), buf); err != nil {
+		if err := publishWire(p.conn, headsSubject(p.prefix), "", buf); err != nil {
 			p.log.Debug("natsx: publishing heads failed", "err", err)
 		}
 	}
@@ -276,7 +276,15 @@ func (p *Publisher) Serve(ctx context.Context) error {
 // a final chunk with ok false. Requests for workers this Publisher does not
 // know are left to other relays.
 func (p *Publisher) serveReplay(m *nats.Msg) {
-	req, err := decodeReplayReq(m.Data)
+	err := checkWire(m.Header)
+	if errors.Is(err, errWireVersion) {
+		p.log.Warn("natsx: replay request of a newer wire version not answered; upgrade this relay", "err", err)
+		return
+	}
+	var req replayReq
+	if err == nil {
+		req, err = decodeReplayReq(m.Data)
+	}
 	if err != nil || m.Reply == "" {
 		p.log.Debug("natsx: bad replay request", "err", err)
 		return
@@ -302,7 +310,7 @@ func (p *Publisher) serveReplay(m *nats.Msg) {
 			continue
 		}
 		buf = appendReplayChunk(buf[:0], &c)
-		if err := p.conn.Publish(m.Reply, buf); err != nil {
+		if err := publishWire(p.conn, m.Reply, "", buf); err != nil {
 			p.log.Debug("natsx: replay answer failed", "err", err)
 			return
 		}
@@ -311,7 +319,7 @@ func (p *Publisher) serveReplay(m *nats.Msg) {
 	}
 	c.final = true
 	buf = appendReplayChunk(buf[:0], &c)
-	if err := p.conn.Publish(m.Reply, buf); err != nil {
+	if err := publishWire(p.conn, m.Reply, "", buf); err != nil {
 		p.log.Debug("natsx: replay answer failed", "err", err)
 	}
 }

@@ -132,6 +132,7 @@ type ReplicaStats struct {
 	PeerDrops   uint64 // peers whose requests were dropped (silent, or restarted)
 	Overflow    uint64 // requests not shared or not kept: MaxPeerRequests reached
 	Malformed   uint64 // messages that did not decode
+	NewerWire   uint64 // messages of a newer major wire version than WireVersion, dropped unread
 }
 
 // ownReq is a request of this replica's router, kept to hand to peers.
@@ -183,7 +184,7 @@ type Replica struct {
 
 	stats struct {
 		events, applied, applyErrs, gaps, byDump, byReplay, resets, syncs, dumps atomic.Uint64
-		loadOps, resyncs, drops, overflow, malformed                             atomic.Uint64
+		loadOps, resyncs, drops, overflow, malformed, newerWire                  atomic.Uint64
 	}
 }
 
@@ -254,7 +255,7 @@ func (r *Replica) Stats() ReplicaStats {
 		Gaps: r.stats.gaps.Load(), ByDump: r.stats.byDump.Load(), ByReplay: r.stats.byReplay.Load(),
 		Resets: r.stats.resets.Load(), Syncs: r.stats.syncs.Load(), DumpsServed: r.stats.dumps.Load(),
 		LoadOps: r.stats.loadOps.Load(), PeerResyncs: r.stats.resyncs.Load(), PeerDrops: r.stats.drops.Load(),
-		Overflow: r.stats.overflow.Load(), Malformed: r.stats.malformed.Load(),
+		Overflow: r.stats.overflow.Load(), Malformed: r.stats.malformed.Load(), NewerWire: r.stats.newerWire.Load(),
 	}
 }
 
@@ -394,7 +395,7 @@ func (r *Replica) takeBatchesLocked() [][]byte {
 // lost ones by their sequence numbers).
 func (r *Replica) publishAll(subject string, msgs [][]byte) {
 	for _, m := range msgs {
-		if err := r.cfg.Conn.Publish(subject, m); err != nil {
+		if err := publishWire(r.cfg.Conn, subject, "", m); err != nil {
 			r.log.Warn("natsx: publish failed", "subject", subject, "bytes", len(m), "err", err)
 		}
 	}
@@ -631,6 +632,9 @@ func (l *loop) run() error {
 
 func (l *loop) dispatch(m *nats.Msg) {
 	r := l.r
+	if !r.readable(m) {
+		return
+	}
 	switch {
 	case m.Sub == l.subs[0]: // events
 		r.stats.events.Add(1)
@@ -665,7 +669,7 @@ func (l *loop) dispatch(m *nats.Msg) {
 			case l.start == nil && ok && l.repairs[w] == nil && l.sameEpoch(w, h.want.epoch):
 				answer = "~"
 			}
-			_ = m.Respond([]byte(answer))
+			_ = publishWire(l.conn, m.Reply, "", []byte(answer))
 		}
 	case m.Sub == l.subs[4]: // a worker's dump
 		ws, err := readWorkerIDsMsg(m.Data)
@@ -685,6 +689,26 @@ func (l *loop) dispatch(m *nats.Msg) {
 	case m.Sub == l.subs[6]: // a chunk of the start-up dump
 		l.handleStartChunk(m)
 	}
+}
+
+// readable reports whether m is of a wire version this replica reads; it
+// counts and logs those that are not.
+func (r *Replica) readable(m *nats.Msg) bool {
+	err := checkWire(m.Header)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, errWireVersion):
+		// Logged at Warn the 1st, 2nd, 4th, 8th... time: every message
+		// of a newer peer or relay is dropped.
+		if n := r.stats.newerWire.Add(1); n&(n-1) == 0 {
+			r.log.Warn("natsx: message of a newer wire version dropped; upgrade this replica",
+				"subject", m.Subject, "err", err, "dropped", n)
+		}
+	default:
+		r.stats.malformed.Add(1)
+	}
+	return false
 }
 
 // readWorkerIDsMsg decodes a message that is a list of worker IDs.
@@ -973,7 +997,7 @@ func (r *Replica) findPeer(ctx context.Context, want workerID, peers int) (peer 
 	}
 	inbox, answers, end := r.replies.request()
 	defer end()
-	if err := r.cfg.Conn.PublishRequest(haveSubject(r.cfg.Prefix), inbox,
+	if err := publishWire(r.cfg.Conn, haveSubject(r.cfg.Prefix), inbox,
 		appendHaveReq(nil, &haveReq{from: r.cfg.ID, want: want})); err != nil {
 		return "", false
 	}
@@ -988,6 +1012,9 @@ func (r *Replica) findPeer(ctx context.Context, want workerID, peers int) (peer 
 		}
 		if no == 0 {
 			next = withTimeout(all, wait/10)
+		}
+		if !r.readable(m) {
+			continue // an answer this replica cannot read: not a yes
 		}
 		switch {
 		case len(m.Data) > 1 && m.Data[0] == '+':
@@ -1014,7 +1041,7 @@ func withTimeout(ctx context.Context, d time.Duration) context.Context {
 func (r *Replica) fetch(ctx context.Context, subject string, req []byte, chunk func([]byte) (uint64, bool, error)) error {
 	inbox, answers, end := r.replies.request()
 	defer end()
-	if err := r.cfg.Conn.PublishRequest(subject, inbox, req); err != nil {
+	if err := publishWire(r.cfg.Conn, subject, inbox, req); err != nil {
 		return err
 	}
 	for next := uint64(0); ; next++ {
@@ -1036,6 +1063,9 @@ func (r *Replica) fetch(ctx context.Context, subject string, req []byte, chunk f
 func fetchReply(m *nats.Msg, next uint64, chunk func([]byte) (uint64, bool, error)) (final bool, err error) {
 	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 		return false, nats.ErrNoResponders
+	}
+	if err := checkWire(m.Header); err != nil {
+		return false, err
 	}
 	i, final, err := chunk(m.Data)
 	if err != nil {
@@ -1109,7 +1139,7 @@ func (l *loop) startSync(attempt int) {
 	attempt++
 	l.start = &syncState{inbox: l.inbox + "." + strconv.Itoa(attempt), attempt: attempt, held: held,
 		deadline: time.NewTimer(l.r.cfg.SyncTimeout)}
-	if err := l.conn.PublishRequest(dumpSubject(l.r.cfg.Prefix), l.start.inbox, []byte(l.r.cfg.ID)); err != nil {
+	if err := publishWire(l.conn, dumpSubject(l.r.cfg.Prefix), l.start.inbox, []byte(l.r.cfg.ID)); err != nil {
 		l.r.log.Warn("natsx: dump request failed", "err", err)
 	}
 }
@@ -1206,7 +1236,7 @@ func (l *loop) serveDump(reply string, only *workerID) {
 		} else {
 			c.final = true
 			buf, _ := appendDumpChunk(nil, c)
-			_ = r.cfg.Conn.Publish(reply, buf)
+			_ = publishWire(r.cfg.Conn, reply, "", buf)
 			return
 		}
 	default:
@@ -1224,7 +1254,7 @@ func (l *loop) serveDump(reply string, only *workerID) {
 		if buf, err = appendDumpChunk(buf[:0], c); err != nil {
 			return err
 		}
-		if err := r.cfg.Conn.Publish(reply, buf); err != nil {
+		if err := publishWire(r.cfg.Conn, reply, "", buf); err != nil {
 			return fmt.Errorf("natsx: dump chunk %d of %d bytes: %w", c.index, len(buf), err)
 		}
 		c = &dumpChunk{index: c.index + 1}

@@ -3,7 +3,9 @@ package natsx
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
+	"github.com/nats-io/nats.go"
 	"github.com/tinylib/msgp/msgp"
 	"github.com/zeebo/xxh3"
 
@@ -14,6 +16,63 @@ import (
 
 // Every message below is a msgpack array; decoders check lengths against
 // the bytes left before allocating, and wrap kvevents.ErrMalformed.
+//
+// Arrays are of two sorts. A list (of operations, of worker IDs, of
+// blocks, of events) has as many elements as it has items. A record (a
+// message, a worker-ID entry, a load operation, an active request) has
+// one element per field, in order: a newer version of the wire only
+// appends fields to a record, and decoders read the fields they know and
+// skip the elements after them, so that a newer replica's or relay's
+// messages never break an older reader. A change that an older reader
+// would misread instead gets a new major wire version (see WireVersion).
+
+// WireVersion is the major version of the wire this package writes and
+// reads. Every message of the package's own (all but the events, which
+// are Dynamo's RouterEvents) carries it in the WireVersionHeader NATS
+// header, when the server supports headers; a message without the header
+// is of version 1, as written before the header existed. Fields appended
+// to records keep the major version (older readers skip them); any change
+// an older reader would misread takes the next one, and a reader drops a
+// message of a newer major version than its own with an error wrapping
+// errWireVersion (counted in ReplicaStats.NewerWire), never reading it.
+const WireVersion = 1
+
+// WireVersionHeader is the NATS header that carries a message's major
+// wire version, a decimal number.
+const WireVersionHeader = "Kvroute-Natsx-Wire"
+
+// errWireVersion is wrapped by checkWire's error for a message of a newer
+// major wire version than WireVersion.
+var errWireVersion = errors.New("natsx: message of a newer wire version")
+
+// checkWire returns nil when a message with header h (nil: none) is of a
+// wire version this package reads, an error wrapping errWireVersion when
+// it is of a newer major version, and one wrapping kvevents.ErrMalformed
+// when its version is not a version number.
+func checkWire(h nats.Header) error {
+	v := h.Get(WireVersionHeader)
+	if v == "" {
+		return nil // version 1, before the header
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	switch {
+	case err != nil || n == 0:
+		return malformed("wire version", fmt.Errorf("%q", v))
+	case n > WireVersion:
+		return fmt.Errorf("%w: version %d, this reads version %d", errWireVersion, n, WireVersion)
+	}
+	return nil
+}
+
+// publishWire publishes data on subject (with reply as its reply subject,
+// when not empty), marked with WireVersion when the server takes headers.
+func publishWire(conn *nats.Conn, subject, reply string, data []byte) error {
+	m := &nats.Msg{Subject: subject, Reply: reply, Data: data}
+	if conn.HeadersSupported() {
+		m.Header = nats.Header{WireVersionHeader: []string{strconv.Itoa(WireVersion)}}
+	}
+	return conn.PublishMsg(m)
+}
 
 // Load operations carried on the load subject.
 const (
@@ -55,14 +114,28 @@ func malformed(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", kvevents.ErrMalformed, what, err)
 }
 
-// arrayOf reads an array header of exactly n elements.
-func arrayOf(p []byte, n uint32, what string) ([]byte, error) {
+// recordOf reads the array header of a record of at least n fields and
+// returns how many elements follow the n (fields of a newer version,
+// which skipFields passes over).
+func recordOf(p []byte, n uint32, what string) (uint32, []byte, error) {
 	m, p, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil {
-		return p, malformed(what, err)
+		return 0, p, malformed(what, err)
 	}
-	if m != n {
-		return p, malformed(what, fmt.Errorf("%d elements, want %d", m, n))
+	if m < n {
+		return 0, p, malformed(what, fmt.Errorf("%d elements, want at least %d", m, n))
+	}
+	return m - n, p, nil
+}
+
+// skipFields passes over the extra trailing elements of a record whose
+// known fields have been read.
+func skipFields(p []byte, extra uint32, what string) ([]byte, error) {
+	for range extra {
+		var err error
+		if p, err = msgp.Skip(p); err != nil {
+			return p, malformed(what+": unknown field", err)
+		}
 	}
 	return p, nil
 }
@@ -109,7 +182,10 @@ type workerID struct {
 // appendWorkerIDs encodes l as [[worker, rank, id] or [worker, rank, id,
 // epoch], ...]: an entry carries its epoch only when it is known, so the
 // messages without epochs (heads, which carry one for all) keep the
-// encoding that readers without epochs accept.
+// encoding that readers without epochs accept. Readers take a 4th field
+// as the epoch (0: not known) and skip any after it; a version that
+// appends fields to an entry therefore writes the epoch, 0 when it is
+// not known.
 func appendWorkerIDs(dst []byte, l []workerID) []byte {
 	dst = msgp.AppendArrayHeader(dst, uint32(len(l)))
 	for _, x := range l {
@@ -135,12 +211,9 @@ func readWorkerIDs(p []byte) ([]workerID, []byte, error) {
 	out := make([]workerID, 0, n)
 	for range n {
 		var x workerID
-		var m uint32
-		if m, p, err = msgp.ReadArrayHeaderBytes(p); err != nil {
-			return nil, p, malformed("worker id entry", err)
-		}
-		if m != 3 && m != 4 {
-			return nil, p, malformed("worker id entry", fmt.Errorf("%d elements, want 3 or 4", m))
+		var extra uint32
+		if extra, p, err = recordOf(p, 3, "worker id entry"); err != nil {
+			return nil, p, err
 		}
 		if x.worker, p, err = readWorker(p); err != nil {
 			return nil, p, err
@@ -148,10 +221,14 @@ func readWorkerIDs(p []byte) ([]workerID, []byte, error) {
 		if x.id, p, err = msgp.ReadUint64Bytes(p); err != nil {
 			return nil, p, malformed("event id", err)
 		}
-		if m == 4 {
+		if extra > 0 { // the epoch, since the 4th field was added
 			if x.epoch, p, err = msgp.ReadUint64Bytes(p); err != nil {
 				return nil, p, malformed("epoch", err)
 			}
+			extra--
+		}
+		if p, err = skipFields(p, extra, "worker id entry"); err != nil {
+			return nil, p, err
 		}
 		out = append(out, x)
 	}
@@ -176,7 +253,7 @@ func appendLoadOp(dst []byte, o *loadOp) []byte {
 
 func readLoadOp(p []byte) (loadOp, []byte, error) {
 	var o loadOp
-	p, err := arrayOf(p, 8, "load op")
+	extra, p, err := recordOf(p, 8, "load op")
 	if err != nil {
 		return o, p, err
 	}
@@ -216,7 +293,8 @@ func readLoadOp(p []byte) (loadOp, []byte, error) {
 			o.blocks[i] = kvroute.SeqHash(b)
 		}
 	}
-	return o, p, nil
+	p, err = skipFields(p, extra, "load op")
+	return o, p, err
 }
 
 // loadBatch is one message on the load subject: the operations a router
@@ -243,7 +321,7 @@ func appendLoadBatch(dst []byte, b *loadBatch) []byte {
 
 // decodeLoadBatch decodes p into b, reusing b.ops.
 func decodeLoadBatch(p []byte, b *loadBatch) error {
-	p, err := arrayOf(p, 4, "load batch")
+	extra, p, err := recordOf(p, 4, "load batch")
 	if err != nil {
 		return err
 	}
@@ -268,7 +346,8 @@ func decodeLoadBatch(p []byte, b *loadBatch) error {
 		}
 		b.ops = append(b.ops, o)
 	}
-	return nil
+	_, err = skipFields(p, extra, "load batch")
+	return err
 }
 
 // activeReq is a request in an active snapshot: its operation as an add
@@ -306,7 +385,7 @@ func appendActiveChunk(dst []byte, c *activeChunk) []byte {
 
 func decodeActiveChunk(p []byte) (*activeChunk, error) {
 	c := &activeChunk{}
-	p, err := arrayOf(p, 5, "active chunk")
+	extra, p, err := recordOf(p, 5, "active chunk")
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +405,8 @@ func decodeActiveChunk(p []byte) (*activeChunk, error) {
 	}
 	for range n {
 		var a activeReq
-		if p, err = arrayOf(p, 2, "active request"); err != nil {
+		var reqExtra uint32
+		if reqExtra, p, err = recordOf(p, 2, "active request"); err != nil {
 			return nil, err
 		}
 		if a.ttlMillis, p, err = msgp.ReadInt64Bytes(p); err != nil {
@@ -338,7 +418,13 @@ func decodeActiveChunk(p []byte) (*activeChunk, error) {
 		if a.op.op != opAdd {
 			return nil, malformed("active request", fmt.Errorf("op %d", a.op.op))
 		}
+		if p, err = skipFields(p, reqExtra, "active request"); err != nil {
+			return nil, err
+		}
 		c.reqs = append(c.reqs, a)
+	}
+	if _, err = skipFields(p, extra, "active chunk"); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -371,7 +457,7 @@ func appendDumpChunk(dst []byte, c *dumpChunk) ([]byte, error) {
 
 func decodeDumpChunk(p []byte) (*dumpChunk, error) {
 	c := &dumpChunk{}
-	p, err := arrayOf(p, 4, "dump chunk")
+	extra, p, err := recordOf(p, 4, "dump chunk")
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +480,9 @@ func decodeDumpChunk(p []byte) (*dumpChunk, error) {
 			return nil, err
 		}
 	}
+	if _, err = skipFields(p, extra, "dump chunk"); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -413,19 +502,22 @@ func appendHaveReq(dst []byte, h *haveReq) []byte {
 
 func decodeHaveReq(p []byte) (haveReq, error) {
 	var h haveReq
-	p, err := arrayOf(p, 2, "have request")
+	extra, p, err := recordOf(p, 2, "have request")
 	if err != nil {
 		return h, err
 	}
 	if h.from, p, err = msgp.ReadStringBytes(p); err != nil {
 		return h, malformed("have request", err)
 	}
-	l, _, err := readWorkerIDs(p)
+	l, p, err := readWorkerIDs(p)
 	if err != nil {
 		return h, err
 	}
 	if len(l) != 1 {
 		return h, malformed("have request", fmt.Errorf("%d workers", len(l)))
+	}
+	if _, err = skipFields(p, extra, "have request"); err != nil {
+		return h, err
 	}
 	h.want = l[0]
 	return h, nil
@@ -447,15 +539,20 @@ func appendHeads(dst []byte, h *heads) []byte {
 
 func decodeHeads(p []byte) (heads, error) {
 	var h heads
-	p, err := arrayOf(p, 2, "heads")
+	extra, p, err := recordOf(p, 2, "heads")
 	if err != nil {
 		return h, err
 	}
 	if h.epoch, p, err = msgp.ReadUint64Bytes(p); err != nil {
 		return h, malformed("heads epoch", err)
 	}
-	h.last, _, err = readWorkerIDs(p)
-	return h, err
+	if h.last, p, err = readWorkerIDs(p); err != nil {
+		return heads{}, err
+	}
+	if _, err = skipFields(p, extra, "heads"); err != nil {
+		return heads{}, err
+	}
+	return h, nil
 }
 
 // replayReq asks the relay on "<prefix>.replay" for worker's events with
@@ -474,7 +571,7 @@ func appendReplayReq(dst []byte, r *replayReq) []byte {
 
 func decodeReplayReq(p []byte) (replayReq, error) {
 	var r replayReq
-	p, err := arrayOf(p, 4, "replay request")
+	extra, p, err := recordOf(p, 4, "replay request")
 	if err != nil {
 		return r, err
 	}
@@ -482,7 +579,7 @@ func decodeReplayReq(p []byte) (replayReq, error) {
 		return r, err
 	}
 	if r.from, p, err = msgp.ReadUint64Bytes(p); err == nil {
-		r.to, _, err = msgp.ReadUint64Bytes(p)
+		r.to, p, err = msgp.ReadUint64Bytes(p)
 	}
 	if err != nil {
 		return r, malformed("replay request", err)
@@ -490,7 +587,8 @@ func decodeReplayReq(p []byte) (replayReq, error) {
 	if r.from == 0 || r.to < r.from {
 		return r, malformed("replay request", fmt.Errorf("range %d..%d", r.from, r.to))
 	}
-	return r, nil
+	_, err = skipFields(p, extra, "replay request")
+	return r, err
 }
 
 // replayChunk is one chunk of the relay's answer: the event messages as
@@ -517,7 +615,7 @@ func appendReplayChunk(dst []byte, c *replayChunk) []byte {
 
 func decodeReplayChunk(p []byte) (*replayChunk, error) {
 	c := &replayChunk{}
-	p, err := arrayOf(p, 4, "replay chunk")
+	extra, p, err := recordOf(p, 4, "replay chunk")
 	if err != nil {
 		return nil, err
 	}
@@ -539,6 +637,9 @@ func decodeReplayChunk(p []byte) (*replayChunk, error) {
 			return nil, malformed("replay message", err)
 		}
 		c.msgs = append(c.msgs, m)
+	}
+	if _, err = skipFields(p, extra, "replay chunk"); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
