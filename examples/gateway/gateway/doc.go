@@ -88,5 +88,9 @@
 // heartbeat that marks the engine alive and repeats the last load a load
 // source reported through Gateway.Heartbeat (an enginemetrics.Scraper
 // given the Gateway as its Reporter, or Dynamo's load events), so that a
-// probe never erases a load report.
+// probe never erases a load report. Each round of probes ends with the
+// router's timed housekeeping (Router.CheckHealth); with probing disabled
+// (a negative HealthInterval) Run still does that every second, so that an
+// engine unhealthy from errors is given requests again after the router's
+// UnhealthyAfter.
 package gateway

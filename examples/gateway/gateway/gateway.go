@@ -91,7 +91,8 @@ type Config struct {
 	// HealthInterval is how often Run probes every engine's HealthPath:
 	// a success is a router heartbeat, a failure a router error. It must
 	// be below the router's HealthConfig.DegradedAfter. Zero means 2 s;
-	// negative disables probing.
+	// negative disables probing, and Run then only does the router's
+	// timed housekeeping (Router.CheckHealth) every second.
 	HealthInterval time.Duration
 	// HealthTimeout bounds one probe. Zero means HealthInterval.
 	HealthTimeout time.Duration
@@ -363,8 +364,9 @@ func (g *Gateway) RemoveEngine(id kvroute.WorkerID) bool {
 	return true
 }
 
-// Run starts the engines' KV-event subscribers and the health probes and
-// blocks until ctx ends; then it stops them and returns nil. It returns
+// Run starts the engines' KV-event subscribers and the health probes
+// (each round ends with the router's CheckHealth) and blocks until ctx
+// ends; then it stops them and returns nil. It returns
 // ErrRunning when Run is running already or still stopping (its
 // subscribers have not ended yet). Requests are served (by
 // ServeHTTP) whether Run runs or not, but without it the router hears
@@ -382,18 +384,22 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.mu.Unlock()
 
-	if g.interval > 0 {
-		t := time.NewTicker(g.interval)
-		for ctx.Err() == nil {
-			g.probe(ctx)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-		}
-		t.Stop()
+	// Without probes, the router's health still needs re-judging on
+	// time: an engine unhealthy from errors is forgiven only by
+	// CheckHealth (or a heartbeat or request, which it then gets none of).
+	tick, check := g.interval, g.probe
+	if tick <= 0 {
+		tick, check = housekeepingInterval, func(context.Context) { g.r.CheckHealth() }
 	}
-	<-ctx.Done()
+	t := time.NewTicker(tick)
+	for ctx.Err() == nil {
+		check(ctx)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	t.Stop()
 
 	g.mu.Lock()
 	g.runCtx = nil
@@ -414,6 +420,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.mu.Unlock()
 	return nil
 }
+
+// housekeepingInterval is how often Run calls the router's CheckHealth
+// when it does not probe the engines.
+const housekeepingInterval = time.Second
 
 // probe checks every engine's health endpoint once, reports the results
 // to the router and removes engines unhealthy for RemoveAfter.
