@@ -37,8 +37,9 @@
 // agents, index ranges, descriptor lengths), so those failures carry the
 // precise sentinel; what NIXL refuses beyond that is classified by the call
 // that failed (a refused remote list is ErrNotRegistered, a failed post of
-// a loaded peer ErrRemoteDisconnect) and keeps NIXL's raw code in
-// transfer.Error.Code.
+// a loaded peer ErrRemoteDisconnect, a post or request to a peer whose
+// metadata was invalidated ErrUnknownAgent, memory of a kind no backend
+// moves ErrNotSupported) and keeps NIXL's raw code in transfer.Error.Code.
 //
 // The library stays loaded for the life of the process once loaded: its
 // plugins start threads that must not lose their code.

@@ -104,12 +104,12 @@ func New(cfg Config) (*Agent, error) {
 	defer C.free(unsafe.Pointer(cname))
 	if st := C.kv_create_agent(lib, cname, C.bool(!cfg.NoProgressThread), C.KV_SYNC_STRICT, 0, &a.h); st != C.KV_CAPI_SUCCESS {
 		C.free(unsafe.Pointer(lib))
-		return nil, a.fail("create agent", "", st, transfer.ErrBackend)
+		return nil, a.fail("create agent", "", st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	if st := C.cgoCreateNotifMap(lib, &a.nmap); st != C.KV_CAPI_SUCCESS {
 		C.cgoDestroyAgent(lib, a.h)
 		C.free(unsafe.Pointer(lib))
-		return nil, a.fail("create notification map", "", st, transfer.ErrBackend)
+		return nil, a.fail("create notification map", "", st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	plugins := cfg.Backends
 	if len(plugins) == 0 {
@@ -124,22 +124,27 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// fail builds the error of a failed NIXL call. dflt classifies
-// NIXL_CAPI_ERROR_BACKEND, which the C API uses for most failures.
-func (a *Agent) fail(op, remote string, st C.kv_status, dflt error) error {
+// fail builds the error of a failed NIXL call. The C API folds most of
+// NIXL's statuses into NIXL_CAPI_ERROR_BACKEND, and NIXL_CAPI_ERROR_NOT_FOUND
+// stands for something different in each call, so the caller classifies
+// both: onBackend and onNotFound. What NOT_FOUND means, from NIXL's agent:
+// no backend for the memory kind in registerMem and deregisterMem, no such
+// plugin in createBackend, a remote agent whose metadata is not (or no
+// longer) loaded in makeXferReq, postXferReq, getXferStatus, genNotif and
+// invalidateRemoteMD, and any of those or memory outside the remote's
+// registrations in prepXferDlist and createXferReq (whose C wrapper reports
+// every failure as BACKEND).
+func (a *Agent) fail(op, remote string, st C.kv_status, onBackend, onNotFound error) error {
 	var cls error
 	switch st {
 	case C.KV_CAPI_ERROR_INVALID_PARAM:
 		cls = transfer.ErrInvalidParam
 	case C.KV_CAPI_ERROR_NOT_FOUND:
-		cls = transfer.ErrNotRegistered
-		if dflt == transfer.ErrUnknownAgent {
-			cls = dflt
-		}
+		cls = onNotFound
 	case C.KV_CAPI_ERROR_NO_TELEMETRY:
 		cls = transfer.ErrNotSupported
 	case C.KV_CAPI_ERROR_BACKEND:
-		cls = dflt
+		cls = onBackend
 	default:
 		cls = transfer.ErrBackend
 	}
@@ -201,7 +206,7 @@ func (a *Agent) Plugins() ([]string, error) {
 	st := C.kv_plugins(a.lib, a.h, &buf)
 	recs, ok := splitRecords(takeBuf(&buf))
 	if st != C.KV_CAPI_SUCCESS || !ok {
-		return nil, a.fail("plugins", "", st, transfer.ErrBackend)
+		return nil, a.fail("plugins", "", st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	out := make([]string, len(recs))
 	for i, r := range recs {
@@ -268,7 +273,7 @@ func (a *Agent) CreateBackend(plugin string, params map[string]string) (transfer
 	defer C.free(ckvs)
 	b := &backend{plugin: plugin}
 	if st := C.kv_create_backend(a.lib, a.h, cplugin, (*C.char)(ckvs), C.size_t(len(keys)), &b.h); st != C.KV_CAPI_SUCCESS {
-		return nil, a.fail("create backend "+plugin, "", st, transfer.ErrBackend)
+		return nil, a.fail("create backend "+plugin, "", st, transfer.ErrBackend, transfer.ErrNotSupported)
 	}
 	var buf C.kv_buf
 	var mask C.uint32_t
@@ -372,7 +377,7 @@ func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
 		defer C.free(cmeta)
 	}
 	if st := C.kv_register(a.lib, a.h, C.bool(reg), C.kv_mem(l.Kind), &flat[0], C.size_t(len(descs)), (*C.char)(cmeta), &lens[0]); st != C.KV_CAPI_SUCCESS {
-		return a.fail(op, "", st, transfer.ErrBackend)
+		return a.fail(op, "", st, transfer.ErrBackend, transfer.ErrNotSupported)
 	}
 	for _, d := range descs {
 		if reg {
@@ -393,7 +398,7 @@ func (a *Agent) LocalMetadata() ([]byte, error) {
 	var data unsafe.Pointer
 	var n C.size_t
 	if st := C.cgoGetLocalMD(a.lib, a.h, &data, &n); st != C.KV_CAPI_SUCCESS {
-		return nil, a.fail("local metadata", "", st, transfer.ErrBackend)
+		return nil, a.fail("local metadata", "", st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	defer C.free(data)
 	return C.GoBytes(data, C.int(n)), nil
@@ -412,7 +417,7 @@ func (a *Agent) LoadRemoteMetadata(md []byte) (string, error) {
 	defer C.free(cmd)
 	var name *C.char
 	if st := C.cgoLoadRemoteMD(a.lib, a.h, cmd, C.size_t(len(md)), &name); st != C.KV_CAPI_SUCCESS {
-		return "", a.fail("load metadata", "", st, transfer.ErrBadMetadata)
+		return "", a.fail("load metadata", "", st, transfer.ErrBadMetadata, transfer.ErrBadMetadata)
 	}
 	defer C.free(unsafe.Pointer(name))
 	s := C.GoString(name)
@@ -436,7 +441,7 @@ func (a *Agent) InvalidateRemoteMetadata(remote string) error {
 	cr := C.CString(remote)
 	defer C.free(unsafe.Pointer(cr))
 	if st := C.cgoInvalidateRemoteMD(a.lib, a.h, cr); st != C.KV_CAPI_SUCCESS {
-		return a.fail("invalidate metadata", remote, st, transfer.ErrUnknownAgent)
+		return a.fail("invalidate metadata", remote, st, transfer.ErrBackend, transfer.ErrUnknownAgent)
 	}
 	delete(a.remotes, remote)
 	return nil
@@ -501,7 +506,7 @@ func (p *prepped) release() error {
 		return p.a.errorf("release list", p.remote, transfer.ErrReleased, "")
 	}
 	if st := C.cgoReleaseDlist(p.a.lib, p.a.h, p.h); st != C.KV_CAPI_SUCCESS {
-		return p.a.fail("release list", p.remote, st, transfer.ErrBackend)
+		return p.a.fail("release list", p.remote, st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	p.released = true
 	return nil
@@ -528,7 +533,7 @@ func (a *Agent) PrepDescList(remote string, l transfer.DescList) (transfer.Prepp
 	if st := C.kv_prep(a.lib, a.h, cr, C.kv_mem(l.Kind), &flat[0], C.size_t(len(l.Descs)), &p.h); st != C.KV_CAPI_SUCCESS {
 		// Local memory and the agent were checked: NIXL refuses the
 		// remote descriptors.
-		return nil, a.fail(op, remote, st, transfer.ErrNotRegistered)
+		return nil, a.fail(op, remote, st, transfer.ErrNotRegistered, transfer.ErrNotRegistered)
 	}
 	a.track(p)
 	return p, nil
@@ -562,7 +567,7 @@ func (a *Agent) opts(o *transfer.RequestOptions) (C.kv_opt_args, error) {
 	}
 	var out C.kv_opt_args
 	if st := C.kv_opts(a.lib, cnotif, C.size_t(len(notif)), C.bool(has), C.bool(skip), cbs, C.size_t(len(bs)), &out); st != C.KV_CAPI_SUCCESS {
-		return nil, a.fail("request options", "", st, transfer.ErrBackend)
+		return nil, a.fail("request options", "", st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	return out, nil
 }
@@ -608,7 +613,7 @@ func (a *Agent) MakeRequest(op transfer.Op, local transfer.PreppedList, localIdx
 	r := &request{a: a, remote: rp.remote, opt: opt}
 	if st := C.cgoMakeReq(a.lib, a.h, C.kv_op(op), lp.h, &li[0], C.size_t(len(li)), rp.h, &ri[0], C.size_t(len(ri)), &r.h, opt); st != C.KV_CAPI_SUCCESS {
 		C.cgoDestroyOpt(a.lib, opt)
-		return nil, a.fail(name, rp.remote, st, transfer.ErrBackend)
+		return nil, a.fail(name, rp.remote, st, transfer.ErrBackend, transfer.ErrUnknownAgent)
 	}
 	a.track(r)
 	return r, nil
@@ -648,7 +653,7 @@ func (a *Agent) CreateRequest(op transfer.Op, local, remote transfer.DescList, r
 		// Local memory and the agent were checked; the C API reports the
 		// remaining refusal, remote memory outside the metadata, as a
 		// backend error.
-		return nil, a.fail(name, remoteAgent, st, transfer.ErrNotRegistered)
+		return nil, a.fail(name, remoteAgent, st, transfer.ErrNotRegistered, transfer.ErrNotRegistered)
 	}
 	a.track(r)
 	return r, nil
@@ -703,7 +708,7 @@ func (a *Agent) SendNotif(remote string, msg []byte) error {
 		defer C.free(cmsg)
 	}
 	if st := C.cgoGenNotif(a.lib, a.h, cr, cmsg, C.size_t(len(msg))); st != C.KV_CAPI_SUCCESS {
-		return a.fail(op, remote, st, transfer.ErrRemoteDisconnect)
+		return a.fail(op, remote, st, transfer.ErrRemoteDisconnect, transfer.ErrUnknownAgent)
 	}
 	return nil
 }
@@ -720,7 +725,7 @@ func (a *Agent) Notifs() ([]transfer.Notif, error) {
 	st := C.kv_take_notifs(a.lib, a.h, a.nmap, &buf)
 	recs, ok := splitRecords(takeBuf(&buf))
 	if st != C.KV_CAPI_SUCCESS || !ok || len(recs)%2 != 0 {
-		return nil, a.fail("notifications", "", st, transfer.ErrBackend)
+		return nil, a.fail("notifications", "", st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	out := make([]transfer.Notif, 0, len(recs)/2)
 	for i := 0; i < len(recs); i += 2 {
@@ -750,7 +755,7 @@ func (a *Agent) Close() error {
 	st := C.cgoDestroyAgent(a.lib, a.h)
 	C.free(unsafe.Pointer(a.lib))
 	if st != C.KV_CAPI_SUCCESS {
-		return a.fail("close", "", st, transfer.ErrBackend)
+		return a.fail("close", "", st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	return nil
 }
@@ -797,7 +802,7 @@ func (r *request) set(st C.kv_status, op string) {
 	case C.KV_CAPI_IN_PROG:
 		r.state, r.err = transfer.StatusInProgress, nil
 	default:
-		r.state, r.err = transfer.StatusFailed, r.a.fail(op, r.remote, st, transfer.ErrRemoteDisconnect)
+		r.state, r.err = transfer.StatusFailed, r.a.fail(op, r.remote, st, transfer.ErrRemoteDisconnect, transfer.ErrUnknownAgent)
 	}
 }
 
@@ -852,7 +857,7 @@ func (r *request) release() error {
 		return r.a.errorf("release", r.remote, transfer.ErrReleased, "")
 	}
 	if st := C.kv_release_req(r.a.lib, r.a.h, r.h); st != C.KV_CAPI_SUCCESS {
-		return r.a.fail("release", r.remote, st, transfer.ErrBackend)
+		return r.a.fail("release", r.remote, st, transfer.ErrBackend, transfer.ErrBackend)
 	}
 	C.cgoDestroyOpt(r.a.lib, r.opt)
 	r.released = true

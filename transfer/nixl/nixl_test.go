@@ -52,3 +52,64 @@ func TestBackends(t *testing.T) {
 	require.NoError(t, req.Release())
 	require.Equal(t, "hello, nixl", string(buf.Bytes()[4096:4107]))
 }
+
+// TestNotFoundClassified checks the errors of the calls whose NIXL status
+// is NIXL_CAPI_ERROR_NOT_FOUND, which means something different for each
+// call: no backend for a memory kind when registering, and a remote agent
+// whose metadata is no longer loaded when making or posting a request.
+func TestNotFoundClassified(t *testing.T) {
+	requireNIXL(t)
+	a, err := nixl.New(nixl.Config{Name: "notfound-a"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	b, err := nixl.New(nixl.Config{Name: "notfound-b"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	buf, err := transfer.AllocBuffer(8192)
+	require.NoError(t, err)
+	defer buf.Free()
+	require.NoError(t, a.RegisterMem(transfer.RegList{Kind: transfer.DRAM, Descs: []transfer.RegDesc{{Desc: buf.Desc(0, 4096)}}}))
+	require.NoError(t, b.RegisterMem(transfer.RegList{Kind: transfer.DRAM, Descs: []transfer.RegDesc{{Desc: buf.Desc(4096, 4096)}}}))
+	md, err := b.LocalMetadata()
+	require.NoError(t, err)
+	ld := transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{buf.Desc(0, 64)}}
+	rd := transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{buf.Desc(4096, 64)}}
+
+	for _, tc := range []struct {
+		name string
+		// run returns the error to classify; b's metadata is loaded
+		// before each case, since cases invalidate it.
+		run  func(t *testing.T) error
+		want error
+	}{
+		{"register memory of a kind no UCX backend moves", func(t *testing.T) error {
+			return a.RegisterMem(transfer.RegList{Kind: transfer.Object, Descs: []transfer.RegDesc{{Desc: buf.Desc(0, 4096), Meta: []byte("key")}}})
+		}, transfer.ErrNotSupported},
+		{"post after the remote was invalidated", func(t *testing.T) error {
+			req, err := a.CreateRequest(transfer.Write, ld, rd, "notfound-b", nil)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, req.Release()) }()
+			require.NoError(t, a.InvalidateRemoteMetadata("notfound-b"))
+			_, err = req.Post()
+			return err
+		}, transfer.ErrUnknownAgent},
+		{"make a request after the remote was invalidated", func(t *testing.T) error {
+			lp, err := a.PrepDescList("", ld)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, lp.Release()) }()
+			rp, err := a.PrepDescList("notfound-b", rd)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, rp.Release()) }()
+			require.NoError(t, a.InvalidateRemoteMetadata("notfound-b"))
+			_, err = a.MakeRequest(transfer.Write, lp, []int{0}, rp, []int{0}, nil)
+			return err
+		}, transfer.ErrUnknownAgent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := a.LoadRemoteMetadata(md)
+			require.NoError(t, err)
+			err = tc.run(t)
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+}
