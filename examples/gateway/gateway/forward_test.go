@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/examples/gateway/gateway"
+	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/router"
 )
 
@@ -194,4 +196,36 @@ func TestForwardOversizedAnswer(t *testing.T) {
 	}
 	require.Equal(t, int32(1), hits)
 	require.Zero(t, gw.Stats().Retries)
+}
+
+// A client that goes away while its prompt is being tokenized is not
+// counted as a failed request (the gateway answered it nothing) and no
+// engine is asked.
+func TestClientGoneDuringTokenizing(t *testing.T) {
+	eng := newForwardEngine(t, completion)
+	started := make(chan struct{})
+	tok := gateway.TokenizerFunc(func(ctx context.Context, _ *openai.Request, dst []uint32) ([]uint32, error) {
+		close(started)
+		<-ctx.Done() // a remote tokenizer's round trip, cut short
+		return dst, fmt.Errorf("%w: %w", gateway.ErrTokenize, ctx.Err())
+	})
+	gw, srv := forwardGateway(t, gateway.Config{Tokenizer: tok, Engines: []gateway.Engine{{ID: 1, URL: eng.srv.URL}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(forwardBody))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-started
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	srv.Close() // waits for the handler to end
+	require.EqualValues(t, 1, gw.Stats().Requests)
+	require.Zero(t, gw.Stats().Failed, "a request its client abandoned counted as failed")
+	require.Zero(t, eng.hits.Load())
 }

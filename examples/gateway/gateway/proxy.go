@@ -129,6 +129,9 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request, kind openai.Kind
 	}
 	tokens, mm, err := render.TokenizeAll(ctx, g.tok, req.Request)
 	if err != nil {
+		if ctx.Err() != nil {
+			return // the client is gone: no answer, no failure of ours
+		}
 		g.failed.Add(1)
 		if errors.Is(err, openai.ErrBadRequest) || errors.Is(err, ErrBadRequest) {
 			writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
