@@ -136,6 +136,12 @@ type EngineEvent struct {
 	// CacheSalt holds the salt, LoRAName is empty, and the encoder writes
 	// the map back.
 	SaltMetadata bool
+	// BlockMMInfos is the raw msgpack of block_mm_infos, the per-block
+	// multimodal objects that Dynamo's TensorRT-LLM publisher sends in
+	// vLLM-format map events instead of extra_keys: one entry per block,
+	// nil or {"mm_objects": [{"mm_hash": u64, "offsets": [[start, end],
+	// ...]}, ...]}; nil when nil or absent. See ParseBlockMMInfos.
+	BlockMMInfos []byte
 	// LookaheadTokenIDs is the raw msgpack of vLLM's lookahead_token_ids
 	// (the tokens beyond each block its engine hash covers), or nil when
 	// nil or absent. Block hashes computed by kvroute do not use them.

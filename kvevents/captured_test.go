@@ -177,6 +177,7 @@ func eventFields(t *testing.T, ev *kvevents.EngineEvent) map[string]any {
 		"session_id":                   strJSON(ev.SessionID),
 		"cache_salt":                   strJSON(ev.CacheSalt),
 		"lookahead_token_ids":          rawJSON(t, ev.LookaheadTokenIDs),
+		"block_mm_infos":               rawJSON(t, ev.BlockMMInfos),
 	}
 	if ev.Type != kvevents.BlockStored {
 		all["block_size"] = nil
@@ -203,7 +204,7 @@ func arrayEventJSON(t *testing.T, ev *kvevents.EngineEvent) []any {
 		}
 		out = append(out, v)
 	}
-	for _, name := range append(names[ev.Fields:], "locality", "ownership", "session_id", "lookahead_token_ids") {
+	for _, name := range append(names[ev.Fields:], "locality", "ownership", "session_id", "lookahead_token_ids", "block_mm_infos") {
 		require.Nil(t, named[name], "field %q set but not on the wire", name)
 	}
 	if !ev.SaltMetadata {

@@ -196,7 +196,8 @@ type ConvertStats struct {
 //     or the salt in vLLM's extra_keys; vLLM sends it with a chain's first
 //     block only, so the salt of a stored parent carries over to its
 //     children), its multimodal items (vLLM's extra_keys, see
-//     ParseExtraKeys) and Eagle windows (SGLang's bigram token pairs):
+//     ParseExtraKeys, or block_mm_infos, see ParseBlockMMInfos) and Eagle
+//     windows (SGLang's bigram token pairs):
 //     the same hash kvroute.Hasher gives a router.Request with that
 //     LoRA, CacheSalt and MM;
 //   - a stored event keeps the first min(len(block_hashes),
@@ -484,6 +485,15 @@ func (c *Converter) stored(ev *EngineEvent, rank kvroute.DPRank, out *kvroute.Ev
 		c.stats.InvalidEvents++
 		c.skip(ev, err.Error())
 		return false
+	}
+	if ev.BlockMMInfos != nil {
+		// Explicit per-block objects take the place of those extra_keys
+		// names, as in Dynamo.
+		if err := ParseBlockMMInfos(ev.BlockMMInfos, &c.extra); err != nil {
+			c.stats.InvalidEvents++
+			c.skip(ev, err.Error())
+			return false
+		}
 	}
 	salt := ev.CacheSalt
 	if salt == "" {

@@ -370,3 +370,95 @@ func TestConvertSkipsBlocksNotLocal(t *testing.T) {
 	require.Equal(t, kvroute.ExternalHash(1), evs[0].Blocks[0].External)
 	require.EqualValues(t, 2, c.Stats().NotLocal)
 }
+
+// trtllmStore encodes a batch of one BlockStored event as Dynamo's
+// TensorRT-LLM publisher (dynamo/trtllm/publisher.py) sends it: a map
+// with signed hashes and, when mmInfos is not nil, block_mm_infos.
+func trtllmStore(t *testing.T, hashes []int64, tokens []uint32, mmInfos []any) []byte {
+	t.Helper()
+	p := msgp.AppendArrayHeader(nil, 3)
+	p = msgp.AppendFloat64(p, 1757500000)
+	p = msgp.AppendArrayHeader(p, 1)
+	n := uint32(5)
+	if mmInfos != nil {
+		n++
+	}
+	p = msgp.AppendMapHeader(p, n)
+	p = msgp.AppendString(msgp.AppendString(p, "type"), "BlockStored")
+	p = msgp.AppendArrayHeader(msgp.AppendString(p, "block_hashes"), uint32(len(hashes)))
+	for _, h := range hashes {
+		p = msgp.AppendInt64(p, h)
+	}
+	p = msgp.AppendNil(msgp.AppendString(p, "parent_block_hash"))
+	p = msgp.AppendArrayHeader(msgp.AppendString(p, "token_ids"), uint32(len(tokens)))
+	for _, x := range tokens {
+		p = msgp.AppendUint32(p, x)
+	}
+	p = msgp.AppendInt(msgp.AppendString(p, "block_size"), 4)
+	if mmInfos != nil {
+		var err error
+		p, err = msgp.AppendIntf(msgp.AppendString(p, "block_mm_infos"), mmInfos)
+		require.NoError(t, err)
+	}
+	return msgp.AppendInt(p, 0)
+}
+
+// mmInfo is one block's block_mm_infos entry with objects of these hashes.
+func mmInfo(hashes ...uint64) map[string]any {
+	objs := make([]any, len(hashes))
+	for i, h := range hashes {
+		objs[i] = map[string]any{"mm_hash": h, "offsets": []any{[]any{0, 2}}}
+	}
+	return map[string]any{"mm_objects": objs}
+}
+
+// TestConvertBlockMMInfos: the block_mm_infos of Dynamo's TensorRT-LLM
+// publisher put each block's multimodal objects in its hash as Dynamo
+// hashes them (the want values are Dynamo 1.6.1's
+// compute_block_hash_for_seq of tokens 100..107, block size 4, with the
+// same block_mm_infos), survive a re-encoding, and a malformed one skips
+// its event.
+func TestConvertBlockMMInfos(t *testing.T) {
+	const x = 0xfedcba9876543210
+	tokens := []uint32{100, 101, 102, 103, 104, 105, 106, 107}
+	tests := []struct {
+		name    string
+		mmInfos []any
+		want    []kvroute.BlockHash // nil: the event is skipped as invalid
+	}{
+		{"none", nil, []kvroute.BlockHash{6320977984009303047, 16988655349664461655}},
+		{"first block", []any{mmInfo(x), nil}, []kvroute.BlockHash{5591260241815581346, 16988655349664461655}},
+		{"several and repeated", []any{mmInfo(x, 5), mmInfo(5, 5)}, []kvroute.BlockHash{8565628007924648005, 11348047757358230457}},
+		{"mm_hash negative", []any{map[string]any{"mm_objects": []any{map[string]any{"mm_hash": int64(-1)}}}}, nil},
+		{"entry not a map", []any{"x"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b, back kvevents.Batch
+			require.NoError(t, kvevents.DecodeBatch(trtllmStore(t, []int64{-7, 8}, tokens, tt.mmInfos), &b))
+			require.Len(t, b.Events, 1)
+			out, err := kvevents.AppendBatch(nil, &b)
+			require.NoError(t, err)
+			require.NoError(t, kvevents.DecodeBatch(out, &back))
+			require.Equal(t, b.Events[0].BlockMMInfos, back.Events[0].BlockMMInfos)
+			for _, batch := range []*kvevents.Batch{&b, &back} {
+				c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 1, BlockSize: 4})
+				require.NoError(t, err)
+				evs, err := c.Convert(nil, batch)
+				require.NoError(t, err)
+				if tt.want == nil {
+					require.Empty(t, evs)
+					require.EqualValues(t, 1, c.Stats().InvalidEvents)
+					continue
+				}
+				require.Len(t, evs, 1)
+				var got []kvroute.BlockHash
+				for _, bl := range evs[0].Blocks {
+					got = append(got, bl.Hash)
+				}
+				require.Equal(t, tt.want, got)
+				require.Equal(t, kvroute.ExternalHash(uint64(1<<64-7)), evs[0].Blocks[0].External)
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@ const (
 	fSessionID
 	fCacheSalt
 	fLookahead
+	fBlockMMInfos
 )
 
 // storedArrayFields and removedArrayFields give the array layouts' field
@@ -89,6 +90,8 @@ func fieldByName(name []byte) field {
 		return fCacheSalt
 	case "lookahead_token_ids":
 		return fLookahead
+	case "block_mm_infos":
+		return fBlockMMInfos
 	}
 	return fUnknown
 }
@@ -425,6 +428,12 @@ func readField(p []byte, f field, b *Batch, ev *EngineEvent, sp *span) ([]byte, 
 		ev.LookaheadTokenIDs, p, err = readRaw(p)
 		if err != nil {
 			return p, malformed("lookahead_token_ids", err)
+		}
+		return p, nil
+	case fBlockMMInfos:
+		ev.BlockMMInfos, p, err = readRaw(p)
+		if err != nil {
+			return p, malformed("block_mm_infos", err)
 		}
 		return p, nil
 	}

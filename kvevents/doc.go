@@ -65,7 +65,9 @@
 // block hash): with the router's block size, the LoRA adapter (lora_name,
 // or lora_id through a host table), the cache salt (SGLang's cache_salt,
 // vLLM's extra_keys, inherited along a chain), the multimodal items of
-// vLLM's extra_keys ([ParseExtraKeys]) and SGLang's Eagle token pairs. It
+// vLLM's extra_keys ([ParseExtraKeys]) or of the block_mm_infos that
+// Dynamo's TensorRT-LLM publisher sends ([ParseBlockMMInfos]) and SGLang's
+// Eagle token pairs. It
 // maps the medium to a tier ([TierOfMedium]), drops a partial last block,
 // keeps only the KV-cache groups that decide prefix reuse in hybrid models
 // ([ConverterConfig.ReuseKinds]), gives batches without a rank the

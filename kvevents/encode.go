@@ -110,6 +110,7 @@ var (
 		{fSessionID, "session_id", false},
 		{fCacheSalt, "cache_salt", false},
 		{fLookahead, "lookahead_token_ids", false},
+		{fBlockMMInfos, "block_mm_infos", false},
 	}
 	removedMapFields = []mapField{
 		{fBlockHashes, "block_hashes", true},
@@ -171,6 +172,8 @@ func fieldSet(f field, ev *EngineEvent) bool {
 		return ev.CacheSalt != ""
 	case fLookahead:
 		return ev.LookaheadTokenIDs != nil
+	case fBlockMMInfos:
+		return ev.BlockMMInfos != nil
 	}
 	return true
 }
@@ -224,6 +227,11 @@ func appendField(dst []byte, f field, ev *EngineEvent) []byte {
 			return msgp.AppendNil(dst)
 		}
 		return append(dst, ev.LookaheadTokenIDs...)
+	case fBlockMMInfos:
+		if ev.BlockMMInfos == nil {
+			return msgp.AppendNil(dst)
+		}
+		return append(dst, ev.BlockMMInfos...)
 	case fGroupIdx:
 		return appendOptInt(dst, ev.GroupIdx)
 	case fSpecKind:

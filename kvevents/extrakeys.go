@@ -86,6 +86,90 @@ func ParseExtraKeys(raw []byte, lora string, x *ExtraKeys) error {
 	return nil
 }
 
+// ParseBlockMMInfos reads block_mm_infos (the raw msgpack of
+// EngineEvent.BlockMMInfos: one entry per block, nil or a map whose
+// "mm_objects" lists maps with an unsigned "mm_hash") into x.MM, one entry
+// per block holding its objects' mm_hash values in order, as Dynamo hashes
+// them; other keys (offsets) are skipped. x.Salt is left as it is.
+//
+// It returns an error wrapping ErrMalformed when block_mm_infos is not of
+// that shape or an mm_hash is not an unsigned 64-bit integer.
+func ParseBlockMMInfos(raw []byte, x *ExtraKeys) error {
+	for i := range x.MM {
+		x.MM[i] = x.MM[i][:0]
+	}
+	x.MM = x.MM[:0]
+	if len(raw) == 0 || msgp.IsNil(raw) {
+		return nil
+	}
+	n, p, err := readArrayHeader(raw, 1)
+	if err != nil {
+		return malformed("block_mm_infos", err)
+	}
+	for blk := range int(n) {
+		x.MM = growMM(x.MM)
+		if msgp.IsNil(p) {
+			p = p[1:]
+			continue
+		}
+		if p, err = readBlockMMInfo(p, &x.MM[len(x.MM)-1]); err != nil {
+			return malformed(fmt.Sprintf("block_mm_infos[%d]", blk), err)
+		}
+	}
+	if len(p) != 0 {
+		return fmt.Errorf("%w: %d bytes after block_mm_infos", ErrMalformed, len(p))
+	}
+	return nil
+}
+
+// readBlockMMInfo appends the mm_hash values of one block's
+// {"mm_objects": [...]} map to cur.
+func readBlockMMInfo(p []byte, cur *[]uint64) ([]byte, error) {
+	n, p, err := msgp.ReadMapHeaderBytes(p)
+	if err != nil {
+		return p, err
+	}
+	for range n {
+		var key []byte
+		if key, p, err = msgp.ReadStringZC(p); err != nil {
+			return p, err
+		}
+		if string(key) != "mm_objects" || msgp.IsNil(p) {
+			if p, err = msgp.Skip(p); err != nil {
+				return p, err
+			}
+			continue
+		}
+		var m uint32
+		if m, p, err = readArrayHeader(p, 1); err != nil {
+			return p, err
+		}
+		for range m {
+			var k uint32
+			if k, p, err = msgp.ReadMapHeaderBytes(p); err != nil {
+				return p, err
+			}
+			for range k {
+				if key, p, err = msgp.ReadStringZC(p); err != nil {
+					return p, err
+				}
+				if string(key) != "mm_hash" {
+					if p, err = msgp.Skip(p); err != nil {
+						return p, err
+					}
+					continue
+				}
+				var h uint64
+				if h, p, err = msgp.ReadUint64Bytes(p); err != nil {
+					return p, fmt.Errorf("mm_hash: %w", err)
+				}
+				*cur = append(*cur, h)
+			}
+		}
+	}
+	return p, nil
+}
+
 func growMM(mm [][]uint64) [][]uint64 {
 	if len(mm) < cap(mm) {
 		mm = mm[:len(mm)+1]

@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/tinylib/msgp/msgp"
+
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/kvevents"
 )
@@ -59,6 +61,7 @@ func FuzzDecodeBatch(f *testing.F) {
 				x.ParentBlockHash.Key != y.ParentBlockHash.Key || x.Medium != y.Medium || x.BlockSize != y.BlockSize ||
 				x.Eagle != y.Eagle && len(x.TokenIDs) > 0 || x.CacheSalt != y.CacheSalt || x.LoRAName != y.LoRAName || x.SaltMetadata != y.SaltMetadata ||
 				string(x.ExtraKeys) != string(y.ExtraKeys) || string(x.LookaheadTokenIDs) != string(y.LookaheadTokenIDs) ||
+				string(x.BlockMMInfos) != string(y.BlockMMInfos) ||
 				x.GroupIdx != y.GroupIdx || x.SpecKind != y.SpecKind {
 				t.Fatalf("event %d changed in a round trip: %+v vs %+v", i, x, y)
 			}
@@ -217,6 +220,35 @@ func FuzzParseExtraKeys(f *testing.F) {
 		}
 		if len(x.MM) > len(raw) {
 			t.Fatalf("%d blocks from %d bytes", len(x.MM), len(raw))
+		}
+	})
+}
+
+// FuzzParseBlockMMInfos: arbitrary block_mm_infos give per-block object
+// hashes or an error, never a panic, and no more entries or hashes than
+// the bytes could hold.
+func FuzzParseBlockMMInfos(f *testing.F) {
+	info := func(v any) []byte {
+		p, err := msgp.AppendIntf(nil, v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return p
+	}
+	f.Add(info([]any{map[string]any{"mm_objects": []any{map[string]any{"mm_hash": uint64(1 << 63), "offsets": []any{[]any{0, 4}}}}}, nil}))
+	f.Add(info([]any{nil, map[string]any{"mm_objects": nil, "x": 1}}))
+	f.Add(info([]any{map[string]any{"mm_objects": []any{map[string]any{"mm_hash": -1}}}}))
+	var x kvevents.ExtraKeys
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if err := kvevents.ParseBlockMMInfos(raw, &x); err != nil {
+			return
+		}
+		n := 0
+		for _, mm := range x.MM {
+			n += len(mm)
+		}
+		if len(x.MM) > len(raw) || n > len(raw) {
+			t.Fatalf("%d blocks, %d hashes from %d bytes", len(x.MM), n, len(raw))
 		}
 	})
 }
