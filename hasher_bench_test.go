@@ -1,6 +1,7 @@
 package kvroute_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 	"unsafe"
@@ -95,4 +96,28 @@ func BenchmarkHash(b *testing.B) {
 		}
 		b.ReportMetric(float64(chained)/float64(bare), "chained/bare")
 	})
+}
+
+// BenchmarkHashMMItems hashes a 128k-token prompt with more and more
+// multimodal items (video frames, say), evenly spread and each covering
+// half of its share of the prompt: the cost should follow the blocks and
+// the blocks each item covers, not blocks times items.
+func BenchmarkHashMMItems(b *testing.B) {
+	const n = 128 << 10
+	toks := benchTokens(n)
+	h := kvroute.MustHasher(kvroute.HasherConfig{})
+	seqs := make([]kvroute.SeqHash, 0, n/h.BlockSize())
+	for _, items := range []int{2, 100, 1000} {
+		mm := make([]kvroute.MMObject, items)
+		for i := range mm {
+			mm[i] = kvroute.MMObject{Hash: uint64(i + 1), Offset: i * (n / items), Length: n / items / 2}
+		}
+		b.Run(fmt.Sprintf("tokens=128k/items=%d", items), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				seqs = h.AppendSeqHashesMM(seqs[:0], toks, mm)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n/h.BlockSize()), "ns/block")
+		})
+	}
 }

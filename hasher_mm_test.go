@@ -1,9 +1,12 @@
 package kvroute_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math"
+	"math/big"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -139,4 +142,111 @@ func TestHasherMMItemToTheEnd(t *testing.T) {
 	require.Equal(t, toEnd, huge)
 	before := h.AppendSeqHashesMM(nil, toks, []kvroute.MMObject{{Hash: 9, Offset: math.MinInt, Length: math.MaxInt}})
 	require.Equal(t, h.AppendSeqHashes(nil, toks), before, "an item that ends before the prompt covers nothing")
+}
+
+// referenceMM hashes tokens as Dynamo's compute_block_hash_for_seq does,
+// written for clarity: the seed from the LoRA name and the namespace, a
+// window of blockSize tokens (one more with Eagle) at every multiple of
+// blockSize that fits, and after a window's tokens the sorted hashes of the
+// items whose placeholder range overlaps the block's stride.
+func referenceMM(tokens []uint32, blockSize int, lora, namespace string, eagle bool, mm []kvroute.MMObject) []kvroute.BlockHash {
+	seed := kvroute.HashSeed
+	if lora != "" {
+		seed += xxh3.HashString(lora)
+	}
+	if namespace != "" {
+		seed += xxh3.HashStringSeed(namespace, 1)
+	}
+	window := blockSize
+	if eagle {
+		window++
+	}
+	var out []kvroute.BlockHash
+	for start := 0; start+window <= len(tokens); start += blockSize {
+		var buf []byte
+		for _, tok := range tokens[start : start+window] {
+			buf = binary.LittleEndian.AppendUint32(buf, tok)
+		}
+		var in []uint64
+		for _, o := range mm {
+			// The item covers [Offset, Offset+Length), summed without
+			// overflow.
+			end := new(big.Int).Add(big.NewInt(int64(o.Offset)), big.NewInt(int64(o.Length)))
+			if o.Length > 0 && o.Offset < start+blockSize && end.Cmp(big.NewInt(int64(start))) > 0 {
+				in = append(in, o.Hash)
+			}
+		}
+		slices.Sort(in)
+		for _, x := range in {
+			buf = binary.LittleEndian.AppendUint64(buf, x)
+		}
+		out = append(out, kvroute.BlockHash(xxh3.HashSeed(buf, seed)))
+	}
+	return out
+}
+
+// FuzzHasherMMMatchesReference checks AppendHashesMM, AppendSeqHashesMM
+// and HashBlockMM against referenceMM for any block size, LoRA name,
+// namespace, Eagle mode and items (unsorted, overlapping, repeated, empty,
+// negative or reaching past the largest int).
+func FuzzHasherMMMatchesReference(f *testing.F) {
+	f.Add([]byte("sixty-four bytes of token ids hashed by the 16-token fast path....."), uint8(16), "", "", false, []byte{1, 10, 20, 2, 35, 20})
+	f.Add(make([]byte, 4*70), uint8(16), "adapter-a", "tenant-a", true, []byte{7, 30, 5, 7, 12, 40, 3, 0, 255})
+	f.Add(make([]byte, 4*33), uint8(4), "", "tenant-b", false, []byte{1, 200, 0, 1, 2, 1, 9, 4, 4, 9, 4, 4})
+	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora, namespace string, eagle bool, items []byte) {
+		blockSize := int(bs%40) + 1
+		tokens := make([]uint32, len(raw)/4)
+		for i := range tokens {
+			tokens[i] = binary.LittleEndian.Uint32(raw[i*4:])
+		}
+		// Three bytes an item: a hash out of four (so that items repeat),
+		// an offset and a length; 255 stands for the extremes of int.
+		var mm []kvroute.MMObject
+		for i := 0; i+3 <= len(items); i += 3 {
+			o := kvroute.MMObject{Hash: uint64(items[i]%4) * 0x9e3779b97f4a7c15, Offset: int(items[i+1]) - 8, Length: int(items[i+2]) - 2}
+			if items[i+1] == 255 {
+				o.Offset = math.MinInt
+			}
+			if items[i+2] == 255 {
+				o.Length = math.MaxInt
+			}
+			mm = append(mm, o)
+		}
+		orig := slices.Clone(mm)
+		h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize, LoRA: lora, Namespace: namespace, Eagle: eagle})
+		want := referenceMM(tokens, blockSize, lora, namespace, eagle, mm)
+		blocks, seqs := h.AppendHashesMM(nil, nil, tokens, mm)
+		if !slices.Equal(blocks, want) {
+			t.Fatalf("AppendHashesMM blocks %x, want %x", blocks, want)
+		}
+		wantSeqs := kvroute.ChainSeqHashes(nil, 0, false, want)
+		if !slices.Equal(seqs, wantSeqs) {
+			t.Fatalf("AppendHashesMM seqs %x, want %x", seqs, wantSeqs)
+		}
+		if only := h.AppendSeqHashesMM(nil, tokens, mm); !slices.Equal(only, wantSeqs) {
+			t.Fatalf("AppendSeqHashesMM %x, want %x", only, wantSeqs)
+		}
+		if !slices.Equal(mm, orig) {
+			t.Fatalf("items modified: %v, were %v", mm, orig)
+		}
+		if len(want) > 0 {
+			var hashes []uint64
+			for _, o := range mm {
+				hashes = append(hashes, o.Hash)
+			}
+			tok := tokens[:h.WindowTokens()]
+			if got, ref := h.HashBlockMM(tok, hashes), referenceMM(tok, blockSize, lora, namespace, eagle, everywhere(hashes)); got != ref[0] {
+				t.Fatalf("HashBlockMM %x, want %x", got, ref[0])
+			}
+		}
+	})
+}
+
+// everywhere returns items of the given hashes that cover every block.
+func everywhere(hashes []uint64) []kvroute.MMObject {
+	var mm []kvroute.MMObject
+	for _, x := range hashes {
+		mm = append(mm, kvroute.MMObject{Hash: x, Length: math.MaxInt})
+	}
+	return mm
 }
