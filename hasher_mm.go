@@ -1,8 +1,10 @@
 package kvroute
 
 import (
+	"cmp"
 	"encoding/binary"
 	"slices"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -62,8 +64,9 @@ func isHex(s string) bool {
 	return true
 }
 
-// maxStackMM and maxStackBlockBytes bound the scratch space HashBlockMM
-// keeps on the stack; larger blocks allocate.
+// maxStackMM and maxStackBlockBytes bound the scratch space the
+// multimodal hashing keeps on the stack; more items, or larger blocks,
+// allocate.
 const (
 	maxStackMM         = 8
 	maxStackBlockBytes = 320
@@ -80,15 +83,19 @@ func (h Hasher) HashBlockMM(tokens []uint32, mm []uint64) BlockHash {
 		return h.HashBlock(tokens)
 	}
 	var sbuf [maxStackMM]uint64
-	sorted := append(sbuf[:0], mm...)
-	slices.Sort(sorted)
+	return h.hashMM(tokens, append(sbuf[:0], mm...))
+}
+
+// hashMM is HashBlockMM for a non-empty mm that it may reorder.
+func (h Hasher) hashMM(tokens []uint32, mm []uint64) BlockHash {
+	slices.Sort(mm)
 	var bbuf [maxStackBlockBytes]byte
 	b := bbuf[:0]
-	if n := len(tokens)*4 + len(sorted)*8; n > len(bbuf) {
+	if n := len(tokens)*4 + len(mm)*8; n > len(bbuf) {
 		b = make([]byte, 0, n)
 	}
 	b = append(b, tokenBytes(tokens)...)
-	for _, x := range sorted {
+	for _, x := range mm {
 		b = binary.LittleEndian.AppendUint64(b, x)
 	}
 	return BlockHash(xxh3.HashSeed(b, h.seed))
@@ -98,7 +105,13 @@ func (h Hasher) HashBlockMM(tokens []uint32, mm []uint64) BlockHash {
 // i (the stride tokens [i*BlockSize, (i+1)*BlockSize), whatever the Eagle
 // window) includes the hashes of the items that overlap it, as vLLM lists
 // them in its per-block extra keys and Dynamo's block_mm_infos carry them.
-// Items need not be sorted. With no item it equals AppendHashes.
+// Items need not be sorted, and mm is not modified. With no item it equals
+// AppendHashes.
+//
+// Its cost is that of the blocks plus the blocks each item covers, so that
+// a prompt with many items (video frames, say) hashes in about the time of
+// one with few; items not sorted by offset cost a sorted copy when there
+// are more than eight.
 func (h Hasher) AppendHashesMM(blocks []BlockHash, seqs []SeqHash, tokens []uint32, mm []MMObject) ([]BlockHash, []SeqHash) {
 	if len(mm) == 0 {
 		return h.AppendHashes(blocks, seqs, tokens)
@@ -116,25 +129,66 @@ func (h Hasher) AppendSeqHashesMM(dst []SeqHash, tokens []uint32, mm []MMObject)
 	return dst
 }
 
+// byOffset orders items by their first placeholder token.
+func byOffset(a, b MMObject) int { return cmp.Compare(a.Offset, b.Offset) }
+
+// reaches reports whether item o covers a token at or after pos, that is
+// pos < Offset+Length, computed without the sum (which may overflow).
+func (o MMObject) reaches(pos int) bool {
+	return o.Length > 0 && (o.Offset >= pos || uint(pos)-uint(o.Offset) < uint(o.Length))
+}
+
+// appendMM sweeps the blocks and the items in order of offset together:
+// items join the active set when the sweep reaches their offset and leave
+// it after their last block, so that each block looks only at the items
+// that overlap it (or ended in the block before).
 func (h Hasher) appendMM(blocks []BlockHash, seqs []SeqHash, tokens []uint32, mm []MMObject, keepBlocks bool) ([]BlockHash, []SeqHash) {
 	n := h.Blocks(len(tokens))
-	raw := tokenBytes(tokens)
-	var sbuf [maxStackMM]uint64
+	if n == 0 {
+		return blocks, seqs
+	}
+	items := mm
+	var ibuf [maxStackMM]MMObject
+	if !slices.IsSortedFunc(mm, byOffset) {
+		if len(mm) <= len(ibuf) {
+			items = append(ibuf[:0], mm...)
+		} else {
+			items = slices.Clone(mm)
+		}
+		slices.SortFunc(items, byOffset)
+	}
+	raw, bs := tokenBytes(tokens), h.blockSize
+	fast, k, p := h.fast64(), seededKeys64(h.seed), unsafe.Pointer(unsafe.SliceData(raw))
+	var abuf [maxStackMM]MMObject
+	var hbuf [maxStackMM]uint64
+	active, next := abuf[:0], 0
 	var prev SeqHash
 	for i := range n {
-		start, end := i*h.blockSize, (i+1)*h.blockSize
-		in := sbuf[:0]
-		for _, o := range mm {
-			// start < Offset+Length, without the sum (which may overflow).
-			if o.Length > 0 && o.Offset < end && (o.Offset >= start || uint(start)-uint(o.Offset) < uint(o.Length)) {
-				in = append(in, o.Hash)
+		start, end := i*bs, (i+1)*bs
+		kept := active[:0]
+		for _, o := range active {
+			if o.reaches(start) {
+				kept = append(kept, o)
+			}
+		}
+		active = kept
+		for ; next < len(items) && items[next].Offset < end; next++ {
+			if items[next].reaches(start) {
+				active = append(active, items[next])
 			}
 		}
 		var local BlockHash
-		if len(in) == 0 {
+		switch {
+		case len(active) > 0:
+			in := hbuf[:0]
+			for _, o := range active {
+				in = append(in, o.Hash)
+			}
+			local = h.hashMM(tokens[start:start+h.window/4], in)
+		case fast: // n blocks of 64 bytes lie inside raw: n = len(tokens)/16
+			local = BlockHash(hash64(unsafe.Add(p, start*4), &k))
+		default:
 			local = BlockHash(xxh3.HashSeed(raw[start*4:start*4+h.window], h.seed))
-		} else {
-			local = h.HashBlockMM(tokens[start:start+h.window/4], in)
 		}
 		if i == 0 {
 			prev = SeqHash(local)

@@ -250,3 +250,24 @@ func everywhere(hashes []uint64) []kvroute.MMObject {
 	}
 	return mm
 }
+
+// Hashing a prompt with items allocates nothing when dst has room: items in
+// order of offset (however many), or up to eight in any order.
+func TestHasherMMAllocatesNothing(t *testing.T) {
+	h := kvroute.MustHasher(kvroute.HasherConfig{})
+	toks := make([]uint32, 4096)
+	sorted := make([]kvroute.MMObject, 200)
+	for i := range sorted {
+		sorted[i] = kvroute.MMObject{Hash: uint64(i), Offset: i * 20, Length: 30}
+	}
+	unsorted := []kvroute.MMObject{{Hash: 3, Offset: 900, Length: 600}, {Hash: 1, Offset: 10, Length: 50}, {Hash: 2, Offset: 40, Length: 5}}
+	dst := make([]kvroute.SeqHash, 0, 256)
+	blocks := make([]kvroute.BlockHash, 0, 256)
+	for _, mm := range [][]kvroute.MMObject{sorted, unsorted} {
+		allocs := testing.AllocsPerRun(20, func() {
+			dst = h.AppendSeqHashesMM(dst[:0], toks, mm)
+			blocks, dst = h.AppendHashesMM(blocks[:0], dst[:0], toks, mm)
+		})
+		require.Zero(t, allocs)
+	}
+}
