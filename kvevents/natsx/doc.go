@@ -11,7 +11,9 @@
 //     kvevents/zmq Subscriber, and run [Publisher.Serve] on a goroutine of
 //     its own: each engine event becomes one message on
 //     "<prefix>.events", numbered per worker, and Serve answers replicas
-//     that lost some.
+//     that lost some from a replay buffer bounded per worker
+//     (ReplayEvents), in time (ReplayIdle) and in all (ReplayBytes). Call
+//     [Publisher.RemoveWorker] when an engine leaves the pool for good.
 //  2. In each router replica, create the local *indexer.Index and
 //     *scheduling.Tracker, a [Replica] with a unique ID over both, and the
 //     router with the same index and tracker and the Replica as its

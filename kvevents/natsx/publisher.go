@@ -43,6 +43,12 @@ const (
 	// DefaultReplayEvents is the per-worker replay buffer a zero
 	// PublisherConfig.ReplayEvents means.
 	DefaultReplayEvents = 8192
+	// DefaultReplayIdle is the idle horizon a zero
+	// PublisherConfig.ReplayIdle means.
+	DefaultReplayIdle = 10 * time.Minute
+	// DefaultReplayBytes is the bound a zero PublisherConfig.ReplayBytes
+	// means.
+	DefaultReplayBytes = 256 << 20
 	// DefaultHeadsInterval is the heads period a zero
 	// PublisherConfig.HeadsInterval means.
 	DefaultHeadsInterval = time.Second
@@ -65,9 +71,25 @@ type PublisherConfig struct {
 	// Publisher keeps to replay to replicas that lost them (Serve). Zero
 	// means DefaultReplayEvents; negative keeps none.
 	ReplayEvents int
+	// ReplayIdle is how long a worker's replay buffer is kept after its
+	// last event: Serve releases the buffers of workers idle for longer
+	// (their numbering stays, so their next event continues the
+	// sequence). It also is how long a removed worker's replay requests
+	// are answered (see RemoveWorker). Replicas ask for lost events
+	// within seconds, so a few minutes are plenty. Zero means
+	// DefaultReplayIdle; negative keeps the buffers of idle workers, and
+	// answers for removed workers for DefaultReplayIdle.
+	ReplayIdle time.Duration
+	// ReplayBytes bounds the bytes of the messages kept for replay over
+	// all workers: past it, the buffers of the workers whose last event
+	// is oldest are released first, and the oldest messages of the
+	// publishing worker last. Zero means DefaultReplayBytes; negative
+	// sets no bound.
+	ReplayBytes int
 	// HeadsInterval is how often Serve announces each worker's last event
-	// ID, so that replicas notice events lost at the end of a burst. Zero
-	// means DefaultHeadsInterval.
+	// ID, so that replicas notice events lost at the end of a burst, and
+	// releases idle workers' replay buffers. Zero means
+	// DefaultHeadsInterval.
 	HeadsInterval time.Duration
 	// Logger receives records of failed publishes. Nil discards.
 	Logger *slog.Logger
@@ -87,7 +109,14 @@ type PublisherConfig struct {
 //
 // It keeps each worker's last ReplayEvents messages, also those whose
 // publish failed (during a NATS reconnect), and Serve answers replicas'
-// replay requests from them and announces every worker's last ID.
+// replay requests from them and announces every worker's last ID. The
+// kept messages are bounded in all: a worker's buffer is released when
+// the worker is reset (ResetWorker: the messages before the reset) or
+// removed (RemoveWorker), when it has been idle for ReplayIdle, and when
+// the buffers of all workers pass ReplayBytes. A replay request for
+// released messages gets the answer that the relay no longer holds them,
+// on which the replica resets the worker (ReplicaStats.Resets) rather than
+// keep a stale state; never another worker's or an old sequence's events.
 //
 // Each worker must have one Publisher at a time: replicas follow the
 // Publisher whose heads they hear, and take another's as a relay restart.
@@ -98,20 +127,36 @@ type Publisher struct {
 	prefix  string
 	subject string
 	hasher  kvroute.Hasher
-	keep    int
+	keep    int           // messages kept per worker
+	idle    time.Duration // ReplayIdle; 0: never
+	forget  time.Duration // how long a removed worker's requests are answered
+	bound   int           // ReplayBytes; 0: no bound
 	every   time.Duration
 	epoch   uint64
 	log     *slog.Logger
 
-	mu      sync.Mutex // guards workers and the published order
-	workers map[kvroute.WorkerKey]*pubWorker
+	mu       sync.Mutex // guards the fields below and the published order
+	workers  map[kvroute.WorkerKey]*pubWorker
+	kept     int    // bytes of every worker's kept messages
+	released uint64 // buffers released
 }
 
 // pubWorker is one worker's numbering and replay buffer.
 type pubWorker struct {
-	last uint64   // ID of the last event published
-	ring [][]byte // messages of IDs last−len(ring)+1 .. last, circular
-	head int      // index in ring of the oldest message
+	last    uint64    // ID of the last event published
+	ring    [][]byte  // circular: the n kept messages from ring[head], of IDs last−n+1 .. last
+	head, n int       // ring index of the oldest kept message, and their number
+	bytes   int       // their total size
+	active  time.Time // when the last event was published, or the worker removed
+	removed bool      // RemoveWorker: known only to answer replay requests
+}
+
+// PublisherStats is what a Publisher holds.
+type PublisherStats struct {
+	Workers       int    // workers numbered (removed ones not counted)
+	Buffered      int    // workers with messages kept for replay
+	BufferedBytes int    // bytes of those messages
+	Released      uint64 // buffers released (reset, removed, idle, or ReplayBytes reached); only grows
 }
 
 // NewPublisher returns a Publisher for cfg, or an error wrapping ErrConfig
@@ -137,12 +182,26 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	case keep < 0:
 		keep = 0
 	}
+	idle, forget := cfg.ReplayIdle, cfg.ReplayIdle
+	switch {
+	case idle == 0:
+		idle, forget = DefaultReplayIdle, DefaultReplayIdle
+	case idle < 0:
+		idle, forget = 0, DefaultReplayIdle
+	}
+	bound := cfg.ReplayBytes
+	switch {
+	case bound == 0:
+		bound = DefaultReplayBytes
+	case bound < 0:
+		bound = 0
+	}
 	every := cfg.HeadsInterval
 	if every == 0 {
 		every = DefaultHeadsInterval
 	}
 	return &Publisher{conn: cfg.Conn, prefix: cfg.Prefix, subject: eventsSubject(cfg.Prefix), hasher: cfg.Hasher,
-		keep: keep, every: every, epoch: uint64(time.Now().UnixNano()), log: log,
+		keep: keep, idle: idle, forget: forget, bound: bound, every: every, epoch: uint64(time.Now().UnixNano()), log: log,
 		workers: map[kvroute.WorkerKey]*pubWorker{}}, nil
 }
 
@@ -175,14 +234,52 @@ func (p *Publisher) ResetWorker(w kvroute.WorkerKey) {
 	if err := p.publishLocked(w, &d); err != nil {
 		p.log.Warn("natsx: publishing a worker reset failed", "worker", w.String(), "err", err)
 	}
+	// The events before the reset are of no use to a replica any more: a
+	// replica that lost some resets the worker, as the reset does.
+	if pw := p.workers[w]; pw != nil && pw.n > 1 {
+		p.dropOldestLocked(pw, pw.n-1)
+	}
+}
+
+// RemoveWorker forgets w: its replay buffer is released, and its last ID
+// no longer announced. Replay requests for it are answered, for
+// ReplayIdle, with the answer that the relay no longer holds them, then
+// left to other relays. A later event of w starts a new sequence, as for
+// a worker never seen (replicas reset it). A relay calls it when an
+// engine leaves the pool for good.
+func (p *Publisher) RemoveWorker(w kvroute.WorkerKey) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pw := p.workers[w]
+	if pw == nil || pw.removed {
+		return
+	}
+	p.releaseLocked(pw)
+	pw.removed, pw.active = true, time.Now()
+}
+
+// Stats returns what the Publisher holds.
+func (p *Publisher) Stats() PublisherStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := PublisherStats{BufferedBytes: p.kept, Released: p.released}
+	for _, pw := range p.workers {
+		if !pw.removed {
+			s.Workers++
+		}
+		if pw.n > 0 {
+			s.Buffered++
+		}
+	}
+	return s
 }
 
 // publishLocked numbers d, keeps it for replay and publishes it, after the
 // new-sequence marker when w is new. p.mu is held.
 func (p *Publisher) publishLocked(w kvroute.WorkerKey, d *kvevents.DynamoEvent) error {
 	pw := p.workers[w]
-	if pw == nil {
-		pw = &pubWorker{}
+	if pw == nil || pw.removed {
+		pw = &pubWorker{active: time.Now()}
 		p.workers[w] = pw
 		marker := kvevents.DynamoEvent{}
 		ev := kvroute.Event{Kind: kvroute.EventCleared, Worker: w}
@@ -206,30 +303,81 @@ func (p *Publisher) publishLocked(w kvroute.WorkerKey, d *kvevents.DynamoEvent) 
 		return err
 	}
 	pw.last++
-	pw.keep(msg, p.keep)
+	pw.active = time.Now()
+	p.keepLocked(pw, msg)
 	if err := p.conn.Publish(p.subject, msg); err != nil {
 		return fmt.Errorf("natsx: publish: %w", err)
 	}
 	return nil
 }
 
-// keep stores msg as the newest of at most n messages.
-func (pw *pubWorker) keep(msg []byte, n int) {
-	switch {
-	case n == 0:
-	case len(pw.ring) < n:
-		pw.ring = append(pw.ring, msg)
-	default:
-		pw.ring[pw.head] = msg
-		pw.head = (pw.head + 1) % len(pw.ring)
+// keepLocked stores msg as pw's newest message, then drops its oldest
+// beyond ReplayEvents and releases buffers beyond ReplayBytes: first
+// those of the workers whose last event is oldest, then pw's oldest
+// messages. p.mu is held.
+func (p *Publisher) keepLocked(pw *pubWorker, msg []byte) {
+	if p.keep == 0 {
+		return
 	}
+	if pw.n == p.keep {
+		p.dropOldestLocked(pw, 1)
+	}
+	if pw.n == len(pw.ring) { // full below ReplayEvents: grow, oldest first
+		ring := make([][]byte, min(p.keep, max(16, 2*len(pw.ring))))
+		for i := range pw.n {
+			ring[i] = pw.ring[(pw.head+i)%len(pw.ring)]
+		}
+		pw.ring, pw.head = ring, 0
+	}
+	pw.ring[(pw.head+pw.n)%len(pw.ring)] = msg
+	pw.n++
+	pw.bytes += len(msg)
+	p.kept += len(msg)
+	for p.bound > 0 && p.kept > p.bound {
+		var lru *pubWorker
+		for _, o := range p.workers {
+			if o != pw && o.n > 0 && (lru == nil || o.active.Before(lru.active)) {
+				lru = o
+			}
+		}
+		if lru == nil {
+			p.dropOldestLocked(pw, 1)
+			continue
+		}
+		p.releaseLocked(lru)
+	}
+	if pw.n == 0 { // a message larger than ReplayBytes
+		p.releaseLocked(pw)
+	}
+}
+
+// dropOldestLocked drops pw's n oldest messages. p.mu is held.
+func (p *Publisher) dropOldestLocked(pw *pubWorker, n int) {
+	for range n {
+		m := pw.ring[pw.head]
+		pw.bytes -= len(m)
+		p.kept -= len(m)
+		pw.ring[pw.head] = nil // the ring no longer holds it
+		pw.head = (pw.head + 1) % len(pw.ring)
+		pw.n--
+	}
+}
+
+// releaseLocked drops every message pw keeps, and its ring. p.mu is held.
+func (p *Publisher) releaseLocked(pw *pubWorker) {
+	if pw.ring == nil {
+		return
+	}
+	p.kept -= pw.bytes
+	pw.ring, pw.head, pw.n, pw.bytes = nil, 0, 0, 0
+	p.released++
 }
 
 // messages returns the kept messages of IDs from..to, or false when the
 // buffer does not hold all of them.
 func (pw *pubWorker) messages(from, to uint64) ([][]byte, bool) {
-	n := uint64(len(pw.ring))
-	if to > pw.last || n == 0 || from+n <= pw.last {
+	n := uint64(pw.n)
+	if pw.removed || to > pw.last || n == 0 || from+n <= pw.last {
 		return nil, false
 	}
 	out := make([][]byte, 0, to-from+1)
@@ -240,9 +388,24 @@ func (pw *pubWorker) messages(from, to uint64) ([][]byte, bool) {
 	return out, true
 }
 
+// sweepLocked releases the buffers of workers idle for ReplayIdle and
+// forgets removed workers after it. p.mu is held.
+func (p *Publisher) sweepLocked(now time.Time) {
+	for w, pw := range p.workers {
+		idle := now.Sub(pw.active)
+		switch {
+		case pw.removed && idle > p.forget:
+			delete(p.workers, w)
+		case p.idle > 0 && idle > p.idle && pw.ring != nil:
+			p.releaseLocked(pw)
+		}
+	}
+}
+
 // Serve answers replicas' replay requests from the replay buffer and
-// announces each worker's last event ID every HeadsInterval, until ctx
-// ends; then it returns nil. It returns an error when subscribing fails.
+// announces each worker's last event ID every HeadsInterval (when it also
+// releases the buffers of idle workers), until ctx ends; then it returns
+// nil. It returns an error when subscribing fails.
 // A relay runs it on a goroutine of its own next to its event source.
 func (p *Publisher) Serve(ctx context.Context) error {
 	sub, err := p.conn.Subscribe(replaySubject(p.prefix), p.serveReplay)
@@ -261,8 +424,11 @@ func (p *Publisher) Serve(ctx context.Context) error {
 		}
 		h := heads{epoch: p.epoch}
 		p.mu.Lock()
+		p.sweepLocked(time.Now())
 		for w, pw := range p.workers {
-			h.last = append(h.last, workerID{worker: w, id: pw.last})
+			if !pw.removed {
+				h.last = append(h.last, workerID{worker: w, id: pw.last})
+			}
 		}
 		p.mu.Unlock()
 		buf = appendHeads(buf[:0], &h)
