@@ -108,6 +108,14 @@ func (h Hasher) hashMM(tokens []uint32, mm []uint64) BlockHash {
 // Items need not be sorted, and mm is not modified. With no item it equals
 // AppendHashes.
 //
+// Give one item per multimodal input of the engine (vLLM's mm_features),
+// covering its whole placeholder range. A block counts every item that
+// overlaps it, so the same image twice within one block counts twice, as
+// vLLM's extra keys (and the block_mm_infos Dynamo reads from them for KV
+// events) list it. Dynamo's request side (RequestExtraInfo.to_block_level)
+// lists a hash once per block instead, so that for such a block its request
+// hashes differ from its own event hashes; kvroute hashes as the events do.
+//
 // Its cost is that of the blocks plus the blocks each item covers, so that
 // a prompt with many items (video frames, say) hashes in about the time of
 // one with few; items not sorted by offset cost a sorted copy when there

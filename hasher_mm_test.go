@@ -271,3 +271,21 @@ func TestHasherMMAllocatesNothing(t *testing.T) {
 		require.Zero(t, allocs)
 	}
 }
+
+// The same image twice within one block counts twice, as the engine's
+// extra keys list it, and an image split into two items within one block
+// counts twice too: a host gives one item per engine input.
+func TestHasherMMRepeatedItemInABlock(t *testing.T) {
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16})
+	toks := make([]uint32, 32)
+	for i := range toks {
+		toks[i] = uint32(100 + i)
+	}
+	const img = 0xfeed
+	twice, _ := h.AppendHashesMM(nil, nil, toks, []kvroute.MMObject{{Hash: img, Offset: 2, Length: 4}, {Hash: img, Offset: 8, Length: 4}})
+	once, _ := h.AppendHashesMM(nil, nil, toks, []kvroute.MMObject{{Hash: img, Offset: 2, Length: 10}})
+	require.Equal(t, h.HashBlockMM(toks[:16], []uint64{img, img}), twice[0])
+	require.Equal(t, h.HashBlockMM(toks[:16], []uint64{img}), once[0])
+	require.NotEqual(t, once[0], twice[0])
+	require.Equal(t, h.HashBlock(toks[16:]), twice[1], "no item reaches the second block")
+}
