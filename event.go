@@ -42,7 +42,11 @@ type StoredBlock struct {
 	Hash BlockHash
 	// Tokens are the block's token ids, when the event carries them. When
 	// non-empty, the consumer computes Hash from them with its own Hasher
-	// (and the event's LoRA name), ignoring the Hash field.
+	// (and the event's LoRA name), ignoring the Hash field. They must be
+	// the block's whole window, Hasher.WindowTokens of them: other lengths
+	// hash to blocks no prompt matches. Only the LoRA name enters that
+	// hash, so a block stored under a cache salt or holding multimodal
+	// items carries Hash instead (Hasher.WithSalt, Hasher.HashBlockMM).
 	Tokens []uint32
 }
 

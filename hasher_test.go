@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -187,4 +188,45 @@ func FuzzNextSeqHash(f *testing.F) {
 			t.Fatalf("NextSeqHash(%#x, %#x) = %#x, want %#x", parent, block, got, want)
 		}
 	})
+}
+
+// One Hasher and one prompt are shared by goroutines that hash, derive
+// salted, LoRA and Eagle variants and hash with items, as the router's
+// Select calls do: every result equals the one computed alone (and the race
+// detector sees no race).
+func TestHasherConcurrentUse(t *testing.T) {
+	h := kvroute.MustHasher(kvroute.HasherConfig{Namespace: "model-a"})
+	tokens := make([]uint32, 1000)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7919)
+	}
+	mm := []kvroute.MMObject{{Hash: 5, Offset: 300, Length: 100}, {Hash: 4, Offset: 40, Length: 8}}
+	variant := func(i int) kvroute.Hasher {
+		return h.WithSalt(fmt.Sprint("tenant-", i%3)).WithLoRA(fmt.Sprint("adapter-", i%2)).WithEagle(i%4 == 0)
+	}
+	type result struct {
+		seqs, mmSeqs []kvroute.SeqHash
+		blocks       []kvroute.BlockHash
+	}
+	hash := func(i int) result {
+		v := variant(i)
+		blocks, seqs := v.AppendHashes(nil, nil, tokens)
+		return result{seqs: seqs, blocks: blocks, mmSeqs: v.AppendSeqHashesMM(nil, tokens, mm)}
+	}
+	const goroutines = 12
+	want := make([]result, goroutines)
+	for i := range want {
+		want[i] = hash(i)
+	}
+	got := make([]result, goroutines)
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		wg.Go(func() {
+			for range 20 {
+				got[i] = hash(i)
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, want, got)
 }
