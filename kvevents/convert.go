@@ -142,6 +142,13 @@ type ConverterConfig struct {
 	// An event of a group whose kind is unknown is converted for group 0
 	// and skipped for any other group.
 	GroupKinds map[int64]string
+	// ExpectTierCopies makes the Converter remember the device blocks it
+	// converts from the first event on, for engines that offload blocks
+	// to another tier and report the copies without tokens (vLLM's CPU
+	// offloading connector): see Converter. When false, it starts at the
+	// first such copy, so that engines without offloading pay nothing,
+	// and copies of device blocks stored before it are dropped.
+	ExpectTierCopies bool
 	// Logger receives debug records of skipped events. Nil discards.
 	Logger *slog.Logger
 }
@@ -181,6 +188,12 @@ type ConvertStats struct {
 	// ownership other than the engine's own (vLLM's locality and
 	// ownership fields), as Dynamo skips them.
 	NotLocal uint64
+	// TierCopies are stored events of a tier other than the device that
+	// carried block hashes without tokens (vLLM's CPU offloading), whose
+	// blocks were stored from what earlier device stores said of them
+	// (see Converter); their blocks that no device store described are
+	// counted in DroppedBlocks.
+	TierCopies uint64
 }
 
 // Converter turns decoded engine batches into kvroute.Events, computing
@@ -220,6 +233,16 @@ type ConvertStats struct {
 //   - removed events keep every hash; AllBlocksCleared becomes
 //     EventCleared.
 //
+// A stored event of another tier with block hashes and no tokens (vLLM's
+// CPU offloading connector sends its stores so: token_ids [], no parent,
+// block size 0) says only that copies of device blocks were made. From the
+// first such event on (from the start with Config.ExpectTierCopies), the
+// Converter remembers the parent and hash of the device blocks it
+// converts (bounded; forgotten when the device copy is removed or the rank
+// cleared), and converts such an event into the chains of its blocks it
+// knows, on the event's tier; blocks it does not know are dropped and
+// counted.
+//
 // Salts are carried along a chain by the engine hashes of salted blocks
 // (bounded; forgotten when the device copy is removed or the rank
 // cleared). A stored event whose salted parent is not known (the
@@ -240,6 +263,7 @@ type Converter struct {
 	kinds   map[groupKey]string     // learned kinds per rank and group
 	salts   map[chainKey]string     // salted blocks' salts, for their children
 	tails   map[chainKey]*chunkTail // re-chunking state at events' last blocks
+	ids     map[chainKey]identity   // device blocks' identities, once a tier copy came
 	free    []*chunkTail            // tails kept for reuse
 	blocks  []kvroute.StoredBlock   // arena for the events' Blocks
 	removed []kvroute.ExternalHash  // arena for the events' Removed
@@ -264,6 +288,14 @@ type chainKey struct {
 	ext  kvroute.ExternalHash
 }
 
+// identity is what a device store said of one block: enough to store a
+// copy of it on another tier from an event that names only its hash.
+type identity struct {
+	parent    kvroute.ExternalHash
+	hasParent bool
+	hash      kvroute.BlockHash
+}
+
 // chunkTail is what a re-chunked event left over after its last full block.
 type chunkTail struct {
 	parent    kvroute.ExternalHash // the last full block's External
@@ -273,12 +305,13 @@ type chunkTail struct {
 }
 
 // Bounds of the Converter's maps; a map that reaches its bound is cleared
-// (hashers, tails) or stops growing (salts, kinds).
+// (hashers, tails, identities) or stops growing (salts, kinds).
 const (
 	maxHashers = 64
 	maxSalts   = 1 << 20
 	maxTails   = 1 << 16
 	maxKinds   = 1 << 10
+	maxIDs     = 1 << 20
 )
 
 // NewConverter returns a Converter for cfg. It returns an error wrapping
@@ -300,13 +333,17 @@ func NewConverter(cfg ConverterConfig) (*Converter, error) {
 	for _, k := range kinds {
 		reuse[k] = true
 	}
-	return &Converter{
+	c := &Converter{
 		cfg: cfg, log: log, base: h, reuse: reuse,
 		hashers: make(map[hasherKey]kvroute.Hasher),
 		kinds:   make(map[groupKey]string),
 		salts:   make(map[chainKey]string),
 		tails:   make(map[chainKey]*chunkTail),
-	}, nil
+	}
+	if cfg.ExpectTierCopies {
+		c.ids = make(map[chainKey]identity)
+	}
+	return c, nil
 }
 
 // Stats returns what the Converter has left out so far.
@@ -381,6 +418,10 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 			if !c.reusable(ev, rank, true) {
 				continue
 			}
+			if len(ev.TokenIDs) == 0 && len(ev.BlockHashes) != 0 && out.Tier != kvroute.TierDevice {
+				dst = c.tierCopy(dst, ev, rank, out)
+				continue
+			}
 			if !c.stored(ev, rank, &out) {
 				continue
 			}
@@ -396,9 +437,10 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 			c.removed = c.removed[:end]
 			// Chain state follows the device copy: a block evicted from a
 			// lower tier may still be extended on the device.
-			if out.Tier == kvroute.TierDevice && len(c.salts)+len(c.tails) != 0 {
+			if out.Tier == kvroute.TierDevice && len(c.salts)+len(c.tails)+len(c.ids) != 0 {
 				for _, x := range rm {
 					delete(c.salts, chainKey{rank, x})
+					delete(c.ids, chainKey{rank, x})
 					if t, ok := c.tails[chainKey{rank, x}]; ok {
 						c.freeTail(chainKey{rank, x}, t)
 					}
@@ -429,6 +471,65 @@ func (c *Converter) forget(rank kvroute.DPRank) {
 		if k.rank == rank {
 			c.freeTail(k, t)
 		}
+	}
+	for k := range c.ids {
+		if k.rank == rank {
+			delete(c.ids, k)
+		}
+	}
+}
+
+// tierCopy appends to dst the stored events of ev, a store on another tier
+// of block hashes without tokens: one per chain of its blocks that earlier
+// device stores described, in order.
+func (c *Converter) tierCopy(dst []kvroute.Event, ev *EngineEvent, rank kvroute.DPRank, out kvroute.Event) []kvroute.Event {
+	if c.ids == nil {
+		// The first copy: remember device blocks from now on.
+		c.ids = make(map[chainKey]identity)
+	}
+	c.stats.TierCopies++
+	out.Kind = kvroute.EventStored
+	n0 := len(dst)
+	first := len(c.blocks)
+	flush := func() {
+		if len(c.blocks) > first {
+			out.Blocks = c.blocks[first:len(c.blocks):len(c.blocks)]
+			dst = append(dst, out)
+			first = len(c.blocks)
+		}
+	}
+	for _, h := range ev.BlockHashes {
+		ext := h.External()
+		id, ok := c.ids[chainKey{rank, ext}]
+		if !ok {
+			c.stats.DroppedBlocks++
+			flush()
+			continue
+		}
+		if len(c.blocks) == first || !id.hasParent || id.parent != c.blocks[len(c.blocks)-1].External {
+			flush()
+			out.HasParent, out.Parent = id.hasParent, id.parent
+		}
+		c.blocks = append(c.blocks, kvroute.StoredBlock{External: ext, Hash: id.hash}) // Convert sized it
+	}
+	flush()
+	if len(dst) == n0 {
+		c.skip(ev, "blocks of another tier that no device store described")
+	}
+	return dst
+}
+
+// remember records the identities of the device blocks an event stored,
+// once tier copies are expected.
+func (c *Converter) remember(rank kvroute.DPRank, out *kvroute.Event) {
+	if len(c.ids)+len(out.Blocks) > maxIDs {
+		clear(c.ids)
+	}
+	id := identity{parent: out.Parent, hasParent: out.HasParent}
+	for _, b := range out.Blocks {
+		id.hash = b.Hash
+		c.ids[chainKey{rank, b.External}] = id
+		id.parent, id.hasParent = b.External, true
 	}
 }
 
@@ -540,6 +641,9 @@ func (c *Converter) stored(ev *EngineEvent, rank kvroute.DPRank, out *kvroute.Ev
 		out.Parent = ev.ParentBlockHash.External()
 	}
 	out.LoRA = lora
+	if c.ids != nil && ebs == bs && out.Tier == kvroute.TierDevice {
+		c.remember(rank, out)
+	}
 	if salt != "" {
 		c.stats.Salted++
 		if len(c.salts) < maxSalts {

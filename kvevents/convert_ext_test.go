@@ -1,6 +1,7 @@
 package kvevents_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -458,6 +459,92 @@ func TestConvertBlockMMInfos(t *testing.T) {
 				}
 				require.Equal(t, tt.want, got)
 				require.Equal(t, kvroute.ExternalHash(uint64(1<<64-7)), evs[0].Blocks[0].External)
+			}
+		})
+	}
+}
+
+// TestConvertTierCopies: vLLM's CPU offloading connector reports a copy
+// to the host as a store of block hashes without tokens, parent or block
+// size. The Converter stores such copies from what the device stores said
+// of their blocks (split where a block it does not know breaks the chain),
+// so the index holds the prefix on the host once the device evicts it.
+// Without ExpectTierCopies the Converter starts remembering at the first
+// copy, whose blocks are then dropped.
+func TestConvertTierCopies(t *testing.T) {
+	hasher := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	tokens := make([]uint32, 24)
+	for i := range tokens {
+		tokens[i] = uint32(500 + i)
+	}
+	hostCopy := func(hashes ...uint64) kvevents.EngineEvent {
+		ev := kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap, TokenIDs: []uint32{}, Medium: kvevents.MediumCPU}
+		for _, h := range hashes {
+			ev.BlockHashes = append(ev.BlockHashes, kvevents.UintHash(h))
+		}
+		return ev
+	}
+	evict := func(hashes ...uint64) kvevents.EngineEvent {
+		ev := kvevents.EngineEvent{Type: kvevents.BlockRemoved, Layout: kvevents.LayoutMap, Medium: kvevents.MediumGPU}
+		for _, h := range hashes {
+			ev.BlockHashes = append(ev.BlockHashes, kvevents.UintHash(h))
+		}
+		return ev
+	}
+	tests := []struct {
+		expect bool
+		// Host blocks matched for the first chain (tokens 0..11) and the
+		// second (tokens 12..23) once the device evicted both.
+		first, second int
+		dropped       uint64
+	}{
+		{expect: true, first: 3, second: 2, dropped: 1},
+		{expect: false, first: 0, second: 2, dropped: 4},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("expect=%v", tt.expect), func(t *testing.T) {
+			ix, err := indexer.New(indexer.Config{Hasher: hasher})
+			require.NoError(t, err)
+			c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 5, BlockSize: 4, ExpectTierCopies: tt.expect})
+			require.NoError(t, err)
+			w := kvroute.WorkerKey{ID: 5}
+			batches := [][]kvevents.EngineEvent{
+				{stored([]uint64{101, 102, 103}, 0, tokens[:12])},
+				// 999 was never on the device: the copy splits around it.
+				{hostCopy(101, 102, 999, 103)},
+				{stored([]uint64{201, 202}, 0, tokens[12:20])},
+				{hostCopy(201, 202)},
+				{evict(101, 102, 103, 201, 202)},
+			}
+			for i, evs := range batches {
+				var b kvevents.Batch
+				p, err := kvevents.AppendBatch(nil, &kvevents.Batch{Timestamp: 1, Events: evs, RankSlot: true, DPRank: kvevents.Some(0)})
+				require.NoError(t, err)
+				require.NoError(t, kvevents.DecodeBatch(p, &b))
+				out, err := c.Convert(nil, &b)
+				require.NoError(t, err)
+				for j := range out {
+					require.NoError(t, out[j].Validate())
+					require.NoError(t, ix.Apply(&out[j]), "batch %d: %s", i, out[j].String())
+				}
+			}
+			st := c.Stats()
+			require.EqualValues(t, 2, st.TierCopies)
+			require.Equal(t, tt.dropped, st.DroppedBlocks)
+			for _, chain := range []struct {
+				toks []uint32
+				want int
+			}{{tokens[:12], tt.first}, {tokens[12:20], tt.second}} {
+				var res indexer.MatchResult
+				ix.Match(hasher.AppendSeqHashes(nil, chain.toks), &res)
+				got := 0
+				for _, m := range res.Workers {
+					if m.Worker == w {
+						got = m.ByTier[kvroute.TierHost]
+						require.Equal(t, m.Blocks, got, "blocks held outside the host after the device evicted them")
+					}
+				}
+				require.Equal(t, chain.want, got)
 			}
 		})
 	}

@@ -71,8 +71,10 @@
 // maps the medium to a tier ([TierOfMedium]), drops a partial last block,
 // keeps only the KV-cache groups that decide prefix reuse in hybrid models
 // ([ConverterConfig.ReuseKinds]), gives batches without a rank the
-// subscriber's rank, and re-chunks or rejects events of another block size
-// (SGLang's page size 1). What it leaves out is counted ([ConvertStats]).
+// subscriber's rank, re-chunks or rejects events of another block size
+// (SGLang's page size 1), and stores the copies of device blocks that
+// vLLM's CPU offloading reports without tokens from what the device stores
+// said of those blocks. What it leaves out is counted ([ConvertStats]).
 //
 // Decoders never panic on their input, and allocate in proportion to it;
 // they are fuzzed with the golden files under testdata.

@@ -164,6 +164,7 @@ func FuzzConvert(f *testing.F) {
 		{BlockSize: 4},
 		{BlockSize: 4, RejectBlockSize: true, LoRAs: map[int64]string{7: "adapter-a"}},
 		{BlockSize: 16, Rank: 3, GroupKinds: map[int64]string{1: kvevents.KindMamba}, ReuseKinds: []string{kvevents.KindSlidingWindow}},
+		{BlockSize: 16, ExpectTierCopies: true},
 	}
 	var convs []*kvevents.Converter
 	for _, cfg := range cfgs {

@@ -50,7 +50,7 @@ type Collector struct {
 	skippedEvents, droppedBlocks, skippedGroups            *prometheus.Desc
 	skippedGroupBlocks, blockSizeRejects, rechunked        *prometheus.Desc
 	unknownLoRA, invalid, salted, mmBlocks, notLocal       *prometheus.Desc
-	unknownTypes                                           *prometheus.Desc
+	unknownTypes, tierCopies                               *prometheus.Desc
 }
 
 // New returns a Collector whose metric names start with namespace (for
@@ -83,6 +83,7 @@ func New(namespace string) *Collector {
 		unknownLoRA:        d("unknown_lora_total", "Stored events whose lora_id has no name."),
 		invalid:            d("events_invalid_total", "Events with an unusable field, skipped alone."),
 		unknownTypes:       d("unknown_type_events_total", "Events of types kvevents does not know, skipped."),
+		tierCopies:         d("tier_copy_events_total", "Stored events of another tier without tokens, stored from what device stores said of their blocks."),
 		salted:             d("salted_events_total", "Stored events hashed under a cache salt."),
 		mmBlocks:           d("multimodal_blocks_total", "Blocks hashed with multimodal items."),
 		notLocal:           d("not_local_events_total", "Events about blocks the engine does not hold itself (locality, ownership)."),
@@ -117,7 +118,7 @@ func (c *Collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.received, c.replayed, c.applied, c.gaps, c.dropped, c.duplicates,
 		c.malformed, c.applyErrs, c.unknownParents, c.restarts, c.resets, c.reconnects,
 		c.skippedEvents, c.droppedBlocks, c.skippedGroups, c.skippedGroupBlocks, c.blockSizeRejects,
-		c.rechunked, c.unknownLoRA, c.invalid, c.salted, c.mmBlocks, c.notLocal, c.unknownTypes}
+		c.rechunked, c.unknownLoRA, c.invalid, c.salted, c.mmBlocks, c.notLocal, c.unknownTypes, c.tierCopies}
 }
 
 // Collect implements prometheus.Collector.
@@ -135,7 +136,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			st.Convert.SkippedEvents, st.Convert.DroppedBlocks, st.Convert.SkippedGroupEvents,
 			st.Convert.SkippedGroupBlocks, st.Convert.BlockSizeRejects, st.Convert.Rechunked,
 			st.Convert.UnknownLoRA, st.Convert.InvalidEvents, st.Convert.Salted, st.Convert.MMBlocks,
-			st.Convert.NotLocal, st.Convert.UnknownTypes}
+			st.Convert.NotLocal, st.Convert.UnknownTypes, st.Convert.TierCopies}
 		for i, d := range c.descs() {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(values[i]), name)
 		}
