@@ -15,8 +15,10 @@ import (
 var ErrMalformed = errors.New("kvevents: malformed payload")
 
 // maxIntern bounds the strings a Batch keeps to avoid re-allocating
-// repeated values (media, LoRA names, spec kinds); maxInternLen bounds
-// their length.
+// repeated values (media, LoRA names, spec kinds, salts, session ids):
+// the set is emptied when it reaches the bound, so that values seen once
+// (a session id per request) do not keep later ones out for good.
+// maxInternLen bounds their length.
 const (
 	maxIntern    = 256
 	maxInternLen = 64
@@ -758,8 +760,9 @@ func (b *Batch) readOptString(p []byte) (string, []byte, error) {
 	if b.intern == nil {
 		b.intern = make(map[string]string)
 	}
-	if len(b.intern) < maxIntern {
-		b.intern[v] = v
+	if len(b.intern) >= maxIntern {
+		clear(b.intern)
 	}
+	b.intern[v] = v
 	return v, p, nil
 }

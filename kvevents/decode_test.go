@@ -405,3 +405,59 @@ func TestDecodeSkipsInvalidEventAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeInternsAfterManySessions: session ids, unique per request, do
+// not crowd the values that repeat (media, KV-cache kinds, LoRA names) out
+// of the strings a Batch reuses for good: after thousands of sessions,
+// events with a medium, kind and LoRA name first seen then allocate about
+// only their session id.
+func TestDecodeInternsAfterManySessions(t *testing.T) {
+	payload := func(session, medium, kind, lora string) []byte {
+		p := msgp.AppendArrayHeader(nil, 3)
+		p = msgp.AppendFloat64(p, 1757500000)
+		p = msgp.AppendArrayHeader(p, 1)
+		p = msgp.AppendMapHeader(p, 11)
+		p = msgp.AppendString(msgp.AppendString(p, "type"), "BlockStored")
+		p = msgp.AppendUint64(msgp.AppendArrayHeader(msgp.AppendString(p, "block_hashes"), 1), 42)
+		p = msgp.AppendNil(msgp.AppendString(p, "parent_block_hash"))
+		p = msgp.AppendArrayHeader(msgp.AppendString(p, "token_ids"), 4)
+		for i := range 4 {
+			p = msgp.AppendInt(p, i)
+		}
+		p = msgp.AppendInt(msgp.AppendString(p, "block_size"), 4)
+		p = msgp.AppendNil(msgp.AppendString(p, "lora_id"))
+		p = msgp.AppendString(msgp.AppendString(p, "medium"), medium)
+		p = msgp.AppendString(msgp.AppendString(p, "lora_name"), lora)
+		p = msgp.AppendInt(msgp.AppendString(p, "group_idx"), 0)
+		p = msgp.AppendString(msgp.AppendString(p, "kv_cache_spec_kind"), kind)
+		p = msgp.AppendString(msgp.AppendString(p, "session_id"), session)
+		return msgp.AppendInt(p, 0)
+	}
+	var b kvevents.Batch
+	for i := range 2000 {
+		if err := kvevents.DecodeBatch(payload(fmt.Sprintf("session-%08d", i), "GPU", "full_attention", "adapter-a"), &b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const runs = 100
+	late := make([][]byte, runs+1)
+	for i := range late {
+		late[i] = payload(fmt.Sprintf("late-%08d", i), "CPU", "sliding_window", "adapter-b")
+	}
+	n := 0
+	allocs := testing.AllocsPerRun(runs, func() {
+		if err := kvevents.DecodeBatch(late[n], &b); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	})
+	ev := b.Events[0]
+	if ev.Medium != "CPU" || ev.SpecKind != "sliding_window" || ev.LoRAName != "adapter-b" || ev.SessionID == "" {
+		t.Fatalf("decoded %+v", ev)
+	}
+	// AllocsPerRun rounds down: the repeated values interned again after
+	// the set was emptied stay below one allocation per batch.
+	if allocs > 1 {
+		t.Fatalf("%v allocations per batch, want at most 1 (the session id)", allocs)
+	}
+}
