@@ -29,8 +29,10 @@ type Config struct {
 	AdvertiseAddr string
 	// DialTimeout bounds connecting to a peer. Zero means 5 s.
 	DialTimeout time.Duration
-	// IOTimeout bounds how long one frame may stall half-way before the
-	// connection is declared dead. Zero means 30 s.
+	// IOTimeout bounds how long a frame may stall half-way (no byte read,
+	// or less than 1 MiB written, for that long) before the connection is
+	// declared dead. A frame may take longer in all while its bytes keep
+	// moving. Zero means 30 s.
 	IOTimeout time.Duration
 	// MaxQueuedNotifs bounds received notifications not yet taken with
 	// Notifs; past it the oldest are dropped (and logged). Zero means 65536.

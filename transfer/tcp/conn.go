@@ -281,44 +281,45 @@ func (c *peerConn) write(conn net.Conn, f *frame, buf []byte) ([]byte, error) {
 			bufs = append(bufs, rawmem.Bytes(d.Addr, d.Len))
 		}
 	}
-	_ = conn.SetWriteDeadline(time.Now().Add(c.agent.cfg.IOTimeout))
-	_, err := bufs.WriteTo(conn)
-	return buf, err
+	return buf, progress{conn: conn, timeout: c.agent.cfg.IOTimeout}.writeBuffers(bufs)
 }
 
 // receive reads responses until the connection dies.
 func (c *peerConn) receive(conn net.Conn) {
 	defer c.agent.wg.Done()
 	var head [respHeadLen]byte
+	// The wait for the next response is unbounded; once it began, the
+	// rest of it must keep moving.
+	rd := &progress{conn: conn, timeout: c.agent.cfg.IOTimeout}
 	for {
 		_ = conn.SetReadDeadline(time.Time{})
 		if _, err := io.ReadFull(conn, head[:]); err != nil {
 			c.fail(c.disconnected("read from", err))
 			return
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(c.agent.cfg.IOTimeout))
 		h := parseRespHeader(head[:])
 		msg := make([]byte, h.msgLen)
-		if _, err := io.ReadFull(conn, msg); err != nil {
+		if _, err := io.ReadFull(rd, msg); err != nil {
 			c.fail(c.disconnected("read from", err))
 			return
 		}
-		if err := c.response(conn, h, string(msg)); err != nil {
+		if err := c.response(rd, h, string(msg)); err != nil {
 			c.fail(err)
 			return
 		}
 	}
 }
 
-// response handles one response whose header and message were read.
-func (c *peerConn) response(conn net.Conn, h respHeader, msg string) error {
+// response handles one response whose header and message were read; rd
+// reads the rest of it.
+func (c *peerConn) response(rd io.Reader, h respHeader, msg string) error {
 	if h.dataLen > math.MaxInt64 {
 		return c.agent.errorf("transfer", c.remote, transfer.ErrBackend, "protocol error: response of %d bytes", h.dataLen)
 	}
 	f := c.take(h.id)
 	if f == nil || f.req == nil {
 		// Canceled: drop its data.
-		if _, err := io.CopyN(io.Discard, conn, int64(h.dataLen)); err != nil {
+		if _, err := io.CopyN(io.Discard, rd, int64(h.dataLen)); err != nil {
 			return c.disconnected("read from", err)
 		}
 		return nil
@@ -348,7 +349,7 @@ func (c *peerConn) response(conn net.Conn, h respHeader, msg string) error {
 		r.complete(f.id, nil)
 		return nil
 	}
-	landed, err := c.readInto(conn, f, h.dataLen)
+	landed, err := c.readInto(rd, f, h.dataLen)
 	if err != nil {
 		r.complete(f.id, err)
 		return err
@@ -377,7 +378,7 @@ func (c *peerConn) response(conn net.Conn, h respHeader, msg string) error {
 // readInto copies a read response into the request's local memory and
 // reports whether it landed; the data of a request canceled or deregistered
 // meanwhile is discarded. A returned error is fatal for the connection.
-func (c *peerConn) readInto(conn net.Conn, f *frame, n uint64) (bool, error) {
+func (c *peerConn) readInto(rd io.Reader, f *frame, n uint64) (bool, error) {
 	r := f.req
 	r.copyMu.Lock()
 	defer r.copyMu.Unlock()
@@ -385,18 +386,18 @@ func (c *peerConn) readInto(conn net.Conn, f *frame, n uint64) (bool, error) {
 	live := r.active(f.id)
 	r.mu.Unlock()
 	if !live {
-		_, err := io.CopyN(io.Discard, conn, int64(n))
+		_, err := io.CopyN(io.Discard, rd, int64(n))
 		return false, c.wrapRead(err)
 	}
 	p, i := c.agent.regs.pin(transfer.DRAM, r.local)
 	if i >= 0 {
 		r.complete(f.id, c.agent.errorf("transfer", c.remote, transfer.ErrNotRegistered, "local descriptor %d was deregistered", i))
-		_, err := io.CopyN(io.Discard, conn, int64(n))
+		_, err := io.CopyN(io.Discard, rd, int64(n))
 		return false, c.wrapRead(err)
 	}
 	defer c.agent.regs.unpin(p)
 	for _, d := range r.local {
-		if _, err := io.ReadFull(conn, rawmem.Bytes(d.Addr, d.Len)); err != nil {
+		if _, err := io.ReadFull(rd, rawmem.Bytes(d.Addr, d.Len)); err != nil {
 			return false, c.wrapRead(err)
 		}
 	}

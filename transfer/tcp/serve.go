@@ -59,7 +59,7 @@ func (a *Agent) serve(conn net.Conn) {
 	if _, err := conn.Write([]byte{statusOK}); err != nil {
 		return
 	}
-	s := server{agent: a, conn: conn, from: h.from}
+	s := server{agent: a, conn: conn, body: &progress{conn: conn, timeout: a.cfg.IOTimeout}, from: h.from}
 	if err := s.loop(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		a.log.Debug("connection closed", "from", h.from, "err", err)
 	}
@@ -69,6 +69,8 @@ func (a *Agent) serve(conn net.Conn) {
 type server struct {
 	agent *Agent
 	conn  net.Conn
+	// body reads and writes the frames after their headers.
+	body  *progress
 	from  string
 	descs []transfer.Desc
 	buf   []byte
@@ -77,11 +79,12 @@ type server struct {
 func (s *server) loop() error {
 	var head [reqHeaderLen]byte
 	for {
+		// The wait for the next frame is unbounded; once it began, the
+		// rest of it must keep moving.
 		_ = s.conn.SetDeadline(time.Time{})
 		if _, err := io.ReadFull(s.conn, head[:]); err != nil {
 			return err
 		}
-		_ = s.conn.SetDeadline(time.Now().Add(s.agent.cfg.IOTimeout))
 		h, err := parseReqHeader(head[:])
 		if err != nil {
 			return err
@@ -90,7 +93,7 @@ func (s *server) loop() error {
 			return err
 		}
 		notif := make([]byte, h.notifLen)
-		if _, err := io.ReadFull(s.conn, notif); err != nil {
+		if _, err := io.ReadFull(s.body, notif); err != nil {
 			return err
 		}
 		switch h.kind {
@@ -113,7 +116,7 @@ func (s *server) readDescs(h reqHeader) error {
 		s.buf = make([]byte, n)
 	}
 	b := s.buf[:n]
-	if _, err := io.ReadFull(s.conn, b); err != nil {
+	if _, err := io.ReadFull(s.body, b); err != nil {
 		return err
 	}
 	s.descs = s.descs[:0]
@@ -144,7 +147,7 @@ func (s *server) write(h reqHeader, notif []byte) error {
 	}
 	p, st, msg := s.pin()
 	if st != statusOK {
-		if _, err := io.CopyN(io.Discard, s.conn, int64(h.dataLen)); err != nil {
+		if _, err := io.CopyN(io.Discard, s.body, int64(h.dataLen)); err != nil {
 			return err
 		}
 		return s.respond(h.id, st, msg, nil)
@@ -163,7 +166,7 @@ func (s *server) write(h reqHeader, notif []byte) error {
 // land reads a WRITE's data into the frame's descriptors.
 func (s *server) land() error {
 	for _, d := range s.descs {
-		if _, err := io.ReadFull(s.conn, rawmem.Bytes(d.Addr, d.Len)); err != nil {
+		if _, err := io.ReadFull(s.body, rawmem.Bytes(d.Addr, d.Len)); err != nil {
 			return err
 		}
 	}
@@ -200,7 +203,5 @@ func (s *server) respond(id uint64, st uint8, msg string, data net.Buffers) erro
 	}
 	h := respHeader{id: id, status: st, msgLen: uint16(len(msg)), dataLen: n}
 	head := append(h.append(make([]byte, 0, respHeadLen+len(msg))), msg...)
-	bufs := append(net.Buffers{head}, data...)
-	_, err := bufs.WriteTo(s.conn)
-	return err
+	return s.body.writeBuffers(append(net.Buffers{head}, data...))
 }
