@@ -81,9 +81,11 @@ type CandidateCost struct {
 
 // Outcome is how a routed request ended.
 type Outcome struct {
-	// Err is the request's error, nil when it succeeded. A non-nil error
-	// counts against the worker's health unless it wraps context.Canceled
-	// (the client went away), which is not the worker's fault.
+	// Err is the request's error, nil when it succeeded. A success clears
+	// the worker's consecutive errors; a non-nil error counts as one more,
+	// and in Stats.Failures, unless it wraps context.Canceled (the client
+	// went away, which is not the worker's fault) or ErrNoVerdict (an end
+	// that says nothing of the worker's health), which do neither.
 	Err error
 	// CachedTokens is the number of prompt tokens the engine actually found
 	// in its cache (vLLM's num_cached_tokens), valid when CachedTokensKnown.

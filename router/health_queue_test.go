@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -160,4 +161,36 @@ func TestLoadSyncSeesEveryChange(t *testing.T) {
 	d.Done(router.Outcome{})
 	d.Done(router.Outcome{})
 	require.Empty(t, sync.active)
+}
+
+// An outcome's error is a verdict on the worker's health unless the
+// client went away or the host says it is none (ErrNoVerdict): those
+// neither add an error nor clear the count.
+func TestOutcomeVerdicts(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		want     router.Health
+		failures uint64
+	}{
+		{"success clears the errors", nil, router.Healthy, 0},
+		{"failure counts", errors.New("500 internal error"), router.Unhealthy, 1},
+		{"cancellation is no verdict", fmt.Errorf("client gone: %w", context.Canceled), router.Degraded, 0},
+		{"no verdict", fmt.Errorf("%w: engine answered 429", router.ErrNoVerdict), router.Degraded, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter(t, router.Config{Health: router.HealthConfig{DegradedErrors: 3, UnhealthyErrors: 5}}, newEngine(1))
+			w1 := kvroute.WorkerKey{ID: 1}
+			for range 4 {
+				require.NoError(t, r.ReportError(w1, errors.New("connection refused")))
+			}
+			d, err := r.Select(context.Background(), &router.Request{Tokens: tokens(1, 4, 0, 0)})
+			require.NoError(t, err)
+			d.Done(router.Outcome{Err: tt.err})
+			h, _ := r.Health(w1)
+			require.Equal(t, tt.want, h)
+			require.Equal(t, tt.failures, r.Stats().Failures)
+		})
+	}
 }

@@ -36,6 +36,12 @@ var (
 	// ErrPinnedUnavailable: the request is pinned to a worker that is not
 	// registered, not healthy or busy. The caller may retry unpinned.
 	ErrPinnedUnavailable = errors.New("router: pinned worker unavailable")
+	// ErrNoVerdict, wrapped in an Outcome's Err, ends a request whose end
+	// says nothing of the worker's health either way: the worker turned
+	// it away as overloaded (HTTP 429) or judged the request itself
+	// invalid (HTTP 4xx). It neither counts against the worker nor clears
+	// its errors (see Outcome).
+	ErrNoVerdict = errors.New("router: no verdict on the worker")
 )
 
 // MaxDataParallelRanks bounds Worker.DataParallelRanks.

@@ -212,7 +212,7 @@ func (r *Router) observe(d *Decision, o Outcome) {
 		switch {
 		case o.Err == nil:
 			r.noteSuccess(dm)
-		case !errors.Is(o.Err, context.Canceled):
+		case !errors.Is(o.Err, context.Canceled) && !errors.Is(o.Err, ErrNoVerdict):
 			f.failures.Add(1)
 			r.noteError(dm)
 		}
@@ -247,7 +247,7 @@ type Stats struct {
 	Rejected      uint64 // failed Select calls
 	Disaggregated uint64 // decisions with a prefill and a decode worker
 	Outcomes      uint64 // Done calls
-	Failures      uint64 // Done calls with a non-cancellation error
+	Failures      uint64 // Done calls with an error counted against the worker (see Outcome.Err)
 
 	PromptTokens          uint64 // prompt tokens of all decisions
 	PredictedCachedTokens uint64 // cached tokens the index predicted for them

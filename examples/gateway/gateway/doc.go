@@ -75,7 +75,9 @@
 // reached, answers 429 or 5xx, refuses the worker its headers name, or its
 // stream breaks before the first chunk) the request moves to another engine, up to Config.MaxAttempts;
 // each failed attempt's decision is balanced by Done with the error, which
-// counts against the engine's health. A stream that breaks later ends with
+// counts against the engine's health, except an engine's 429 and the 4xx
+// answers relayed to the client, which say nothing of its health either
+// way (router.ErrNoVerdict). A stream that breaks later ends with
 // an OpenAI error event and [DONE]. Every request gets exactly one answer
 // and every decision exactly one Done.
 //

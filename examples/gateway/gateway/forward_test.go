@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -228,4 +229,54 @@ func TestClientGoneDuringTokenizing(t *testing.T) {
 	require.EqualValues(t, 1, gw.Stats().Requests)
 	require.Zero(t, gw.Stats().Failed, "a request its client abandoned counted as failed")
 	require.Zero(t, eng.hits.Load())
+}
+
+// The engine's answer is the verdict on its health: a success clears its
+// errors and a 5xx adds one, while an overloaded engine (429) and an
+// engine that judged the request itself (4xx) get no verdict, so that an
+// engine failing its requests is not forgiven by a busy spell or by
+// clients' bad requests.
+func TestForwardAnswerIsTheVerdict(t *testing.T) {
+	tests := []struct {
+		status int
+		want   router.Health
+		errors int // the worker's errors after the request, counted by health
+	}{
+		{http.StatusOK, router.Healthy, 0},
+		{http.StatusTooManyRequests, router.Degraded, 3},
+		{http.StatusBadRequest, router.Degraded, 3},
+		{http.StatusNotFound, router.Degraded, 3},
+		{http.StatusInternalServerError, router.Degraded, 4},
+	}
+	for _, tt := range tests {
+		t.Run(http.StatusText(tt.status), func(t *testing.T) {
+			e := newForwardEngine(t, func(w http.ResponseWriter) {
+				if tt.status == http.StatusOK {
+					completion(w)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.status)
+				fmt.Fprint(w, `{"error":{"message":"no"}}`)
+			})
+			gw, srv := forwardGateway(t, gateway.Config{MaxAttempts: 1, Engines: []gateway.Engine{{ID: 1, URL: e.srv.URL}}})
+			r, w1 := gw.Router(), kvroute.WorkerKey{ID: 1}
+			for range 3 {
+				require.NoError(t, r.ReportError(w1, errors.New("connection reset")))
+			}
+			resp, body := postCompletion(t, srv, nil)
+			require.Equal(t, tt.status, resp.StatusCode, body)
+			h, _ := r.Health(w1)
+			require.Equal(t, tt.want, h)
+			// Errors up to UnhealthyErrors (5) tell the count apart.
+			for range 5 - tt.errors - 1 {
+				require.NoError(t, r.ReportError(w1, errors.New("connection reset")))
+			}
+			h, _ = r.Health(w1)
+			require.NotEqual(t, router.Unhealthy, h, "more errors counted than the answers gave")
+			require.NoError(t, r.ReportError(w1, errors.New("connection reset")))
+			h, _ = r.Health(w1)
+			require.Equal(t, router.Unhealthy, h, "fewer errors counted than the answers gave")
+		})
+	}
 }

@@ -258,6 +258,7 @@ type attempt struct {
 	dropUsage bool
 
 	committed   bool  // the engine's answer is being relayed to the client
+	verdict     int   // the status of a relayed 4xx answer: no verdict on the engine's health
 	err         error // why the attempt failed, if it did
 	engineErr   bool  // the engine reported an error inside its stream
 	cached      int
@@ -336,10 +337,14 @@ func (a *attempt) finish(aborted bool) {
 		o.Err = context.Canceled
 	case isStatus && se.status == http.StatusTooManyRequests:
 		// Overloaded, not broken: no verdict on its health.
+		o.Err = fmt.Errorf("%w: %w", router.ErrNoVerdict, a.err)
 	case a.err != nil:
 		o.Err = a.err
 	case a.engineErr:
 		o.Err = errors.New("gateway: the engine reported an error in its stream")
+	case a.verdict != 0:
+		// The engine's verdict on the request, not on itself.
+		o.Err = fmt.Errorf("%w: the engine answered %d", router.ErrNoVerdict, a.verdict)
 	default:
 		o.CachedTokens, o.CachedTokensKnown = a.cached, a.cachedKnown
 	}
@@ -401,6 +406,9 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode != http.StatusOK {
 		// The engine's verdict on the request (4xx): relay it.
 		a.committed = true
+		if resp.StatusCode/100 == 4 {
+			a.verdict = resp.StatusCode
+		}
 		return nil
 	}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
