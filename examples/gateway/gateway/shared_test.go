@@ -126,6 +126,10 @@ func TestGatewaySharedURLWithWorkerHeaders(t *testing.T) {
 	const ghost = kvroute.WorkerID(77)
 	cfg.Engines = append(cfg.Engines, gateway.Engine{ID: ghost, URL: front.srv.URL, Preset: gateway.PresetDynamo})
 	cfg.HealthInterval = 50 * time.Millisecond
+	// A probe slower than the interval on a loaded machine must not fail:
+	// the error would make the ghost degraded before any refusal, and the
+	// router would never try it.
+	cfg.HealthTimeout = 10 * time.Second
 	gw, err := gateway.New(cfg)
 	require.NoError(t, err)
 	c := &cluster{router: r, gw: gw, engines: engines, client: &http.Client{Timeout: 15 * time.Second}}
