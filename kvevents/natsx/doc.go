@@ -57,10 +57,14 @@
 // lost ones on "<prefix>.replay". A replica that sees a gap asks its peers
 // on "<prefix>.have" which one is in sync with the worker and fetches that
 // worker's dump from it on "<prefix>.wdump.<peer>"; a starting replica
-// fetches a whole dump on "<prefix>.dump". The heads carry the
-// Publisher's epoch, and dumps and these requests carry the epoch of
-// each worker's sequence, so that a replica still on a restarted relay's
-// old sequence neither passes it on nor is taken for one in sync. Load operations travel in
+// fetches a whole dump on "<prefix>.dump". The heads and each worker's
+// new-sequence marker (in its EpochHeader) carry the Publisher's epoch,
+// and dumps and these requests carry the epoch of each worker's
+// sequence, so that a replica still on a restarted relay's old sequence
+// neither passes it on nor is taken for one in sync. A replica that
+// cannot tell which relay its sequence of a worker is from never takes
+// itself for in sync with the announcing relay: it starts that worker
+// over from the relay's first event. Load operations travel in
 // numbered batches on "<prefix>.load", with heartbeats; a replica that
 // misses a batch fetches the origin's active requests on
 // "<prefix>.active.<origin>". Dumps and replays arrive as numbered chunks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ const (
 	recLoad          // a message on <prefix>.load
 	recHeads         // a message on <prefix>.heads
 	recSettle        // wait for the repairs and resyncs in flight and apply their results
+	recMarked        // a message on <prefix>.events whose EpochHeader is its first 8 bytes, big-endian
 	numRecs
 )
 
@@ -83,6 +85,9 @@ func fuzzReplicaSeeds(t testing.TB) [][]byte {
 	restart = appendRecord(restart, recEvent, cleared())
 	restart = appendRecord(restart, recHeads, appendHeads(nil, &heads{epoch: 2, last: []workerID{{worker: w, id: 1}}}))
 	restart = appendRecord(restart, recSettle, nil)
+	restart = appendRecord(restart, recMarked, append(binary.BigEndian.AppendUint64(nil, 3), cleared()...))
+	restart = appendRecord(restart, recEvent, event(1, 21, 0))
+	restart = appendRecord(restart, recHeads, appendHeads(nil, &heads{epoch: 3, last: []workerID{{worker: w, id: 1}}}))
 	peer = appendRecord(peer, recLoad, batch(1, 1, add, loadOp{op: opPrefillDone, id: 9}, loadOp{op: opOutput, id: 9, output: 40}))
 	peer = appendRecord(peer, recLoad, batch(1, 3, loadOp{op: opFree, id: 9}, loadOp{op: 200, id: 9}))
 	peer = appendRecord(peer, recLoad, batch(1, 3)) // a heartbeat ahead of the applied batches
@@ -201,7 +206,14 @@ func (h *replicaHarness) run(t *testing.T, p []byte) {
 		before, trBefore, bad := ix.Size(), tr.Len(), h.r.stats.malformed.Load()
 		switch kind {
 		case recEvent:
-			l.handleEvent(msg)
+			l.handleEvent(&nats.Msg{Data: msg})
+		case recMarked:
+			m := &nats.Msg{Data: msg}
+			if len(msg) >= 8 {
+				m.Header = nats.Header{EpochHeader: []string{strconv.FormatUint(binary.BigEndian.Uint64(msg), 10)}}
+				m.Data = msg[8:]
+			}
+			l.handleEvent(m)
 		case recLoad:
 			l.handleLoad(msg)
 		case recHeads:

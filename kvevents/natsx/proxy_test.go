@@ -15,7 +15,7 @@ import (
 
 // dropFunc decides whether the proxy drops a message on subject; toClient
 // tells the direction (server to client: MSG/HMSG; client to server:
-// PUB/HPUB).
+// PUB/HPUB). The payload it sees is the message's data, without headers.
 type dropFunc func(subject string, payload []byte, toClient bool) bool
 
 // natsProxy is a loopback TCP proxy in front of a NATS server that
@@ -109,13 +109,18 @@ func (p *natsProxy) pipe(src, dst net.Conn, toClient bool) {
 		line = append([]byte(nil), line...)
 		fields := bytes.Fields(line)
 		var payload []byte
-		subject := ""
+		subject, headers := "", 0
 		if len(fields) >= 3 {
-			switch string(bytes.ToUpper(fields[0])) {
+			switch op := string(bytes.ToUpper(fields[0])); op {
 			case "MSG", "HMSG", "PUB", "HPUB":
 				n, err := strconv.Atoi(string(fields[len(fields)-1]))
 				if err != nil || n < 0 {
 					return
+				}
+				if op[0] == 'H' { // the payload starts with the headers' bytes
+					if headers, err = strconv.Atoi(string(fields[len(fields)-2])); err != nil || headers < 0 || headers > n {
+						return
+					}
 				}
 				payload = make([]byte, n+2)
 				if _, err := io.ReadFull(r, payload); err != nil {
@@ -125,7 +130,7 @@ func (p *natsProxy) pipe(src, dst net.Conn, toClient bool) {
 			}
 		}
 		if payload != nil {
-			if f := p.drop.Load(); f != nil && (*f)(subject, payload[:len(payload)-2], toClient) {
+			if f := p.drop.Load(); f != nil && (*f)(subject, payload[headers:len(payload)-2], toClient) {
 				p.dropped.Add(1)
 				continue
 			}

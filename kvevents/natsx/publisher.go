@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -290,7 +291,11 @@ func (p *Publisher) publishLocked(w kvroute.WorkerKey, d *kvevents.DynamoEvent) 
 		if err != nil {
 			return err
 		}
-		if err := p.conn.Publish(p.subject, msg); err != nil {
+		m := &nats.Msg{Subject: p.subject, Data: msg}
+		if p.conn.HeadersSupported() {
+			m.Header = nats.Header{EpochHeader: []string{strconv.FormatUint(p.epoch, 10)}}
+		}
+		if err := p.conn.PublishMsg(m); err != nil {
 			p.log.Warn("natsx: publishing a new-sequence marker failed", "worker", w.String(), "err", err)
 		}
 		if d.Kind == kvevents.DynamoCleared {

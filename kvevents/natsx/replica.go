@@ -529,7 +529,7 @@ type syncState struct {
 type repairState struct {
 	need uint64
 	gen  uint64
-	held [][]byte
+	held []*nats.Msg
 }
 
 // peerState is another replica's load as this one knows it.
@@ -642,7 +642,7 @@ func (l *loop) dispatch(m *nats.Msg) {
 			l.start.held = append(l.start.held, m)
 			return
 		}
-		l.handleEvent(m.Data)
+		l.handleEvent(m)
 	case m.Sub == l.subs[1]: // load
 		l.handleLoad(m.Data)
 	case m.Sub == l.subs[2]: // heads
@@ -730,12 +730,12 @@ func (l *loop) inSync(w kvroute.WorkerKey, id, epoch uint64) bool {
 	return ok && last >= id && l.sameEpoch(w, epoch)
 }
 
-// sameEpoch reports whether w's sequence here may be that of relay epoch:
-// it is, or one of the two is not known (a replica learns the epoch from
-// the heads after a relay's new-sequence marker, or from a dump).
+// sameEpoch reports whether w's sequence here is that of relay epoch,
+// where epoch 0 (an asker that does not know) means any relay's. A
+// sequence whose relay this replica does not know is not taken for any
+// relay's: it may be another relay's than the asker's.
 func (l *loop) sameEpoch(w kvroute.WorkerKey, epoch uint64) bool {
-	e := l.epochs[w]
-	return epoch == 0 || e == 0 || e == epoch
+	return epoch == 0 || l.epochs[w] == epoch
 }
 
 // decodeEvent decodes an event message into l.ev.
@@ -753,23 +753,30 @@ func (l *loop) decodeEvent(data []byte) bool {
 
 // handleEvent applies one event message, or holds it while its worker is
 // being repaired, or starts a repair when it reveals a gap.
-func (l *loop) handleEvent(data []byte) {
+func (l *loop) handleEvent(m *nats.Msg) {
 	r := l.r
-	if !l.decodeEvent(data) {
+	if !l.decodeEvent(m.Data) {
 		return
 	}
 	ev := &l.ev
 	w := ev.Worker
 	if rep := l.repairs[w]; rep != nil {
-		rep.held = append(rep.held, data)
+		rep.held = append(rep.held, m)
 		return
 	}
 	if ev.ID == 0 {
 		if ev.Kind == kvroute.EventCleared {
-			// The relay's new-sequence marker: its events of w start at 1.
+			// The relay's new-sequence marker: its events of w start at 1,
+			// and the marker names the relay. A marker without its epoch
+			// (a relay of an older version) leaves it unknown: the first
+			// heads of the worker then start it over (handleHeads).
 			r.cfg.Index.ResetWorker(w)
 			l.last[w] = 0
-			delete(l.epochs, w) // the next heads tell which Publisher
+			if e := markerEpoch(m.Header); e != 0 {
+				l.epochs[w] = e
+			} else {
+				delete(l.epochs, w)
+			}
 			r.stats.applied.Add(1)
 			return
 		}
@@ -784,7 +791,7 @@ func (l *loop) handleEvent(data []byte) {
 		r.stats.gaps.Add(1)
 		r.log.Info("natsx: event gap", "worker", w.String(), "want", last+1, "got", ev.ID)
 		l.startRepair(w, ev.ID-1)
-		l.repairs[w].held = append(l.repairs[w].held, data)
+		l.repairs[w].held = append(l.repairs[w].held, m)
 		return
 	}
 	l.apply(ev)
@@ -817,9 +824,19 @@ func (l *loop) apply(ev *kvroute.Event) {
 
 // handleHeads starts a repair of every worker the relay has published
 // more events of than this replica applied (events lost at the end of a
-// burst show no gap in the stream). Heads of a Publisher other than the
-// one the worker's sequence came from mean that this replica missed the
-// new Publisher's marker: the worker starts over from its first event.
+// burst show no gap in the stream).
+//
+// A worker's sequence here is known to be the announcing relay's only
+// when its epoch is the heads' epoch. When it is another relay's, this
+// replica missed the new relay's marker; when its relay is not known (a
+// marker or a dump without the epoch, a repair from a peer that did not
+// know it, a first event seen without its marker), it may be an old
+// relay's sequence, or of another lineage, whatever its last event ID. In
+// both cases the replica does not take itself for in sync: the worker
+// starts over from the relay's first event, repaired from a peer on the
+// relay's sequence or from the relay's replay (or reset, when neither
+// can). Only a worker of which nothing was applied yet, and none is under
+// repair, takes the relay's epoch as it is.
 func (l *loop) handleHeads(data []byte) {
 	h, err := decodeHeads(data)
 	if err != nil {
@@ -827,12 +844,18 @@ func (l *loop) handleHeads(data []byte) {
 		return
 	}
 	for _, x := range h.last {
-		switch e, ok := l.epochs[x.worker]; {
-		case !ok:
-			l.epochs[x.worker] = h.epoch
-		case e != h.epoch:
+		switch e, known := l.epochs[x.worker]; {
+		case known && e == h.epoch: // on this relay's sequence
+		case !known && l.last[x.worker] == 0 && l.repairs[x.worker] == nil:
+			l.epochs[x.worker] = h.epoch // nothing of any sequence applied yet
+		default:
 			l.r.stats.gaps.Add(1)
-			l.r.log.Info("natsx: missed a relay restart", "worker", x.worker.String(), "head", x.id)
+			if known {
+				l.r.log.Info("natsx: missed a relay restart", "worker", x.worker.String(), "head", x.id)
+			} else {
+				l.r.log.Info("natsx: sequence of an unknown relay, starting the worker over",
+					"worker", x.worker.String(), "have", l.last[x.worker], "head", x.id)
+			}
 			l.r.cfg.Index.ResetWorker(x.worker)
 			l.last[x.worker] = 0
 			l.epochs[x.worker] = h.epoch
@@ -945,9 +968,8 @@ func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need,
 					return 0, false, err
 				}
 				if c.index == 0 {
-					if len(c.last) != 1 || c.last[0].worker != w ||
-						(epoch != 0 && c.last[0].epoch != 0 && c.last[0].epoch != epoch) {
-						return 0, false, errNotAvailable // the peer fell out of sync
+					if len(c.last) != 1 || c.last[0].worker != w || (epoch != 0 && c.last[0].epoch != epoch) {
+						return 0, false, errNotAvailable // the peer fell out of sync, or cannot tell its relay
 					}
 					last, lastEpoch = c.last[0].id, c.last[0].epoch
 				}
@@ -1101,9 +1123,13 @@ func (l *loop) finishRepair(res repairResult) {
 			l.ev.ID = 0
 			l.apply(&l.ev)
 		}
+		// The worker is now the peer's, of the peer's relay (when the
+		// repair named one, the peer's is that one).
 		l.last[w] = res.last
-		if l.epochs[w] == 0 && res.epoch != 0 {
+		if res.epoch != 0 {
 			l.epochs[w] = res.epoch
+		} else {
+			delete(l.epochs, w)
 		}
 		r.stats.byDump.Add(1)
 	case byReplay:
@@ -1124,8 +1150,8 @@ func (l *loop) finishRepair(res repairResult) {
 		r.stats.resets.Add(1)
 		r.log.Warn("natsx: worker reset after a gap nothing could repair", "worker", w.String(), "next", rep.need+1)
 	}
-	for _, data := range rep.held {
-		l.handleEvent(data)
+	for _, m := range rep.held {
+		l.handleEvent(m)
 	}
 }
 
@@ -1212,7 +1238,7 @@ func (l *loop) finishSync() {
 	r.once.Do(func() { close(r.ready) })
 	r.log.Debug("natsx: synced", "chunks", len(st.chunks), "held", len(st.held))
 	for _, m := range st.held {
-		l.handleEvent(m.Data)
+		l.handleEvent(m)
 	}
 }
 

@@ -3,8 +3,10 @@ package natsx
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
@@ -46,11 +48,11 @@ func TestStaleRepairResultIsIgnored(t *testing.T) {
 	}
 
 	l.handleHeads(appendHeads(nil, &heads{epoch: 1, last: []workerID{{worker: w, id: 0}}}))
-	l.handleEvent(eventMsg(t, w, 1, 11, 0))
-	l.handleEvent(eventMsg(t, w, 2, 12, 11))
-	l.handleEvent(eventMsg(t, w, 3, 13, 12))
+	l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 1, 11, 0)})
+	l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 2, 12, 11)})
+	l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 3, 13, 12)})
 	require.Len(t, held(), 3)
-	l.handleEvent(eventMsg(t, w, 5, 15, 14)) // event 4 lost: a repair up to 4
+	l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 5, 15, 14)}) // event 4 lost: a repair up to 4
 	old := l.repairs[w]
 	require.NotNil(t, old)
 	// The relay restarts and the replica missed its marker: the new
@@ -80,7 +82,7 @@ func TestStaleRepairResultIsIgnored(t *testing.T) {
 		msgs: [][]byte{eventMsg(t, w, 1, 101, 0), eventMsg(t, w, 2, 102, 101)}})
 	require.Nil(t, l.repairs[w])
 	require.Equal(t, uint64(2), l.last[w])
-	l.handleEvent(eventMsg(t, w, 3, 103, 102))
+	l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 3, 103, 102)})
 	require.Equal(t, uint64(3), l.last[w])
 	require.Len(t, held(), 3)
 	st := h.r.Stats()
@@ -165,7 +167,7 @@ func TestEventInOrderDespiteTheIndexSequence(t *testing.T) {
 			require.NoError(t, ix.Apply(&kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: tt.hostID,
 				Blocks: []kvroute.StoredBlock{{External: 50, Hash: 150}}}))
 			l.last[w] = tt.last
-			l.handleEvent(eventMsg(t, w, tt.last+1, 11, 0))
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, tt.last+1, 11, 0)})
 			require.Len(t, ix.AppendWorkerBlocks(w, nil), 2)
 			require.Equal(t, tt.last+1, l.last[w])
 			require.Equal(t, uint64(1), h.r.Stats().Applied)
@@ -175,7 +177,8 @@ func TestEventInOrderDespiteTheIndexSequence(t *testing.T) {
 
 // A replica is in sync with an asker's worker only on the same relay's
 // sequence: one still on an old relay's sequence is not, whatever its
-// last event ID; an epoch not known on either side does not decide.
+// last event ID, nor one that does not know its sequence's relay; an
+// asker that does not know its relay takes any.
 func TestInSyncComparesRelayEpochs(t *testing.T) {
 	w := kvroute.WorkerKey{ID: 5}
 	tests := []struct {
@@ -188,7 +191,8 @@ func TestInSyncComparesRelayEpochs(t *testing.T) {
 		{"same relay, behind", 1, 1, 6, false},
 		{"another relay", 1, 2, 2, false},
 		{"the asker does not know", 1, 0, 4, true},
-		{"this replica does not know", 0, 2, 4, true},
+		{"this replica does not know", 0, 2, 4, false},
+		{"neither knows", 0, 0, 4, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -200,6 +204,99 @@ func TestInSyncComparesRelayEpochs(t *testing.T) {
 				l.epochs[w] = tt.mine
 			}
 			require.Equal(t, tt.want, l.inSync(w, tt.id, tt.theirs))
+		})
+	}
+}
+
+// markerMsg is a relay's new-sequence marker of w, naming relay epoch when
+// not 0 (a relay of an older version names none).
+func markerMsg(t *testing.T, w kvroute.WorkerKey, epoch uint64) *nats.Msg {
+	t.Helper()
+	var d kvevents.DynamoEvent
+	require.NoError(t, d.FromEvent(&kvroute.Event{Kind: kvroute.EventCleared, Worker: w}, kvroute.Hasher{}))
+	msg, err := kvevents.AppendDynamoEvent(nil, &d)
+	require.NoError(t, err)
+	m := &nats.Msg{Data: msg}
+	if epoch != 0 {
+		m.Header = nats.Header{EpochHeader: []string{strconv.FormatUint(epoch, 10)}}
+	}
+	return m
+}
+
+// A replica follows a worker's sequence as the announcing relay's only
+// when it knows the sequence is that relay's. Heads of a relay it cannot
+// tie its sequence to (an old relay's, or one it does not know) start
+// the worker over from that relay's first event, whatever the last IDs
+// say; only a worker of which nothing was applied takes the relay as it
+// is.
+func TestHeadsOfAnUnknownRelayStartTheWorkerOver(t *testing.T) {
+	w := kvroute.WorkerKey{ID: 6}
+	const relay = 7
+	tests := []struct {
+		name    string
+		before  func(t *testing.T, l *loop) // the messages the replica got before the heads
+		head    uint64                      // the relay's last ID of w
+		resync  bool                        // the worker must start over
+		repairs bool                        // a repair up to head must be under way
+	}{
+		{"marker naming the relay, in sync", func(t *testing.T, l *loop) {
+			l.handleEvent(markerMsg(t, w, relay))
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 1, 11, 0)})
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 2, 12, 11)})
+		}, 2, false, false},
+		{"marker naming the relay, behind", func(t *testing.T, l *loop) {
+			l.handleEvent(markerMsg(t, w, relay))
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 1, 11, 0)})
+		}, 3, false, true},
+		{"marker naming another relay", func(t *testing.T, l *loop) {
+			l.handleEvent(markerMsg(t, w, relay+1))
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 1, 11, 0)})
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 2, 12, 11)})
+		}, 2, true, true},
+		{"events of an unknown relay, ahead of the heads", func(t *testing.T, l *loop) {
+			for id := range uint64(5) {
+				l.handleEvent(&nats.Msg{Data: eventMsg(t, w, id+1, kvroute.ExternalHash(11+id), kvroute.ExternalHash(10+id))})
+			}
+		}, 2, true, true},
+		{"marker naming no relay, then events", func(t *testing.T, l *loop) {
+			l.handleEvent(markerMsg(t, w, 0))
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 1, 11, 0)})
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 2, 12, 11)})
+		}, 2, true, true},
+		{"a dump without the relay", func(t *testing.T, l *loop) {
+			l.handleEvent(&nats.Msg{Data: eventMsg(t, w, 1, 11, 0)})
+			l.last[w] = 9 // as a peer's dump without epochs leaves it
+		}, 9, true, true},
+		{"marker naming no relay, nothing applied", func(t *testing.T, l *loop) {
+			l.handleEvent(markerMsg(t, w, 0))
+		}, 0, false, false},
+		{"a worker never seen", func(t *testing.T, l *loop) {}, 4, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newReplicaHarness(t)
+			l, end, ix, _ := h.newLoop(t)
+			defer end()
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // repairs give up at once: the test looks at what was started
+			l.ctx = ctx
+			tt.before(t, l)
+			blocks, last := len(ix.AppendWorkerBlocks(w, nil)), l.last[w]
+			l.handleHeads(appendHeads(nil, &heads{epoch: relay, last: []workerID{{worker: w, id: tt.head}}}))
+			require.Equal(t, uint64(relay), l.epochs[w], "the replica follows the relay")
+			if tt.resync {
+				require.Empty(t, ix.AppendWorkerBlocks(w, nil), "the worker kept the blocks of an unknown sequence")
+				require.Zero(t, l.last[w])
+			} else {
+				require.Len(t, ix.AppendWorkerBlocks(w, nil), blocks)
+				require.Equal(t, last, l.last[w])
+			}
+			if !tt.repairs {
+				require.Nil(t, l.repairs[w])
+				return
+			}
+			require.NotNil(t, l.repairs[w], "no repair")
+			require.Equal(t, tt.head, l.repairs[w].need)
 		})
 	}
 }

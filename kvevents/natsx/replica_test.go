@@ -662,3 +662,38 @@ func TestLargeDumpFitsThePayloadLimit(t *testing.T) {
 	require.Equal(t, a.blocks(w), b.blocks(w))
 	require.Positive(t, a.rep.Stats().DumpsServed)
 }
+
+// A replica whose sequence of a worker is of a relay it does not know (it
+// missed the marker, and no heads came) does not take itself for in sync
+// when a restarted relay's heads arrive, though its last event ID is past
+// theirs: it starts the worker over from the new relay's first event
+// (here from the relay's replay) instead of keeping the old sequence's
+// blocks and dropping the new one's events as duplicates.
+func TestUnknownRelayEpochIsNotInSync(t *testing.T) {
+	url := startNATS(t)
+	proxy := startProxy(t, url[len("nats://"):])
+	w := kvroute.WorkerKey{ID: 3}
+	p := startNode(t, proxy.URL(), "p", nodeConfig{syncTimeout: 500 * time.Millisecond}, 3)
+	proxy.setDrop(dropEvent(w, 0)) // p misses every marker
+	pub1, stop1 := startRelayConfig(t, natsx.PublisherConfig{Conn: connect(t, url), HeadsInterval: time.Hour})
+	for tok := range uint32(5) {
+		storeBlock(t, pub1, w, tok)
+	}
+	eventually(t, "p to hold the first sequence", func() bool { return len(p.blocks(w)) == 5 })
+
+	stop1()
+	pub2, _ := startRelayConfig(t, natsx.PublisherConfig{Conn: connect(t, url), HeadsInterval: 500 * time.Millisecond})
+	events := p.rep.Stats().Events
+	storeBlock(t, pub2, w, 101) // event 1 of the new sequence
+	storeBlock(t, pub2, w, 102) // event 2
+	eventually(t, "p to get the new events", func() bool { return p.rep.Stats().Events >= events+2 })
+	want := seqHashes(101, 102)
+	eventually(t, "p to start over on the new relay's heads", func() bool { return slices.Equal(p.blocks(w), want) })
+	storeBlock(t, pub2, w, 103)
+	want = seqHashes(101, 102, 103)
+	eventually(t, "p to follow the new sequence", func() bool { return slices.Equal(p.blocks(w), want) })
+	st := p.rep.Stats()
+	require.Positive(t, st.ByReplay)
+	require.Zero(t, st.Resets)
+	require.Positive(t, proxy.dropped.Load())
+}

@@ -64,6 +64,21 @@ func checkWire(h nats.Header) error {
 	return nil
 }
 
+// EpochHeader is the NATS header of a Publisher's new-sequence marker
+// that carries the Publisher's epoch (a decimal number), so that replicas
+// know at once whose sequence follows. Events carry no other header.
+const EpochHeader = "Kvroute-Natsx-Epoch"
+
+// markerEpoch returns the epoch a marker's header h carries, or 0 when it
+// carries none (a relay of an older version) or not a number.
+func markerEpoch(h nats.Header) uint64 {
+	e, err := strconv.ParseUint(h.Get(EpochHeader), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return e
+}
+
 // publishWire publishes data on subject (with reply as its reply subject,
 // when not empty), marked with WireVersion when the server takes headers.
 func publishWire(conn *nats.Conn, subject, reply string, data []byte) error {
