@@ -13,7 +13,9 @@ Each vector gives the hasher inputs (tokens, block size, LoRA name, cache
 namespace, Eagle flag, multimodal objects as hash/offset/length) and the
 block hashes Dynamo computes. Multimodal objects are assigned to blocks as
 vLLM assigns its extra keys: an object belongs to every block whose tokens
-[i*block_size, (i+1)*block_size) overlap its placeholder range.
+[i*block_size, (i+1)*block_size) overlap its placeholder range, and
+the same image given twice counts twice in a block both overlap, as vLLM's
+extra keys list it.
 """
 
 import json
@@ -62,6 +64,7 @@ def vector(name, tokens, block_size, lora=None, namespace=None, eagle=False, mm=
 def main():
     rng = random.Random(14)
     text = [rng.randrange(151936) for _ in range(70)]
+    long_text = [rng.randrange(1 << 32) for _ in range(300)]
     image_pad = 151655
     # A prompt with two images of 20 placeholder tokens each.
     mm_prompt = text[:10] + [image_pad] * 20 + text[10:15] + [image_pad] * 20 + text[15:30]
@@ -90,6 +93,18 @@ def main():
                mm=[{"hash": img_a, "offset": 10, "length": 20}]),
         vector("mm-eagle", mm_prompt + [7], 16, eagle=True,
                mm=[{"hash": img_a, "offset": 10, "length": 20}, {"hash": img_b, "offset": 35, "length": 20}]),
+        vector("bs1", text[:5], 1),
+        vector("eagle-bs1", list(range(6)), 1, eagle=True),
+        vector("bs7-unicode-lora", text[:30], 7, lora="adaptér-ü"),
+        vector("bs64-full-range-tokens", long_text[:200], 64),
+        vector("bs16-long-unicode-salt", long_text, 16, namespace="tenant-ü"),
+        vector("mm-ten-items-in-one-block", text[:40], 16,
+               mm=[{"hash": (img_a * (i + 1)) % (1 << 64), "offset": i, "length": 1} for i in range(10)]),
+        vector("mm-same-image-twice-in-a-block", text[:32], 16,
+               mm=[{"hash": img_a, "offset": 2, "length": 4}, {"hash": img_a, "offset": 8, "length": 4}]),
+        vector("mm-item-spans-every-block", text[:64], 16, mm=[{"hash": img_c, "offset": 5, "length": 50}]),
+        vector("mm-item-past-the-end", text[:70], 16, mm=[{"hash": img_b, "offset": 60, "length": 100}]),
+        vector("mm-item-ends-at-a-block-start", text[:48], 16, mm=[{"hash": img_b, "offset": 4, "length": 12}]),
     ]
     json.dump({"producer": "ai-dynamo-runtime 1.6.1 dynamo._core.compute_block_hash_for_seq",
                "vectors": vectors}, fp=__import__("sys").stdout, indent=1)
