@@ -144,6 +144,7 @@ type Gateway struct {
 	adapters          map[string]string // Config.Adapters, copied
 	proxy             *httputil.ReverseProxy
 	client            *http.Client
+	transport         *http.Transport // the one New made, nil with Config.Transport
 	maxAttempts       int
 	maxReq, maxResp   int64
 	interval, timeout time.Duration
@@ -230,7 +231,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	transport := cfg.Transport
 	if transport == nil {
-		transport = &http.Transport{
+		g.transport = &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
 			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			ForceAttemptHTTP2:     true,
@@ -240,6 +241,7 @@ func New(cfg Config) (*Gateway, error) {
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
 		}
+		transport = g.transport
 	}
 	g.client = &http.Client{Transport: transport}
 	g.proxy = &httputil.ReverseProxy{
@@ -366,7 +368,8 @@ func (g *Gateway) RemoveEngine(id kvroute.WorkerID) bool {
 
 // Run starts the engines' KV-event subscribers and the health probes
 // (each round ends with the router's CheckHealth) and blocks until ctx
-// ends; then it stops them and returns nil. It returns
+// ends; then it stops them, closes the idle connections of the transport
+// New made (not those of Config.Transport) and returns nil. It returns
 // ErrRunning when Run is running already or still stopping (its
 // subscribers have not ended yet). Requests are served (by
 // ServeHTTP) whether Run runs or not, but without it the router hears
@@ -414,6 +417,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.mu.Unlock()
 	for _, eng := range stopped {
 		eng.running.Wait()
+	}
+	if g.transport != nil {
+		// The probes' connections, and those of requests served, would
+		// otherwise stay open until the idle timeout; a request served
+		// after Run connects again.
+		g.transport.CloseIdleConnections()
 	}
 	g.mu.Lock()
 	g.active = false

@@ -3,6 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,4 +44,34 @@ func TestRunWithoutProbesKeepsHealthCurrent(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "the engine stays unhealthy")
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// When Run ends, the connection its probes left idle to an engine is
+// closed, not left open until the transport's idle timeout.
+func TestRunClosesIdleConnections(t *testing.T) {
+	var open, probes atomic.Int32
+	engine := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { probes.Add(1) }))
+	engine.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	engine.Start()
+	t.Cleanup(engine.Close)
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	g, err := New(Config{Router: r, HealthInterval: time.Hour, Engines: []Engine{{ID: 1, URL: engine.URL}}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	require.Eventually(t, func() bool { return probes.Load() == 1 }, 5*time.Second, time.Millisecond, "the first probe")
+	require.EqualValues(t, 1, open.Load())
+	cancel()
+	require.NoError(t, <-done)
+	require.Eventually(t, func() bool { return open.Load() == 0 }, 5*time.Second, time.Millisecond,
+		"the probe's connection stays open")
 }
