@@ -74,7 +74,10 @@ type Hasher struct {
 	window    int    // bytes hashed per block: 4*blockSize, plus 4 with Eagle
 	baseSeed  uint64 // HashSeed plus the namespace offset
 	seed      uint64 // baseSeed plus the LoRA offset
-	namespace string // the namespace baseSeed was made from
+	// namespace and salt are what baseSeed was made from: the namespace
+	// alone, or SaltedNamespace(namespace, salt) when salt is set (only
+	// under a non-empty namespace, so that salting allocates no string).
+	namespace, salt string
 }
 
 // NewHasher returns a Hasher for cfg. It returns ErrBlockSize when the
@@ -104,6 +107,22 @@ func namespaceSeed(ns string) uint64 {
 	return HashSeed + xxh3.HashStringSeed(ns, 1)
 }
 
+// maxStackSaltedNamespace bounds the salted namespaces saltedSeed builds on
+// the stack; longer ones allocate.
+const maxStackSaltedNamespace = 256
+
+// saltedSeed is namespaceSeed(SaltedNamespace(ns, salt)) for a non-empty
+// namespace and salt, without building the string on the heap.
+func saltedSeed(ns, salt string) uint64 {
+	var buf [maxStackSaltedNamespace]byte
+	b := buf[:0]
+	if n := len(ns) + 1 + len(salt); n > len(buf) {
+		b = make([]byte, 0, n)
+	}
+	b = append(append(append(b, ns...), 0), salt...)
+	return HashSeed + xxh3.HashSeed(b, 1)
+}
+
 // SaltedNamespace returns the hasher namespace of blocks stored under a
 // cache salt (vLLM's and SGLang's cache_salt): the salt itself under an
 // empty namespace, which is exactly Dynamo's cache_namespace hashing,
@@ -120,20 +139,27 @@ func SaltedNamespace(namespace, salt string) string {
 
 // WithSalt returns a copy of h for blocks stored under a request's cache
 // salt: its namespace becomes SaltedNamespace(namespace, salt), keeping the
-// block size, Eagle mode and LoRA adapter. An empty salt returns h.
+// block size, Eagle mode and LoRA adapter. An empty salt returns h. It
+// allocates nothing unless h is salted already.
 func (h Hasher) WithSalt(salt string) Hasher {
 	if salt == "" {
 		return h
 	}
 	lora := h.seed - h.baseSeed
-	h.namespace = SaltedNamespace(h.namespace, salt)
-	h.baseSeed = namespaceSeed(h.namespace)
+	switch {
+	case h.namespace == "":
+		h.namespace = salt
+		h.baseSeed = namespaceSeed(salt)
+	default:
+		h.salt = SaltedNamespace(h.salt, salt)
+		h.baseSeed = saltedSeed(h.namespace, h.salt)
+	}
 	h.seed = h.baseSeed + lora
 	return h
 }
 
 // Namespace returns the hasher namespace (with any salt applied).
-func (h Hasher) Namespace() string { return h.namespace }
+func (h Hasher) Namespace() string { return SaltedNamespace(h.namespace, h.salt) }
 
 // Eagle reports whether h hashes Eagle windows of BlockSize+1 tokens.
 func (h Hasher) Eagle() bool { return h.window != h.blockSize*4 }

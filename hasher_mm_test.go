@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -288,4 +289,40 @@ func TestHasherMMRepeatedItemInABlock(t *testing.T) {
 	require.Equal(t, h.HashBlockMM(toks[:16], []uint64{img}), once[0])
 	require.NotEqual(t, once[0], twice[0])
 	require.Equal(t, h.HashBlock(toks[16:]), twice[1], "no item reaches the second block")
+}
+
+// A salt under a namespace hashes as the salted namespace would as the
+// hasher's own namespace, salts chain, and salting allocates nothing (the
+// router salts a request's hasher on every Select).
+func TestHasherSaltUnderNamespace(t *testing.T) {
+	long := strings.Repeat("s", 300)
+	tests := []struct {
+		name, namespace string
+		salts           []string
+	}{
+		{"no namespace", "", []string{"tenant-a"}},
+		{"namespace", "model-a", []string{"tenant-a"}},
+		{"two salts", "", []string{"tenant-a", "user-7"}},
+		{"namespace and two salts", "model-a", []string{"tenant-a", "user-7"}},
+		{"long salt", "model-a", []string{long}},
+	}
+	toks := make([]uint32, 64)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := kvroute.MustHasher(kvroute.HasherConfig{Namespace: tt.namespace, LoRA: "adapter-a"})
+			ns := tt.namespace
+			for _, s := range tt.salts {
+				h, ns = h.WithSalt(s), kvroute.SaltedNamespace(ns, s)
+			}
+			direct := kvroute.MustHasher(kvroute.HasherConfig{Namespace: ns, LoRA: "adapter-a"})
+			require.Equal(t, ns, h.Namespace())
+			require.Equal(t, direct.Seed(), h.Seed())
+			require.Equal(t, direct.AppendSeqHashes(nil, toks), h.AppendSeqHashes(nil, toks))
+		})
+	}
+	h := kvroute.MustHasher(kvroute.HasherConfig{Namespace: "model-a"})
+	salt := "tenant-a"
+	var salted kvroute.Hasher
+	require.Zero(t, testing.AllocsPerRun(100, func() { salted = h.WithSalt(salt) }))
+	require.NotEqual(t, h.Seed(), salted.Seed())
 }
