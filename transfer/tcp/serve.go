@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/kvroute/kvroute/transfer"
@@ -92,8 +93,8 @@ func (s *server) loop() error {
 		if err := s.readDescs(h); err != nil {
 			return err
 		}
-		notif := make([]byte, h.notifLen)
-		if _, err := io.ReadFull(s.body, notif); err != nil {
+		notif, err := readBytes(s.body, int(h.notifLen))
+		if err != nil {
 			return err
 		}
 		switch h.kind {
@@ -110,18 +111,46 @@ func (s *server) loop() error {
 	}
 }
 
+// descBatch is how many descriptors readDescs reads at a time (96 KiB), so
+// that the memory a frame's descriptors take grows with the bytes that
+// arrived rather than with the count its header announces.
+const descBatch = 4096
+
+// readBytes reads n bytes into a buffer that grows as they arrive, from
+// 64 KiB, so that a header announcing n bytes costs no more than what
+// followed it.
+func readBytes(r io.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(n, 64<<10))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(n-len(b), cap(b)))
+		}
+		k, err := io.ReadFull(r, b[len(b):min(n, cap(b))])
+		b = b[:len(b)+k]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// readDescs reads the frame's descriptors into s.descs.
 func (s *server) readDescs(h reqHeader) error {
-	n := int(h.count) * descWireLen
-	if cap(s.buf) < n {
-		s.buf = make([]byte, n)
-	}
-	b := s.buf[:n]
-	if _, err := io.ReadFull(s.body, b); err != nil {
-		return err
-	}
 	s.descs = s.descs[:0]
-	for i := 0; i < n; i += descWireLen {
-		s.descs = append(s.descs, decodeDesc(b[i:]))
+	for left := int(h.count); left > 0; {
+		k := min(left, descBatch)
+		n := k * descWireLen
+		if cap(s.buf) < n {
+			s.buf = make([]byte, n)
+		}
+		b := s.buf[:n]
+		if _, err := io.ReadFull(s.body, b); err != nil {
+			return err
+		}
+		for i := 0; i < n; i += descWireLen {
+			s.descs = append(s.descs, decodeDesc(b[i:]))
+		}
+		left -= k
 	}
 	return nil
 }
