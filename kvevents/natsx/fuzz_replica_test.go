@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,9 +261,10 @@ func TestReplicaFuzzSeedsReachPaths(t *testing.T) {
 }
 
 // FuzzFetchReply checks the chunk sequencing of repairs and resyncs: a
-// reply is a 503 (no responders), a chunk that does not decode, a chunk
-// out of order (all errors wrapping kvevents.ErrMalformed or
-// nats.ErrNoResponders), or the next chunk.
+// reply is a 503 (no responders), a chunk of a newer wire version, a
+// chunk that does not decode, a chunk out of order (all errors wrapping
+// nats.ErrNoResponders, errWireVersion or kvevents.ErrMalformed), or the
+// next chunk. A status starting with "v" is the chunk's wire version.
 func FuzzFetchReply(f *testing.F) {
 	w := kvroute.WorkerKey{ID: 7}
 	for i, final := range []bool{false, true} {
@@ -275,8 +277,16 @@ func FuzzFetchReply(f *testing.F) {
 	}
 	f.Add([]byte{}, uint64(0), "503")
 	f.Add([]byte{1}, uint64(0), "503")
+	f.Add(appendReplayChunk(nil, &replayChunk{final: true}), uint64(0), "v2") // of a newer wire version
+	f.Add(appendReplayChunk(nil, &replayChunk{final: true}), uint64(0), "v1")
 	f.Fuzz(func(t *testing.T, data []byte, next uint64, status string) {
 		m := &nats.Msg{Data: data, Header: nats.Header{}}
+		version, newer := "", false
+		if v, ok := strings.CutPrefix(status, "v"); ok { // a wire version, not a status
+			m.Header.Set(WireVersionHeader, v)
+			version, status = v, ""
+			newer = errors.Is(checkWire(m.Header), errWireVersion)
+		}
 		if status != "" {
 			m.Header.Set("Status", status)
 		}
@@ -300,6 +310,10 @@ func FuzzFetchReply(f *testing.F) {
 			case len(data) == 0 && status == "503":
 				if !errors.Is(err, nats.ErrNoResponders) {
 					t.Fatalf("503 gave %v", err)
+				}
+			case newer:
+				if !errors.Is(err, errWireVersion) || final {
+					t.Fatalf("a chunk of wire version %q gave %v (final %v)", version, err, final)
 				}
 			case err != nil:
 				if !errors.Is(err, kvevents.ErrMalformed) || final {

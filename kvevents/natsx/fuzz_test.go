@@ -108,6 +108,9 @@ func FuzzWire(f *testing.F) {
 	for _, p := range wireSeeds(f) {
 		f.Add(p)
 	}
+	for _, c := range wireCases(f) { // with fields of a newer version
+		f.Add(c.write(writer{extra: 2}))
+	}
 	f.Fuzz(func(t *testing.T, p []byte) { decodeAll(t, p) })
 }
 

@@ -150,6 +150,7 @@ type pubWorker struct {
 	bytes   int       // their total size
 	active  time.Time // when the last event was published, or the worker removed
 	removed bool      // RemoveWorker: known only to answer replay requests
+	reset   uint64    // ID of the last ResetWorker event; 0: none
 }
 
 // PublisherStats is what a Publisher holds.
@@ -235,10 +236,11 @@ func (p *Publisher) ResetWorker(w kvroute.WorkerKey) {
 	if err := p.publishLocked(w, &d); err != nil {
 		p.log.Warn("natsx: publishing a worker reset failed", "worker", w.String(), "err", err)
 	}
-	// The events before the reset are of no use to a replica any more: a
-	// replica that lost some resets the worker, as the reset does.
-	if pw := p.workers[w]; pw != nil && pw.n > 1 {
+	// The events before the reset are of no use to a replica any more:
+	// the reset clears the worker. A replay from before it starts at it.
+	if pw := p.workers[w]; pw != nil && pw.n > 0 {
 		p.dropOldestLocked(pw, pw.n-1)
+		pw.reset = pw.last
 	}
 }
 
@@ -379,14 +381,22 @@ func (p *Publisher) releaseLocked(pw *pubWorker) {
 }
 
 // messages returns the kept messages of IDs from..to, or false when the
-// buffer does not hold all of them.
+// buffer does not hold all of them. A range from before the worker's last
+// reset, when the buffer holds that reset as its oldest message, starts
+// at the reset: it clears the worker, so the events before do not matter.
 func (pw *pubWorker) messages(from, to uint64) ([][]byte, bool) {
 	n := uint64(pw.n)
-	if pw.removed || to > pw.last || n == 0 || from+n <= pw.last {
+	if pw.removed || to > pw.last || n == 0 {
+		return nil, false
+	}
+	first := pw.last - n + 1 // ID of ring[head]
+	if from < first && pw.reset == first && to >= first {
+		from = first
+	}
+	if from < first {
 		return nil, false
 	}
 	out := make([][]byte, 0, to-from+1)
-	first := pw.last - n + 1 // ID of ring[head]
 	for id := from; id <= to; id++ {
 		out = append(out, pw.ring[(pw.head+int(id-first))%len(pw.ring)])
 	}

@@ -117,10 +117,11 @@ func (h *pubHarness) gone(w kvroute.WorkerKey, from, to uint64) {
 	require.Empty(h.t, a.ids)
 }
 
-// A worker's replay buffer is released when the worker is reset or
-// removed, idle past ReplayIdle, or when the buffers pass ReplayBytes;
-// replay requests for what was released get the answer that the relay no
-// longer holds it, and what is still held is exactly what Stats counts.
+// A worker's replay buffer is released when the worker is reset (up to
+// the reset) or removed, idle past ReplayIdle, or when the buffers pass
+// ReplayBytes; replay requests for what was released get the answer that
+// the relay no longer holds it, and what is still held is exactly what
+// Stats counts.
 func TestPublisherReleasesReplayBuffers(t *testing.T) {
 	w1, w2 := kvroute.WorkerKey{ID: 1}, kvroute.WorkerKey{ID: 2, Rank: 1}
 	tests := []struct {
@@ -136,7 +137,14 @@ func TestPublisherReleasesReplayBuffers(t *testing.T) {
 			h.pub.ResetWorker(w1) // ID 6
 			h.store(w1, 4)        // ID 7
 			h.gone(w1, 1, 5)
-			h.gone(w1, 5, 6)
+			// A replay from before the reset starts at the reset, which
+			// clears the worker anyway.
+			for _, from := range []uint64{1, 5} {
+				a, answered := h.replay(w1, from, 7)
+				require.True(t, answered)
+				require.True(t, a.ok)
+				require.Equal(t, []uint64{6, 7}, a.ids)
+			}
 			kept := h.held(w1, 6, 7) + h.held(w2, 1, 5)
 			require.Equal(t, PublisherStats{Workers: 2, Buffered: 2, BufferedBytes: kept}, h.pub.Stats())
 		}},

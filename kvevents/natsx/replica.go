@@ -1000,12 +1000,32 @@ func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need,
 			}
 			return c.index, c.final, nil
 		})
-	if err == nil && uint64(len(msgs)) == need-have {
+	if err == nil && replayReaches(msgs, have, need) {
 		res.kind, res.msgs = byReplay, msgs
 		return true, true
 	}
 	r.log.Info("natsx: no replay for worker", "worker", w.String(), "from", have+1, "to", need, "err", err)
 	return false, errors.Is(err, errNotAvailable) || errors.Is(err, nats.ErrNoResponders) || err == nil
+}
+
+// replayReaches reports whether msgs, a relay's replay of a worker's
+// events have+1..need, takes the worker to need: it holds them all, or
+// starts at a reset of the worker after have (the relay keeps nothing of
+// a worker from before its last reset, which clears it anyway) and holds
+// every event from there.
+func replayReaches(msgs [][]byte, have, need uint64) bool {
+	n := uint64(len(msgs))
+	switch {
+	case n == need-have:
+		return true
+	case n == 0 || n > need-have:
+		return false
+	}
+	var d kvevents.DynamoEvent
+	if _, err := kvevents.DecodeDynamoEvent(msgs[0], &d); err != nil {
+		return false
+	}
+	return d.Kind == kvevents.DynamoCleared && d.EventID+1 == need-n+1
 }
 
 // findPeer asks the peers which of them is in sync with want.worker
@@ -1133,8 +1153,10 @@ func (l *loop) finishRepair(res repairResult) {
 		}
 		r.stats.byDump.Add(1)
 	case byReplay:
-		for _, m := range res.msgs {
-			if !l.decodeEvent(m) || l.ev.Worker != w || l.ev.ID != l.last[w]+1 {
+		for i, m := range res.msgs {
+			// The replay may start at a reset of the worker (replayReaches).
+			if !l.decodeEvent(m) || l.ev.Worker != w || (l.ev.ID != l.last[w]+1 &&
+				!(i == 0 && l.ev.Kind == kvroute.EventCleared && l.ev.ID > l.last[w])) {
 				r.stats.malformed.Add(1)
 				continue
 			}

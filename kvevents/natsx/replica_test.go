@@ -697,3 +697,31 @@ func TestUnknownRelayEpochIsNotInSync(t *testing.T) {
 	require.Zero(t, st.Resets)
 	require.Positive(t, proxy.dropped.Load())
 }
+
+// A replica that lost a worker's events across a reset of the worker
+// repairs from the relay's replay, which starts at the reset (the relay
+// keeps nothing from before it): it ends with exactly the blocks stored
+// after the reset, without resetting the worker itself.
+func TestReplayAcrossAResetStartsAtTheReset(t *testing.T) {
+	url := startNATS(t)
+	proxy := startProxy(t, url[len("nats://"):])
+	w := kvroute.WorkerKey{ID: 1}
+	x := startNode(t, proxy.URL(), "x", nodeConfig{syncTimeout: 500 * time.Millisecond}, 1)
+	pub, _ := startRelay(t, connect(t, url), 0)
+	for tok := range uint32(3) {
+		storeBlock(t, pub, w, tok) // events 1..3
+	}
+	eventually(t, "x to hold 3 blocks", func() bool { return len(x.blocks(w)) == 3 })
+	proxy.setDrop(dropEvent(w, 4, 5, 6))
+	storeBlock(t, pub, w, 3) // event 4, lost
+	pub.ResetWorker(w)       // event 5, lost
+	storeBlock(t, pub, w, 5) // event 6, lost
+	storeBlock(t, pub, w, 6) // event 7 reveals the gap
+	want := seqHashes(5, 6)
+	eventually(t, "x to repair across the reset", func() bool { return slices.Equal(x.blocks(w), want) })
+	st := x.rep.Stats()
+	require.Equal(t, uint64(1), st.ByReplay)
+	require.Zero(t, st.Resets)
+	require.Zero(t, st.Malformed)
+	require.Equal(t, uint64(3), proxy.dropped.Load())
+}
