@@ -92,18 +92,21 @@ func New(namespace string) *Collector {
 
 // Add starts exporting s under the engine label name, replacing any source
 // of that name. Bytes of name that are not valid UTF-8 are exported as
-// U+FFFD.
+// U+FFFD, and names exported as the same label value are one name: the
+// source added last replaces the others, as two series of one label value
+// would fail the whole scrape.
 func (c *Collector) Add(name string, s Source) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sources[name] = s
+	c.sources[labelValue(name)] = s
 }
 
-// Remove stops exporting the source of that name.
+// Remove stops exporting the source of that name (or of any name exported
+// as the same label value, see Add).
 func (c *Collector) Remove(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.sources, name)
+	delete(c.sources, labelValue(name))
 }
 
 // Describe implements prometheus.Collector.
@@ -130,7 +133,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 	for name, st := range stats {
-		name = labelValue(name)
 		values := []uint64{st.Received, st.Replayed, st.Applied, st.Gaps, st.Dropped, st.Duplicates,
 			st.Malformed, st.ApplyErrs, st.UnknownParents, st.Restarts, st.Resets, st.Reconnects,
 			st.Convert.SkippedEvents, st.Convert.DroppedBlocks, st.Convert.SkippedGroupEvents,

@@ -116,3 +116,34 @@ kvroute_kvevents_batches_received_total{engine="engine-�"} 4
 kvroute_dynamo_events_messages_received_total{subscriber="sub-�"} 3
 `), "kvroute_kvevents_batches_received_total", "kvroute_dynamo_events_messages_received_total"))
 }
+
+// TestCollectorLabelCollision: source names that export as the same label
+// value (names whose invalid bytes differ, or a name and its U+FFFD
+// spelling) are one source, the last added, so that the scrape never
+// carries one series twice, which fails the whole scrape.
+func TestCollectorLabelCollision(t *testing.T) {
+	c := kvprom.New("kvroute")
+	c.Add("engine-\xff", fixed{Received: 4})
+	c.Add("engine-\xfe", fixed{Received: 5})
+	c.Add("e2", fixed{Received: 2})
+	dc := kvprom.NewDynamo("kvroute")
+	dc.Add("sub-\xfe", fixedDynamo{Received: 3})
+	dc.Add("sub-\uFFFD", fixedDynamo{Received: 6})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	require.NoError(t, reg.Register(dc))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP kvroute_kvevents_batches_received_total Batches received on the PUB socket.
+# TYPE kvroute_kvevents_batches_received_total counter
+kvroute_kvevents_batches_received_total{engine="e2"} 2
+kvroute_kvevents_batches_received_total{engine="engine-�"} 5
+# HELP kvroute_dynamo_events_messages_received_total Event-plane messages received, of every topic.
+# TYPE kvroute_dynamo_events_messages_received_total counter
+kvroute_dynamo_events_messages_received_total{subscriber="sub-�"} 6
+`), "kvroute_kvevents_batches_received_total", "kvroute_dynamo_events_messages_received_total"))
+	c.Remove("engine-\xff")
+	dc.Remove("sub-\xfe")
+	n, err := testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	require.Equal(t, 25+3, n, "only e2 is left")
+}

@@ -70,18 +70,20 @@ func dynamoValues(st *dynamo.Stats) []uint64 {
 
 // Add starts exporting s under the subscriber label name, replacing any
 // source of that name. Bytes of name that are not valid UTF-8 are exported
-// as U+FFFD.
+// as U+FFFD, and names exported as the same label value are one name (see
+// Collector.Add).
 func (c *DynamoCollector) Add(name string, s DynamoSource) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sources[name] = s
+	c.sources[labelValue(name)] = s
 }
 
-// Remove stops exporting the source of that name.
+// Remove stops exporting the source of that name (or of any name exported
+// as the same label value).
 func (c *DynamoCollector) Remove(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.sources, name)
+	delete(c.sources, labelValue(name))
 }
 
 // Describe implements prometheus.Collector.
@@ -101,7 +103,6 @@ func (c *DynamoCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 	for name, st := range stats {
-		name = labelValue(name)
 		for i, v := range dynamoValues(&st) {
 			ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v), name)
 		}
