@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,4 +147,53 @@ func TestWorkerReplacedDuringSelect(t *testing.T) {
 			require.Equal(t, ls.added, ls.freed, "the load sync was not told once that the request ended")
 		})
 	}
+}
+
+// Decisions made while their worker is removed and added again over and
+// over leave nothing behind once each has ended: no load on any worker,
+// and the load sync told once of the start and once of the end of each
+// request it was told of.
+func TestSelectDuringWorkerChurn(t *testing.T) {
+	ls := &countingSync{added: map[scheduling.RequestID]int{}, freed: map[scheduling.RequestID]int{}}
+	r := newRouter(t, router.Config{LoadSync: ls}, newEngine(1), newEngine(2))
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var churn, selects sync.WaitGroup
+	churn.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.RemoveWorker(1)
+			require.NoError(t, r.AddWorker(newEngine(1)))
+		}
+	})
+	for g := range 4 {
+		selects.Go(func() {
+			for i := range 2000 {
+				d, err := r.Select(ctx, &router.Request{Tokens: tokens(g, 2, i, 1)})
+				require.NoError(t, err) // worker 2 stays
+				if i%2 == 0 {
+					d.PrefillDone()
+				}
+				d.AddOutputTokens(20)
+				d.Done(router.Outcome{})
+			}
+		})
+	}
+	selects.Wait()
+	close(stop)
+	churn.Wait()
+	for _, w := range []kvroute.WorkerKey{{ID: 1}, {ID: 2}} {
+		require.Zero(t, r.Tracker().Load(w), "worker %s", w)
+	}
+	require.Zero(t, r.Stats().TrackedRequests)
+	require.NotEmpty(t, ls.added)
+	for id, n := range ls.added {
+		require.Equal(t, 1, n)
+		require.Equal(t, 1, ls.freed[id], "request %d", id)
+	}
+	require.Len(t, ls.freed, len(ls.added))
 }
