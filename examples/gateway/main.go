@@ -174,7 +174,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		loadRep  = fs.String("load-reports", "", "what routing takes from engines' load reports: capacities (the default: the gateway counts the requests it routed) or merged (engines' running requests count too: for engines that also serve other traffic)")
 	)
 	fs.Var(&engines, "engine", "engine as ID=URL[,events=tcp://host:port][,replay=...][,topic=...][,ranks=N][,preset=dynamo][,header=NAME:VALUE] (repeatable)")
-	fs.DurationVar(&o.interval, "health-interval", 2*time.Second, "how often engines' /health is probed (an engine is degraded after 2.5 intervals without a successful probe, at least 5s, and unhealthy after three times that)")
+	fs.DurationVar(&o.interval, "health-interval", 2*time.Second, "how often engines' /health is probed (an engine is degraded after 2.5 intervals without a successful probe, at least 5s, and unhealthy after 5 intervals, at least 15s)")
 	fs.DurationVar(&o.remove, "remove-after", 0, "remove an engine unhealthy this long (0: never)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -270,11 +270,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 // answering every probe is never judged late between two probes. A
 // probe may take up to the interval to answer, so two intervals can pass
 // between successful probes: an engine is degraded after two and a half
-// intervals without one, unhealthy after three times that.
+// intervals without one, unhealthy after five. (UnhealthyAfter is also
+// how long an engine unhealthy from errors waits for its next chance.)
 func healthConfig(interval time.Duration) router.HealthConfig {
 	const degraded, unhealthy = 5 * time.Second, 15 * time.Second
 	d := max(degraded, interval*5/2)
-	return router.HealthConfig{DegradedAfter: d, UnhealthyAfter: max(unhealthy, 3*d)}
+	return router.HealthConfig{DegradedAfter: d, UnhealthyAfter: max(unhealthy, 2*d)}
 }
 
 // run serves the gateway until ctx ends. ready, when not nil, receives the
