@@ -188,13 +188,14 @@ func referenceMM(tokens []uint32, blockSize int, lora, namespace string, eagle b
 
 // FuzzHasherMMMatchesReference checks AppendHashesMM, AppendSeqHashesMM
 // and HashBlockMM against referenceMM for any block size, LoRA name,
-// namespace, Eagle mode and items (unsorted, overlapping, repeated, empty,
+// namespace, cache salt, Eagle mode and items (unsorted, overlapping, repeated, empty,
 // negative or reaching past the largest int).
 func FuzzHasherMMMatchesReference(f *testing.F) {
-	f.Add([]byte("sixty-four bytes of token ids hashed by the 16-token fast path....."), uint8(16), "", "", false, []byte{1, 10, 20, 2, 35, 20})
-	f.Add(make([]byte, 4*70), uint8(16), "adapter-a", "tenant-a", true, []byte{7, 30, 5, 7, 12, 40, 3, 0, 255})
-	f.Add(make([]byte, 4*33), uint8(4), "", "tenant-b", false, []byte{1, 200, 0, 1, 2, 1, 9, 4, 4, 9, 4, 4})
-	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora, namespace string, eagle bool, items []byte) {
+	f.Add([]byte("sixty-four bytes of token ids hashed by the 16-token fast path....."), uint8(16), "", "", "", false, []byte{1, 10, 20, 2, 35, 20})
+	f.Add(make([]byte, 4*70), uint8(16), "adapter-a", "tenant-a", "", true, []byte{7, 30, 5, 7, 12, 40, 3, 0, 255})
+	f.Add(make([]byte, 4*33), uint8(4), "", "tenant-b", "user-1", false, []byte{1, 200, 0, 1, 2, 1, 9, 4, 4, 9, 4, 4})
+	f.Add(make([]byte, 4*40), uint8(16), "adapter-b", "", "user-2", false, []byte{2, 9, 9})
+	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora, namespace, salt string, eagle bool, items []byte) {
 		blockSize := int(bs%40) + 1
 		tokens := make([]uint32, len(raw)/4)
 		for i := range tokens {
@@ -214,7 +215,15 @@ func FuzzHasherMMMatchesReference(f *testing.F) {
 			mm = append(mm, o)
 		}
 		orig := slices.Clone(mm)
-		h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize, LoRA: lora, Namespace: namespace, Eagle: eagle})
+		// A request's cache salt extends the namespace: namespace, NUL, salt.
+		h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: blockSize, LoRA: lora, Namespace: namespace, Eagle: eagle}).WithSalt(salt)
+		switch {
+		case salt == "":
+		case namespace == "":
+			namespace = salt
+		default:
+			namespace += "\x00" + salt
+		}
 		want := referenceMM(tokens, blockSize, lora, namespace, eagle, mm)
 		blocks, seqs := h.AppendHashesMM(nil, nil, tokens, mm)
 		if !slices.Equal(blocks, want) {
