@@ -140,7 +140,8 @@ func SaltedNamespace(namespace, salt string) string {
 // WithSalt returns a copy of h for blocks stored under a request's cache
 // salt: its namespace becomes SaltedNamespace(namespace, salt), keeping the
 // block size, Eagle mode and LoRA adapter. An empty salt returns h. It
-// allocates nothing unless h is salted already.
+// allocates nothing unless h is salted already or its namespace and the
+// salt together are longer than 255 bytes.
 func (h Hasher) WithSalt(salt string) Hasher {
 	if salt == "" {
 		return h
