@@ -156,19 +156,26 @@ func DecodeBatch(payload []byte, b *Batch) error {
 		start, h0, t0 := rest, len(b.hashes), len(b.tokens)
 		rest, known, err = decodeEvent(rest, b, &ev, &sp)
 		if err != nil {
-			// An event of a known type with an unusable field is skipped
-			// alone, when it is whole msgpack: the events around it still
-			// decode. Anything else is not a batch of tagged events.
+			// An event with a readable tag is skipped alone when it is
+			// whole msgpack, so that the events around it still decode: of
+			// a known type, it has an unusable field; of an unknown type,
+			// its fields (or keys) are not of the types of ours, or its tag
+			// follows them. Anything else is not a batch of tagged events.
 			end, serr := msgp.Skip(start)
-			if serr != nil || taggedType(start) == 0 {
+			typ, tagged := taggedType(start)
+			if serr != nil || !tagged {
 				return fmt.Errorf("event %d: %w", i, err)
 			}
 			b.hashes, b.tokens = b.hashes[:h0], b.tokens[:t0]
+			rest = end
+			if typ == 0 {
+				b.Skipped++
+				continue
+			}
 			if b.Invalid == 0 {
 				b.InvalidErr = fmt.Errorf("event %d: %w", i, err)
 			}
 			b.Invalid++
-			rest = end
 			continue
 		}
 		if !known {
@@ -227,43 +234,49 @@ func malformed(what string, err error) error {
 }
 
 // taggedType returns the type of the event at the start of p as its tag
-// gives it (the first element of an array, the "type" value of a map), or
-// 0 when the tag is unknown or cannot be read.
-func taggedType(p []byte) EventType {
+// gives it (the first element of an array, the "type" value of a map; 0
+// for an unknown tag), and whether the tag could be read. A map's keys
+// that are not strings are skipped.
+func taggedType(p []byte) (EventType, bool) {
 	switch msgp.NextType(p) {
 	case msgp.ArrayType:
 		n, p, err := msgp.ReadArrayHeaderBytes(p)
 		if err != nil || n == 0 {
-			return 0
+			return 0, false
 		}
 		tag, _, err := msgp.ReadStringZC(p)
 		if err != nil {
-			return 0
+			return 0, false
 		}
-		return eventTypeByTag(tag)
+		return eventTypeByTag(tag), true
 	case msgp.MapType:
 		n, p, err := msgp.ReadMapHeaderBytes(p)
 		if err != nil {
-			return 0
+			return 0, false
 		}
 		for range n {
 			var key []byte
-			if key, p, err = msgp.ReadStringZC(p); err != nil {
-				return 0
+			if msgp.NextType(p) == msgp.StrType {
+				key, p, err = msgp.ReadStringZC(p)
+			} else {
+				p, err = msgp.Skip(p)
+			}
+			if err != nil {
+				return 0, false
 			}
 			if string(key) == "type" {
 				tag, _, err := msgp.ReadStringZC(p)
 				if err != nil {
-					return 0
+					return 0, false
 				}
-				return eventTypeByTag(tag)
+				return eventTypeByTag(tag), true
 			}
 			if p, err = msgp.Skip(p); err != nil {
-				return 0
+				return 0, false
 			}
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // decodeEvent decodes one event in either layout. known is false for an

@@ -295,7 +295,8 @@ func TestDecodeHashForms(t *testing.T) {
 // (Batch.Invalid, and InvalidEvents once converted) while the events
 // before and after it in its batch decode and convert; an event of an
 // unknown type is skipped (Batch.Skipped, UnknownTypes) whatever its
-// fields hold; an event without a readable tag makes the batch malformed.
+// fields and keys hold and wherever its tag is; an event without a
+// readable tag makes the batch malformed.
 func TestDecodeSkipsInvalidEventAlone(t *testing.T) {
 	arrayStored := func(hash, parent, tokens, blockSize, medium []byte) []byte {
 		p := msgp.AppendArrayHeader(nil, 7)
@@ -349,6 +350,9 @@ func TestDecodeSkipsInvalidEventAlone(t *testing.T) {
 		{"unknown map type with fields of other types", mapEvent("type", "BlockPromoted", "block_hashes", "all", "medium", 2, "token_ids", []any{-1}), unknown},
 		{"unknown array type", msgp.AppendInt(msgp.AppendString(msgp.AppendArrayHeader(nil, 2), "BlockPromoted"), -1), unknown},
 		{"map with type last", mapEvent("block_hashes", []any{1}, "medium", 3, "type", "BlockRemoved"), invalid},
+		{"unknown map type last, after fields of other types", mapEvent("block_hashes", "all", "medium", 2, "type", "BlockPromoted"), unknown},
+		{"unknown map type with an integer key", mapEvent("type", "BlockPromoted", 7, 7), unknown},
+		{"unknown map type after an integer key", mapEvent(7, 7, "type", "BlockPromoted"), unknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
