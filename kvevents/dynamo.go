@@ -291,7 +291,9 @@ func (d *DynamoEvent) UnmarshalJSON(data []byte) error {
 	var variants struct {
 		Stored  *dynamoStoredJSON  `json:"stored"`
 		Removed *dynamoRemovedJSON `json:"removed"`
-		Cleared *json.RawMessage   `json:"cleared"`
+		// Not a pointer: {"cleared": null} (the map form of the unit
+		// variant, which serde_json reads too) leaves it "null".
+		Cleared json.RawMessage `json:"cleared"`
 	}
 	if err := json.Unmarshal(j.Event.Data, &variants); err != nil {
 		return fmt.Errorf("%w: dynamo event data: %w", ErrMalformed, err)
@@ -319,7 +321,7 @@ func (d *DynamoEvent) UnmarshalJSON(data []byte) error {
 	case variants.Removed != nil:
 		d.Kind = DynamoRemoved
 		d.Removed = append(d.Removed, variants.Removed.BlockHashes...)
-	case variants.Cleared != nil:
+	case len(variants.Cleared) != 0:
 		d.Kind = DynamoCleared
 	default:
 		return fmt.Errorf("%w: dynamo event data has no known variant", ErrMalformed)

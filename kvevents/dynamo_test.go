@@ -133,6 +133,16 @@ func TestDynamoMalformed(t *testing.T) {
 	require.ErrorIs(t, err, kvevents.ErrMalformed)
 }
 
+// TestDynamoJSONClearedNull: the cleared variant in the map form serde_json
+// also reads, {"cleared": null}, is a cleared event.
+func TestDynamoJSONClearedNull(t *testing.T) {
+	var d kvevents.DynamoEvent
+	require.NoError(t, d.UnmarshalJSON([]byte(`{"worker_id":4,"event":{"event_id":9,"data":{"cleared":null},"dp_rank":1}}`)))
+	require.Equal(t, kvevents.DynamoCleared, d.Kind)
+	require.Equal(t, uint64(9), d.EventID)
+	require.Equal(t, uint32(1), d.DPRank)
+}
+
 // normalize turns empty slices into nil so that decoded values compare
 // equal to literals.
 func normalize(d *kvevents.DynamoEvent) {
