@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -53,13 +54,17 @@ type Config struct {
 //
 // All methods are safe for concurrent use.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	ln     net.Listener
-	md     string // the advertised address
-	regs   registry
-	nextID atomic.Uint64
-	wg     sync.WaitGroup // tracks every goroutine the agent started
+	cfg Config
+	log *slog.Logger
+	ln  net.Listener
+	md  string // the advertised address
+	// incarnation, drawn at random by New, tells this agent from an
+	// earlier or later one of the same name and address: a hello naming
+	// another incarnation was meant for an agent that is gone.
+	incarnation uint64
+	regs        registry
+	nextID      atomic.Uint64
+	wg          sync.WaitGroup // tracks every goroutine the agent started
 
 	mu sync.Mutex // protects the fields below
 	// closed is set by Close; every method checks it.
@@ -108,12 +113,15 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("tcp: agent %s: listen: %w", cfg.Name, err)
 	}
 	a := &Agent{
-		cfg:     cfg,
-		log:     log.With("agent", cfg.Name),
-		ln:      ln,
-		md:      cfg.AdvertiseAddr,
-		remotes: make(map[string]*remote),
-		served:  make(map[net.Conn]struct{}),
+		cfg: cfg,
+		log: log.With("agent", cfg.Name),
+		ln:  ln,
+		md:  cfg.AdvertiseAddr,
+		// Not secret, only distinct: the runtime seeds math/rand/v2
+		// from the operating system's randomness.
+		incarnation: rand.Uint64(),
+		remotes:     make(map[string]*remote),
+		served:      make(map[net.Conn]struct{}),
 	}
 	if a.md == "" {
 		a.md = ln.Addr().String()
@@ -245,16 +253,22 @@ func (a *Agent) LocalMetadata() ([]byte, error) {
 	if err := a.checkOpen("local metadata"); err != nil {
 		return nil, err
 	}
-	m := metadata{name: a.cfg.Name, addr: a.md, regions: a.regs.snapshot()}
+	m := metadata{name: a.cfg.Name, addr: a.md, incarnation: a.incarnation, regions: a.regs.snapshot()}
 	return m.marshal(), nil
 }
 
 // LoadRemoteMetadata loads a remote agent's metadata. Reloading an agent
-// keeps its connection when the address is unchanged.
+// keeps its connection when the agent neither moved nor restarted; else
+// the requests running on the old connection fail with
+// ErrRemoteDisconnect. The agent's own metadata is refused with an error
+// wrapping both ErrInvalidParam and ErrBadMetadata.
 func (a *Agent) LoadRemoteMetadata(md []byte) (string, error) {
 	m, err := unmarshalMetadata(md)
 	if err != nil {
 		return "", a.errorf("load metadata", "", err, "")
+	}
+	if m.name == a.cfg.Name {
+		return "", a.errorf("load metadata", "", fmt.Errorf("%w: %w", transfer.ErrInvalidParam, transfer.ErrBadMetadata), "metadata of agent %q itself", m.name)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -262,12 +276,12 @@ func (a *Agent) LoadRemoteMetadata(md []byte) (string, error) {
 		return "", err
 	}
 	if old := a.remotes[m.name]; old != nil {
-		if old.md.addr == m.addr {
+		if old.md.addr == m.addr && old.md.incarnation == m.incarnation {
 			old.md = m
 			return m.name, nil
 		}
 		if old.conn != nil {
-			old.conn.fail(a.errorf("transfer", m.name, transfer.ErrRemoteDisconnect, "metadata reloaded with a new address"))
+			old.conn.fail(a.errorf("transfer", m.name, transfer.ErrRemoteDisconnect, "metadata reloaded: the agent moved or restarted"))
 		}
 	}
 	a.remotes[m.name] = &remote{md: m}
@@ -469,7 +483,7 @@ func (a *Agent) connLocked(op, name string) (*peerConn, error) {
 		return nil, a.errorf(op, name, transfer.ErrUnknownAgent, "")
 	}
 	if r.conn == nil || r.conn.isDead() {
-		r.conn = a.startConn(name, r.md.addr)
+		r.conn = a.startConn(name, r.md)
 	}
 	return r.conn, nil
 }

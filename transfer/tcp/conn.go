@@ -31,8 +31,11 @@ type peerConn struct {
 	agent  *Agent
 	remote string
 	addr   string
-	wake   chan struct{} // signals the sender that the queue is not empty
-	dead   chan struct{} // closed by fail
+	// incarnation is the remote's, from the metadata the connection was
+	// started with; the hello names it.
+	incarnation uint64
+	wake        chan struct{} // signals the sender that the queue is not empty
+	dead        chan struct{} // closed by fail
 
 	mu sync.Mutex // protects the fields below
 	// queue holds frames not yet written, in order.
@@ -45,15 +48,17 @@ type peerConn struct {
 	conn net.Conn // nil until dialled
 }
 
-// startConn starts a connection to a remote agent. The caller holds a.mu.
-func (a *Agent) startConn(name, addr string) *peerConn {
+// startConn starts a connection to the remote agent md describes. The
+// caller holds a.mu.
+func (a *Agent) startConn(name string, md *metadata) *peerConn {
 	c := &peerConn{
-		agent:   a,
-		remote:  name,
-		addr:    addr,
-		wake:    make(chan struct{}, 1),
-		dead:    make(chan struct{}),
-		pending: make(map[uint64]*frame),
+		agent:       a,
+		remote:      name,
+		addr:        md.addr,
+		incarnation: md.incarnation,
+		wake:        make(chan struct{}, 1),
+		dead:        make(chan struct{}),
+		pending:     make(map[uint64]*frame),
 	}
 	a.wg.Add(1)
 	go c.run()
@@ -224,7 +229,7 @@ func (c *peerConn) handshake(conn net.Conn) error {
 	a := c.agent
 	_ = conn.SetDeadline(time.Now().Add(a.cfg.IOTimeout))
 	defer func() { _ = conn.SetDeadline(time.Time{}) }()
-	if _, err := conn.Write(hello{from: a.cfg.Name, to: c.remote}.marshal()); err != nil {
+	if _, err := conn.Write(hello{from: a.cfg.Name, to: c.remote, incarnation: c.incarnation}.marshal()); err != nil {
 		return c.disconnected("hello to", err)
 	}
 	var st [1]byte

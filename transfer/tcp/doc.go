@@ -34,7 +34,11 @@
 //
 // An initiator opens one connection per remote agent, on first use, and
 // sends requests in order; a target serves each connection on its own
-// goroutine. A WRITE frame carries its descriptors, notification and data;
+// goroutine. The connection's hello names the target and the incarnation
+// (drawn at random when an agent starts) its metadata gave, so an agent
+// restarted at the same name and address refuses initiators holding the
+// old agent's metadata instead of serving its own memory for the old
+// agent's. A WRITE frame carries its descriptors, notification and data;
 // the target checks every descriptor against its registered memory before
 // a byte moves, reads the data into place, then queues the notification
 // and acknowledges. A READ frame carries descriptors; the target answers

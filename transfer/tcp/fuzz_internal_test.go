@@ -19,10 +19,11 @@ import (
 // reader allocates at most that much per name); anything else is an error
 // that says what was wrong.
 func FuzzReadHello(f *testing.F) {
-	f.Add(hello{from: "prefill-0", to: "decode-1"}.marshal())
+	f.Add(hello{from: "prefill-0", to: "decode-1", incarnation: 0x0123456789abcdef}.marshal())
 	f.Add(hello{}.marshal())
-	f.Add([]byte("KVRX\x02\x00\x00\x00\x00"))
-	f.Add([]byte("KVRX\x01\xff\xff"))
+	f.Add([]byte("KVRX\x03\x00\x00\x00\x00"))
+	f.Add([]byte("KVRX\x01\x00\x00\x00\x00"))
+	f.Add([]byte("KVRX\x02\xff\xff"))
 	f.Add([]byte("GET / HTTP/1.1\r\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h, err := readHello(bytes.NewReader(in))
@@ -137,7 +138,7 @@ func FuzzServe(f *testing.F) {
 	f.Add(frame(reqHeader{kind: kindNotif, id: 5, hasNotif: true, notifLen: 3}, nil, []byte("hey"), nil))
 	f.Add(frame(reqHeader{kind: kindRead, id: 6, count: 2}, []transfer.Desc{{Addr: 1, Len: 1 << 63}, {Addr: 1, Len: 1 << 63}}, nil, nil))
 	f.Add([]byte{})
-	hi := hello{from: "initiator", to: "target"}.marshal()
+	hi := hello{from: "initiator", to: "target", incarnation: a.incarnation}.marshal()
 	f.Fuzz(func(t *testing.T, in []byte) {
 		client, server := net.Pipe()
 		a.mu.Lock()

@@ -160,7 +160,7 @@ func dialAgent(t *testing.T, a *Agent, name string) net.Conn {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
-	_, err = c.Write(hello{from: "initiator", to: name}.marshal())
+	_, err = c.Write(hello{from: "initiator", to: name, incarnation: a.incarnation}.marshal())
 	require.NoError(t, err)
 	var st [1]byte
 	_, err = io.ReadFull(c, st[:])

@@ -57,6 +57,13 @@ func (a *Agent) serve(conn net.Conn) {
 		_, _ = conn.Write(b)
 		return
 	}
+	if h.incarnation != a.incarnation {
+		// The initiator's metadata describes an agent of this name that
+		// is gone: its memory is not this agent's, whatever the addresses.
+		b := appendString([]byte{statusStale}, fmt.Sprintf("agent %q restarted since its metadata was taken; load it again", a.cfg.Name))
+		_, _ = conn.Write(b)
+		return
+	}
 	if _, err := conn.Write([]byte{statusOK}); err != nil {
 		return
 	}

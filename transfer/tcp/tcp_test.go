@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,9 +137,10 @@ func TestHostilePeer(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-		hello := append([]byte("KVRX\x01"), le16(len("evil"))...)
+		hello := append([]byte("KVRX\x02"), le16(len("evil"))...)
 		hello = append(append(hello, "evil"...), le16(len(to))...)
-		_, err = c.Write(append(hello, to...))
+		hello = binary.LittleEndian.AppendUint64(append(hello, to...), incarnation(t, b))
+		_, err = c.Write(hello)
 		require.NoError(t, err)
 		return c
 	}
@@ -217,6 +219,19 @@ func TestHostilePeer(t *testing.T) {
 }
 
 func le16(n int) []byte { return binary.LittleEndian.AppendUint16(nil, uint16(n)) }
+
+// incarnation returns the incarnation a's metadata gives, which a hello
+// must name: it follows the magic, the version, the name and the address.
+func incarnation(t *testing.T, a *tcp.Agent) uint64 {
+	t.Helper()
+	md, err := a.LocalMetadata()
+	require.NoError(t, err)
+	md = md[5:]
+	for range 2 {
+		md = md[2+int(binary.LittleEndian.Uint16(md)):]
+	}
+	return binary.LittleEndian.Uint64(md)
+}
 
 func TestConfig(t *testing.T) {
 	_, err := tcp.New(tcp.Config{})
@@ -384,4 +399,84 @@ func fill(b []byte, v byte) {
 	for i := range b {
 		b[i] = v
 	}
+}
+
+// TestRestartedAgentRefusesStaleMetadata restarts a target under the same
+// name and address, registering memory at the same addresses: an
+// initiator still holding the old agent's metadata must not read the new
+// agent's memory as if it were the old one's blocks. Its transfers fail
+// with ErrRemoteDisconnect until it loads the new metadata.
+func TestRestartedAgentRefusesStaleMetadata(t *testing.T) {
+	a := newTCP(t, "a")
+	ba, bb := buffer(t, 4096), buffer(t, 4096)
+	require.NoError(t, a.RegisterMem(ba.RegList()))
+	b, err := tcp.New(tcp.Config{Name: "b", IOTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, b.RegisterMem(bb.RegList()))
+	link(t, a, b)
+	ld := transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{ba.Desc(0, 64)}}
+	rd := transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{bb.Desc(0, 64)}}
+	read := func() error {
+		t.Helper()
+		req, err := a.CreateRequest(transfer.Read, ld, rd, "b", nil)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, req.Release()) }()
+		if _, err := req.Post(); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return req.Wait(ctx)
+	}
+	require.NoError(t, read())
+
+	addr := b.Addr().String()
+	require.NoError(t, b.Close())
+	b2, err := tcp.New(tcp.Config{Name: "b", ListenAddr: addr, IOTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b2.Close() })
+	require.NoError(t, b2.RegisterMem(bb.RegList()))
+	// The first READ may still find the old connection and fail on it;
+	// every READ must fail while the old metadata is loaded.
+	for range 3 {
+		require.ErrorIs(t, read(), transfer.ErrRemoteDisconnect)
+	}
+
+	md, err := b2.LocalMetadata()
+	require.NoError(t, err)
+	_, err = a.LoadRemoteMetadata(md)
+	require.NoError(t, err)
+	require.NoError(t, read())
+}
+
+// TestLoadRemoteMetadataRefusesMismatch loads metadata no peer of an agent
+// can have: its own, and a name no agent can take.
+func TestLoadRemoteMetadataRefusesMismatch(t *testing.T) {
+	a := newTCP(t, "a")
+	own, err := a.LocalMetadata()
+	require.NoError(t, err)
+	long := renamed(own, strings.Repeat("n", 5000))
+	for _, tc := range []struct {
+		name string
+		md   []byte
+		want []error
+	}{
+		{"the agent's own", own, []error{transfer.ErrInvalidParam, transfer.ErrBadMetadata}},
+		{"a name longer than any agent's", long, []error{transfer.ErrBadMetadata}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := a.LoadRemoteMetadata(tc.md)
+			for _, w := range tc.want {
+				require.ErrorIs(t, err, w)
+			}
+		})
+	}
+}
+
+// renamed returns metadata md with its agent name replaced by name: the
+// name follows the magic and the version.
+func renamed(md []byte, name string) []byte {
+	rest := md[5+2+int(binary.LittleEndian.Uint16(md[5:])):]
+	out := append(append([]byte(nil), md[:5]...), le16(len(name))...)
+	return append(append(out, name...), rest...)
 }

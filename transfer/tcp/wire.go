@@ -13,13 +13,15 @@ import (
 //
 // Metadata (Agent.LocalMetadata):
 //
-//	"KVRT" version:u8 nameLen:u16 name addrLen:u16 addr count:u32
-//	count × (kind:u8 addr:u64 len:u64 dev:u64)
+//	"KVRT" version:u8 nameLen:u16 name addrLen:u16 addr incarnation:u64
+//	count:u32 count × (kind:u8 addr:u64 len:u64 dev:u64)
 //
-// A connection starts with the initiator's hello, answered by one status
-// byte (and, when it is not statusOK, a message):
+// The incarnation is drawn at random when the agent starts. A connection
+// starts with the initiator's hello, naming the target and the incarnation
+// its metadata gave, answered by one status byte (and, when it is not
+// statusOK, a message):
 //
-//	"KVRX" version:u8 fromLen:u16 from toLen:u16 to
+//	"KVRX" version:u8 fromLen:u16 from toLen:u16 to incarnation:u64
 //
 // then carries request frames from the initiator,
 //
@@ -30,7 +32,7 @@ import (
 //
 //	id:u64 status:u8 msgLen:u16 dataLen:u64 msg [data, for a good read]
 const (
-	wireVersion  = 1
+	wireVersion  = 2
 	mdMagic      = "KVRT"
 	helloMagic   = "KVRX"
 	reqHeaderLen = 1 + 8 + 4 + 1 + 4 + 8
@@ -61,6 +63,9 @@ const (
 	statusNotRegistered
 	statusInvalid
 	statusUnknownAgent
+	// statusStale refuses a hello carrying another incarnation: the
+	// target restarted since the initiator loaded its metadata.
+	statusStale
 )
 
 // statusErr maps a response status to the sentinel it stands for.
@@ -72,6 +77,8 @@ func statusErr(s uint8) error {
 		return transfer.ErrInvalidParam
 	case statusUnknownAgent:
 		return transfer.ErrUnknownAgent
+	case statusStale:
+		return transfer.ErrRemoteDisconnect
 	}
 	return transfer.ErrBackend
 }
@@ -84,9 +91,12 @@ type region struct {
 
 // metadata is the decoded form of an agent's metadata.
 type metadata struct {
-	name    string
-	addr    string
-	regions []region
+	name string
+	addr string
+	// incarnation tells a restarted agent from the one the metadata
+	// describes, at the same name and address.
+	incarnation uint64
+	regions     []region
 }
 
 func appendString(b []byte, s string) []byte {
@@ -95,11 +105,12 @@ func appendString(b []byte, s string) []byte {
 }
 
 func (m *metadata) marshal() []byte {
-	b := make([]byte, 0, 4+1+4+len(m.name)+len(m.addr)+4+len(m.regions)*regionLen)
+	b := make([]byte, 0, 4+1+4+len(m.name)+len(m.addr)+8+4+len(m.regions)*regionLen)
 	b = append(b, mdMagic...)
 	b = append(b, wireVersion)
 	b = appendString(b, m.name)
 	b = appendString(b, m.addr)
+	b = binary.LittleEndian.AppendUint64(b, m.incarnation)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.regions)))
 	for _, r := range m.regions {
 		b = append(b, byte(r.kind))
@@ -159,6 +170,13 @@ func (r *reader) u32() uint32 {
 	return 0
 }
 
+func (r *reader) u64() uint64 {
+	if b := r.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
 func (r *reader) str() string { return string(r.take(int(r.u16()))) }
 
 func unmarshalMetadata(b []byte) (*metadata, error) {
@@ -169,13 +187,17 @@ func unmarshalMetadata(b []byte) (*metadata, error) {
 	if v := r.u8(); v != wireVersion {
 		return nil, fmt.Errorf("%w: metadata version %d, want %d", transfer.ErrBadMetadata, v, wireVersion)
 	}
-	m := &metadata{name: r.str(), addr: r.str()}
+	m := &metadata{name: r.str(), addr: r.str(), incarnation: r.u64()}
 	n := r.u32()
 	if r.bad || n > maxRegions || int(n)*regionLen != len(r.b) {
 		return nil, fmt.Errorf("%w: truncated or oversized metadata", transfer.ErrBadMetadata)
 	}
 	if m.name == "" || m.addr == "" {
 		return nil, fmt.Errorf("%w: metadata without name or address", transfer.ErrBadMetadata)
+	}
+	if len(m.name) > maxNameLen {
+		// No agent has such a name, and a hello could not carry it.
+		return nil, fmt.Errorf("%w: agent name of %d bytes (max %d)", transfer.ErrBadMetadata, len(m.name), maxNameLen)
 	}
 	m.regions = make([]region, n)
 	for i := range m.regions {
@@ -192,13 +214,18 @@ func unmarshalMetadata(b []byte) (*metadata, error) {
 	return m, nil
 }
 
-// hello is the first message of a connection.
-type hello struct{ from, to string }
+// hello is the first message of a connection: who calls, and which agent
+// (name and incarnation) it means to reach.
+type hello struct {
+	from, to    string
+	incarnation uint64
+}
 
 func (h hello) marshal() []byte {
 	b := append([]byte(helloMagic), wireVersion)
 	b = appendString(b, h.from)
-	return appendString(b, h.to)
+	b = appendString(b, h.to)
+	return binary.LittleEndian.AppendUint64(b, h.incarnation)
 }
 
 // readString reads a u16-length-prefixed string of at most maxNameLen bytes.
@@ -234,7 +261,11 @@ func readHello(rd io.Reader) (hello, error) {
 	if err != nil {
 		return hello{}, err
 	}
-	return hello{from: from, to: to}, nil
+	var inc [8]byte
+	if _, err := io.ReadFull(rd, inc[:]); err != nil {
+		return hello{}, err
+	}
+	return hello{from: from, to: to, incarnation: binary.LittleEndian.Uint64(inc[:])}, nil
 }
 
 // reqHeader is the fixed part of a request frame.
