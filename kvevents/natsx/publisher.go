@@ -140,17 +140,20 @@ type Publisher struct {
 	workers  map[kvroute.WorkerKey]*pubWorker
 	kept     int    // bytes of every worker's kept messages
 	released uint64 // buffers released
+	events   uint64 // events published, which orders the workers' last events
+	ticks    uint64 // Serve's heads so far, its clock of the workers' idle time
 }
 
 // pubWorker is one worker's numbering and replay buffer.
 type pubWorker struct {
-	last    uint64    // ID of the last event published
-	ring    [][]byte  // circular: the n kept messages from ring[head], of IDs last−n+1 .. last
-	head, n int       // ring index of the oldest kept message, and their number
-	bytes   int       // their total size
-	active  time.Time // when the last event was published, or the worker removed
-	removed bool      // RemoveWorker: known only to answer replay requests
-	reset   uint64    // ID of the last ResetWorker event; 0: none
+	last    uint64   // ID of the last event published
+	ring    [][]byte // circular: the n kept messages from ring[head], of IDs last−n+1 .. last
+	head, n int      // ring index of the oldest kept message, and their number
+	bytes   int      // their total size
+	tick    uint64   // Publisher.ticks at the last event, or when the worker was removed
+	order   uint64   // Publisher.events at the last event
+	removed bool     // RemoveWorker: known only to answer replay requests
+	reset   uint64   // ID of the last ResetWorker event; 0: none
 }
 
 // PublisherStats is what a Publisher holds.
@@ -258,7 +261,7 @@ func (p *Publisher) RemoveWorker(w kvroute.WorkerKey) {
 		return
 	}
 	p.releaseLocked(pw)
-	pw.removed, pw.active = true, time.Now()
+	pw.removed, pw.tick = true, p.ticks
 }
 
 // Stats returns what the Publisher holds.
@@ -282,7 +285,7 @@ func (p *Publisher) Stats() PublisherStats {
 func (p *Publisher) publishLocked(w kvroute.WorkerKey, d *kvevents.DynamoEvent) error {
 	pw := p.workers[w]
 	if pw == nil || pw.removed {
-		pw = &pubWorker{active: time.Now()}
+		pw = &pubWorker{tick: p.ticks}
 		p.workers[w] = pw
 		marker := kvevents.DynamoEvent{}
 		ev := kvroute.Event{Kind: kvroute.EventCleared, Worker: w}
@@ -310,7 +313,8 @@ func (p *Publisher) publishLocked(w kvroute.WorkerKey, d *kvevents.DynamoEvent) 
 		return err
 	}
 	pw.last++
-	pw.active = time.Now()
+	p.events++
+	pw.tick, pw.order = p.ticks, p.events
 	p.keepLocked(pw, msg)
 	if err := p.conn.Publish(p.subject, msg); err != nil {
 		return fmt.Errorf("natsx: publish: %w", err)
@@ -343,7 +347,7 @@ func (p *Publisher) keepLocked(pw *pubWorker, msg []byte) {
 	for p.bound > 0 && p.kept > p.bound {
 		var lru *pubWorker
 		for _, o := range p.workers {
-			if o != pw && o.n > 0 && (lru == nil || o.active.Before(lru.active)) {
+			if o != pw && o.n > 0 && (lru == nil || o.order < lru.order) {
 				lru = o
 			}
 		}
@@ -403,11 +407,14 @@ func (pw *pubWorker) messages(from, to uint64) ([][]byte, bool) {
 	return out, true
 }
 
-// sweepLocked releases the buffers of workers idle for ReplayIdle and
-// forgets removed workers after it. p.mu is held.
-func (p *Publisher) sweepLocked(now time.Time) {
+// sweepLocked counts one more heads period and releases the buffers of
+// workers idle for ReplayIdle, and forgets removed workers after it: idle
+// time is counted in heads periods, so that publishing an event reads no
+// clock. p.mu is held.
+func (p *Publisher) sweepLocked() {
+	p.ticks++
 	for w, pw := range p.workers {
-		idle := now.Sub(pw.active)
+		idle := time.Duration(p.ticks-pw.tick) * p.every
 		switch {
 		case pw.removed && idle > p.forget:
 			delete(p.workers, w)
@@ -439,7 +446,7 @@ func (p *Publisher) Serve(ctx context.Context) error {
 		}
 		h := heads{epoch: p.epoch}
 		p.mu.Lock()
-		p.sweepLocked(time.Now())
+		p.sweepLocked()
 		for w, pw := range p.workers {
 			if !pw.removed {
 				h.last = append(h.last, workerID{worker: w, id: pw.last})
