@@ -417,6 +417,12 @@ func (a *Agent) LoadRemoteMetadata(md []byte) (string, error) {
 	defer C.free(cmd)
 	var name *C.char
 	if st := C.cgoLoadRemoteMD(a.lib, a.h, cmd, C.size_t(len(md)), &name); st != C.KV_CAPI_SUCCESS {
+		if st == C.KV_CAPI_ERROR_INVALID_PARAM {
+			// NIXL refuses the agent's own metadata so: an invalid
+			// argument, and metadata of no remote agent.
+			return "", &transfer.Error{Op: "load metadata", Agent: a.name, Code: int(st),
+				Err: fmt.Errorf("%w: %w (such as this agent's own)", transfer.ErrInvalidParam, transfer.ErrBadMetadata)}
+		}
 		return "", a.fail("load metadata", "", st, transfer.ErrBadMetadata, transfer.ErrBadMetadata)
 	}
 	defer C.free(unsafe.Pointer(name))

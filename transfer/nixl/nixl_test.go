@@ -113,3 +113,18 @@ func TestNotFoundClassified(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadOwnMetadata loads an agent's own metadata, which NIXL refuses:
+// the error wraps ErrInvalidParam, as NIXL classifies it, and
+// ErrBadMetadata, which Agent.LoadRemoteMetadata documents.
+func TestLoadOwnMetadata(t *testing.T) {
+	requireNIXL(t)
+	a, err := nixl.New(nixl.Config{Name: "own"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	md, err := a.LocalMetadata()
+	require.NoError(t, err)
+	_, err = a.LoadRemoteMetadata(md)
+	require.ErrorIs(t, err, transfer.ErrInvalidParam)
+	require.ErrorIs(t, err, transfer.ErrBadMetadata)
+}
