@@ -244,10 +244,11 @@ type ConvertStats struct {
 // counted.
 //
 // Salts are carried along a chain by the engine hashes of salted blocks
-// (bounded; forgotten when the device copy is removed or the rank
-// cleared). A stored event whose salted parent is not known (the
-// subscriber joined in the middle of a chain) is hashed without a salt, as
-// Dynamo does: it then matches nothing a salted request asks for.
+// (forgotten when the device copy is removed or the rank cleared, and all
+// at once when they reach their bound, 2^20 blocks). A stored event whose
+// salted parent is not known (the subscriber joined in the middle of a
+// chain) is hashed without a salt, as Dynamo does: it then matches nothing
+// a salted request asks for.
 //
 // An event that cannot be converted is skipped and counted in Stats; the
 // others of its batch are converted. Convert also counts the events
@@ -305,7 +306,7 @@ type chunkTail struct {
 }
 
 // Bounds of the Converter's maps; a map that reaches its bound is cleared
-// (hashers, tails, identities) or stops growing (salts, kinds).
+// (hashers, salts, tails, identities) or stops growing (kinds).
 const (
 	maxHashers = 64
 	maxSalts   = 1 << 20
@@ -646,10 +647,14 @@ func (c *Converter) stored(ev *EngineEvent, rank kvroute.DPRank, out *kvroute.Ev
 	}
 	if salt != "" {
 		c.stats.Salted++
-		if len(c.salts) < maxSalts {
-			for _, hh := range ev.BlockHashes {
-				c.salts[chainKey{rank, hh.External()}] = salt
-			}
+		// Past the bound (salted blocks whose removals never came, after
+		// a gap) start afresh: stopping would leave every later chain's
+		// children without their salt for good.
+		if len(c.salts)+len(ev.BlockHashes) > maxSalts {
+			clear(c.salts)
+		}
+		for _, hh := range ev.BlockHashes {
+			c.salts[chainKey{rank, hh.External()}] = salt
 		}
 	}
 	return true

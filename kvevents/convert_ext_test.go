@@ -549,3 +549,40 @@ func TestConvertTierCopies(t *testing.T) {
 		})
 	}
 }
+
+// TestConvertSaltsPastTheirBound: the salts a Converter keeps for the
+// children of salted blocks are bounded; when the bound is reached (here
+// by salted blocks whose removals never arrived) it starts afresh, so that
+// the chains stored after it still hash their children under their salt.
+func TestConvertSaltsPastTheirBound(t *testing.T) {
+	const blocksPerEvent = 4096
+	toks := seq(4*blocksPerEvent, 1)
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 1, BlockSize: 4})
+	require.NoError(t, err)
+	var evs []kvroute.Event
+	hashes := make([]uint64, blocksPerEvent)
+	for e := range (1 << 20) / blocksPerEvent {
+		for i := range hashes {
+			hashes[i] = uint64(1<<32 + e*blocksPerEvent + i)
+		}
+		ev := stored(hashes, 0, toks)
+		ev.CacheSalt = "stale"
+		evs, err = c.Convert(evs[:0], &kvevents.Batch{Events: []kvevents.EngineEvent{ev}})
+		require.NoError(t, err)
+	}
+
+	root := stored([]uint64{1}, 0, toks[:4])
+	root.ExtraKeys = extraKeys([]any{"tenant-a"})
+	child := stored([]uint64{2}, 1, toks[4:8])
+	batch := kvevents.Batch{Events: []kvevents.EngineEvent{root, child}}
+	fresh, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 1, BlockSize: 4})
+	require.NoError(t, err)
+	want, err := fresh.Convert(nil, &batch)
+	require.NoError(t, err)
+	got, err := c.Convert(evs[:0], &batch)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, want[1].Blocks[0].Hash, got[1].Blocks[0].Hash, "the child is hashed under its parent's salt")
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4}).WithSalt("tenant-a")
+	require.Equal(t, h.HashBlock(toks[4:8]), got[1].Blocks[0].Hash)
+}
