@@ -293,12 +293,12 @@ func (c *peerConn) write(conn net.Conn, f *frame, buf []byte) ([]byte, error) {
 func (c *peerConn) receive(conn net.Conn) {
 	defer c.agent.wg.Done()
 	var head [respHeadLen]byte
-	// The wait for the next response is unbounded; once it began, the
-	// rest of it must keep moving.
+	// The wait for the next response is unbounded; once its first byte
+	// arrived, the rest of it must keep moving.
 	rd := &progress{conn: conn, timeout: c.agent.cfg.IOTimeout}
 	for {
 		_ = conn.SetReadDeadline(time.Time{})
-		if _, err := io.ReadFull(conn, head[:]); err != nil {
+		if err := readHeader(conn, rd, head[:]); err != nil {
 			c.fail(c.disconnected("read from", err))
 			return
 		}

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"io"
 	"net"
 	"time"
 )
@@ -71,5 +72,23 @@ func (p progress) write(chunk *net.Buffers) error {
 		return err
 	}
 	_, err := chunk.WriteTo(p.conn)
+	return err
+}
+
+// readHeader fills head, the header of the next frame: it waits on conn as
+// long as it takes for the first bytes, and reads the rest with rd, which
+// bounds a stall. A header that arrived whole costs one read.
+func readHeader(conn net.Conn, rd io.Reader, head []byte) error {
+	n, err := conn.Read(head)
+	if n == len(head) {
+		return nil
+	}
+	if err != nil {
+		if err == io.EOF && n > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	_, err = io.ReadFull(rd, head[n:])
 	return err
 }

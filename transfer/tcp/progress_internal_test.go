@@ -269,3 +269,34 @@ func slicesOf(n, size int) []int {
 	}
 	return out
 }
+
+// TestTruncatedHeaderTimesOut sends part of a frame header and stalls:
+// the wait for a frame is unbounded, but once its first byte arrived the
+// header must keep moving like the rest of the frame. The target drops
+// the connection, and the initiator fails the request the response
+// belonged to, after IOTimeout.
+func TestTruncatedHeaderTimesOut(t *testing.T) {
+	t.Run("request header to a target", func(t *testing.T) {
+		t.Parallel()
+		b, buf := newSlowAgent(t, "b", slowSmall)
+		c := dialAgent(t, b, "b")
+		h := reqHeader{kind: kindRead, id: 1, count: 1}
+		frame := appendDesc(h.append(nil), buf.Desc(0, 8))
+		_, err := c.Write(frame[:5])
+		require.NoError(t, err)
+		var one [1]byte
+		_, err = c.Read(one[:])
+		require.ErrorIs(t, err, io.EOF, "the target kept a connection stalled in a header")
+	})
+	t.Run("response header to an initiator", func(t *testing.T) {
+		t.Parallel()
+		a, buf, ln := slowPair(t, slowSmall)
+		req := postSlow(t, a, transfer.Read, buf, slowSmall)
+		target := acceptTarget(t, ln)
+		h := target.readFrame()
+		resp := respHeader{id: h.id, status: statusOK, dataLen: slowSmall}
+		_, err := target.conn.Write(resp.append(nil)[:5])
+		require.NoError(t, err)
+		require.ErrorIs(t, waitSlow(t, req), transfer.ErrRemoteDisconnect)
+	})
+}

@@ -87,10 +87,10 @@ type server struct {
 func (s *server) loop() error {
 	var head [reqHeaderLen]byte
 	for {
-		// The wait for the next frame is unbounded; once it began, the
-		// rest of it must keep moving.
+		// The wait for the next frame is unbounded; once its first byte
+		// arrived, the rest of it must keep moving.
 		_ = s.conn.SetDeadline(time.Time{})
-		if _, err := io.ReadFull(s.conn, head[:]); err != nil {
+		if err := readHeader(s.conn, s.body, head[:]); err != nil {
 			return err
 		}
 		h, err := parseReqHeader(head[:])
