@@ -15,17 +15,17 @@ import (
 )
 
 // The pace of the slow peers below: a piece every slowEvery, against an
-// IOTimeout of slowTimeout, so that each stall is an eighth of the timeout
-// (a margin for loaded machines) and every frame takes about two timeouts
-// in all.
+// IOTimeout of slowTimeout, so that each stall is a twentieth of the
+// timeout (a margin for loaded machines) and every frame takes well over
+// a timeout in all.
 const (
-	slowTimeout = time.Second
-	slowEvery   = 80 * time.Millisecond
-	// slowSmall is moved in 8 KiB pieces (24 pieces, 1.9 s); slowLarge,
+	slowTimeout = 2 * time.Second
+	slowEvery   = 100 * time.Millisecond
+	// slowSmall is moved in 8 KiB pieces (32 pieces, 3.2 s); slowLarge,
 	// far beyond loopback socket buffers, is drained 1 MiB at a time
-	// (32 pieces, 2.6 s less what the buffers hold).
-	slowSmall = 24 * 8 << 10
-	slowLarge = 32 << 20
+	// (48 pieces, 4.8 s less what the buffers hold).
+	slowSmall = 32 * 8 << 10
+	slowLarge = 48 << 20
 )
 
 // writeSlowly writes data in pieces of n bytes, one every slowEvery.
@@ -54,13 +54,15 @@ func readSlowly(c net.Conn, dst []byte, n int) error {
 	return nil
 }
 
-// pattern returns n bytes that differ from a zeroed buffer.
+// pattern returns n bytes that differ from a zeroed buffer and from piece
+// to piece (the period, 251, divides no piece size), built with copies
+// rather than a loop over every byte, which the race detector makes slow.
 func pattern(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7 + 1)
+	seq := make([]byte, 251)
+	for i := range seq {
+		seq[i] = byte(i + 1)
 	}
-	return b
+	return bytes.Repeat(seq, n/len(seq)+1)[:n:n]
 }
 
 // TestSlowFramesWithinIOTimeout moves frames that take several IOTimeouts
