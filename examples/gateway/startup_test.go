@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute/internal/dynamotest"
+	"github.com/kvroute/kvroute/internal/etcdtest"
 )
 
 // startedBy returns the stacks of the live goroutines running code of one
@@ -101,6 +102,48 @@ func TestStartupFailureStopsWhatStarted(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the gateway hung on a port in use")
 			}
+			requireNoneLeft(t, before, packages...)
+		})
+	}
+}
+
+// A gateway in Dynamo mode that started and is then stopped leaves
+// nothing running either: its pool, its subscriber and its store client
+// end with run.
+func TestShutdownStopsWhatStarted(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "model")
+	dynamotest.WriteModel(t, model)
+	packages := []string{"kvroute/kvroute/discovery", "kvroute/kvroute/kvevents", "go.etcd.io/", "google.golang.org/grpc"}
+	tests := []struct {
+		name  string
+		store func(t *testing.T) string
+	}{
+		{"file store", func(t *testing.T) string { return "file:" + writeStartRankStore(t) }},
+		{"etcd store", func(t *testing.T) string {
+			_, url := etcdtest.Start(t) // skips without an etcd server
+			return "etcd:" + url
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := tt.store(t)
+			before := startedBy(packages...)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			runCtx, stop := context.WithCancel(ctx)
+			ready := make(chan net.Addr, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-log-level", "error", "-model-dir", model,
+					"-dynamo-store", store, "-dynamo-frontend", "http://127.0.0.1:1"}, io.Discard, ready)
+			}()
+			select {
+			case <-ready:
+			case err := <-done:
+				t.Fatal(err)
+			}
+			stop()
+			require.NoError(t, <-done)
 			requireNoneLeft(t, before, packages...)
 		})
 	}
