@@ -43,7 +43,8 @@ const (
 )
 
 // Field counts (after the tag) of the array layouts producers have used.
-// EngineEvent.Fields takes one of them; zero means the newest.
+// EngineEvent.Fields takes one of them, or another count up to the Max
+// ones; zero means StoredFieldsAll or RemovedFieldsAll.
 const (
 	// StoredFieldsV09 is vLLM v0.9's BlockStored: up to lora_id.
 	StoredFieldsV09 = 5
@@ -58,6 +59,12 @@ const (
 	RemovedFieldsMedium = 2
 	// RemovedFieldsAll is the newest array BlockRemoved: up to group_idx.
 	RemovedFieldsAll = 3
+	// StoredFieldsMax and RemovedFieldsMax are the longest array layouts
+	// kvevents reads and writes: the fixed fields and the whole metadata
+	// tail, up to source_kind (see DecodeBatch). Fields after them are
+	// skipped.
+	StoredFieldsMax  = 13
+	RemovedFieldsMax = 7
 )
 
 // OptInt is an integer field that may be nil or absent.
@@ -81,8 +88,8 @@ type EngineEvent struct {
 	// Layout is the wire layout the event came in (or is encoded in).
 	Layout EventLayout
 	// Fields is the number of array-layout fields after the tag that were
-	// on the wire (or are to be encoded; zero means all known fields).
-	// It is zero for map-layout events.
+	// on the wire (or are to be encoded; zero means StoredFieldsAll or
+	// RemovedFieldsAll). It is zero for map-layout events.
 	Fields int
 	// WideMap reports that a map-layout event came with a map16 header
 	// although it has fewer than 16 entries, as msgspec writes structs

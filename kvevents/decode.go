@@ -49,13 +49,20 @@ const (
 )
 
 // storedArrayFields and removedArrayFields give the array layouts' field
-// order after the tag (vLLM's declaration order).
+// order after the tag (vLLM's declaration order): the fixed fields, then
+// the metadata tail (see metadataTail), whose source_kind (fUnknown) is
+// not kept and is written as nil.
 var (
-	storedArrayFields = [StoredFieldsAll]field{
+	storedArrayFields = [StoredFieldsMax]field{
 		fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoRAID, fMedium,
 		fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow,
+		fLocality, fUnknown,
 	}
-	removedArrayFields = [RemovedFieldsAll]field{fBlockHashes, fMedium, fGroupIdx}
+	removedArrayFields = [RemovedFieldsMax]field{
+		fBlockHashes, fMedium, fGroupIdx, fSpecKind, fSlidingWindow,
+		fLocality, fUnknown,
+	}
+	clearedArrayFields = [...]field{fUnknown} // source_kind
 )
 
 func fieldByName(name []byte) field {
@@ -116,8 +123,10 @@ func eventTypeByTag(tag []byte) EventType {
 // It accepts every layout those engines have used: batches of two or three
 // (or more) elements, events as msgspec arrays (of any length: shorter
 // arrays from older producers, extra trailing fields from newer ones are
-// skipped) or as tagged maps (unknown keys are skipped), hashes as
-// unsigned or signed integers or byte strings. Events of unknown types are
+// skipped; the metadata after extra_keys, or after a BlockRemoved's
+// medium, is read as Dynamo reads it, see readMetadataTail) or as tagged
+// maps (unknown keys are skipped), hashes as unsigned or signed integers
+// or byte strings. Events of unknown types are
 // skipped and counted in b.Skipped. An event of a known type that is
 // well-formed msgpack but has an unusable field (of the wrong type or out
 // of range, such as a token id above 2^32-1) is skipped and counted in
@@ -306,25 +315,99 @@ func decodeArrayEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) ([]byte, bo
 	ev.Type = eventTypeByTag(tag)
 	ev.Layout = LayoutArray
 	ev.Fields = int(n - 1)
-	var fields []field
+	var prefix []field
 	switch ev.Type {
 	case BlockStored:
-		fields = storedArrayFields[:]
+		prefix = storedArrayFields[:storedArrayPrefix]
 	case BlockRemoved:
-		fields = removedArrayFields[:]
+		prefix = removedArrayFields[:removedArrayPrefix]
 	}
-	for i := range int(n - 1) {
-		if i < len(fields) {
-			if p, err = readField(p, fields[i], b, ev, sp); err != nil {
-				return p, false, err
-			}
-			continue
+	left := int(n - 1)
+	for _, f := range prefix[:min(len(prefix), left)] {
+		if p, err = readField(p, f, b, ev, sp); err != nil {
+			return p, false, err
 		}
+	}
+	left -= min(len(prefix), left)
+	if prefix != nil && left > 0 {
+		tail := min(left, len(metadataTail))
+		if p, err = readMetadataTail(p, tail, b, ev); err != nil {
+			return p, false, err
+		}
+		left -= tail
+	}
+	for range left {
 		if p, err = msgp.Skip(p); err != nil {
 			return p, false, malformed("trailing event field", err)
 		}
 	}
 	return p, ev.Type != 0, nil
+}
+
+// The array layouts' fixed fields, before the metadata tail: BlockStored
+// up to extra_keys, BlockRemoved up to medium.
+const (
+	storedArrayPrefix  = 8
+	removedArrayPrefix = 2
+)
+
+// metadataTail is the metadata after the fixed fields of an array-layout
+// event, in the order producers write it (Dynamo's "fixed trailing
+// layout"): group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window,
+// locality, source_kind (the last is not kept). Each value's msgpack type
+// class is an integer (msgp.IntType) or a string; nil fits any.
+var metadataTail = [...]struct {
+	f   field
+	typ msgp.Type
+}{
+	{fGroupIdx, msgp.IntType}, {fSpecKind, msgp.StrType}, {fSlidingWindow, msgp.IntType},
+	{fLocality, msgp.StrType}, {fUnknown, msgp.StrType},
+}
+
+// readMetadataTail reads the n values of an array-layout event's metadata
+// tail (n at most len(metadataTail)). Values are read in metadataTail's
+// order while their types fit it; from the first that does not, by type,
+// as Dynamo reads the tuples of producers that appended them
+// opportunistically: an integer is group_idx, then
+// kv_cache_spec_sliding_window; a string is kv_cache_spec_kind; a list,
+// in a BlockStored, is block_mm_infos; other values are skipped.
+func readMetadataTail(p []byte, n int, b *Batch, ev *EngineEvent) ([]byte, error) {
+	var err error
+	inOrder := true
+	for i := range n {
+		t := msgp.NextType(p)
+		if t == msgp.UintType {
+			t = msgp.IntType
+		}
+		f := fUnknown
+		switch {
+		case inOrder && (t == msgp.NilType || t == metadataTail[i].typ):
+			f = metadataTail[i].f
+		case t == msgp.IntType:
+			inOrder = false
+			if f = fGroupIdx; ev.GroupIdx.Valid {
+				if f = fSlidingWindow; ev.SlidingWindow.Valid {
+					f = fUnknown
+				}
+			}
+		case t == msgp.StrType:
+			inOrder, f = false, fSpecKind
+		case t == msgp.ArrayType && ev.Type == BlockStored:
+			inOrder, f = false, fBlockMMInfos
+		default:
+			inOrder = false
+		}
+		if f == fUnknown {
+			if p, err = msgp.Skip(p); err != nil {
+				return p, malformed("trailing event field", err)
+			}
+			continue
+		}
+		if p, err = readField(p, f, b, ev, nil); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
 }
 
 func decodeMapEvent(p []byte, b *Batch, ev *EngineEvent, sp *span) ([]byte, bool, error) {

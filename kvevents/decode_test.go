@@ -465,3 +465,103 @@ func TestDecodeInternsAfterManySessions(t *testing.T) {
 		t.Fatalf("%v allocations per batch, want at most 1 (the session id)", allocs)
 	}
 }
+
+// TestDecodeArrayMetadataTail: the fields after extra_keys (BlockStored)
+// or medium (BlockRemoved) of array-layout events are read as Dynamo
+// reads them: group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window,
+// locality and source_kind in that order when their types fit it, and
+// otherwise by type (an integer is the group, then the sliding window; a
+// string the kind; a list, in a store, block_mm_infos), as the tuples of
+// earlier producers appended them.
+func TestDecodeArrayMetadataTail(t *testing.T) {
+	tokens := make([]any, 4)
+	for i := range tokens {
+		tokens[i] = 100 + i
+	}
+	mmInfos := []any{map[string]any{"mm_objects": []any{map[string]any{"mm_hash": uint64(7), "offsets": []any{}}}}}
+	store := func(tail ...any) []any {
+		return append([]any{"BlockStored", []any{uint64(11)}, nil, tokens, 4, nil, nil, nil, nil}, tail...)
+	}
+	remove := func(tail ...any) []any {
+		return append([]any{"BlockRemoved", []any{uint64(11)}, nil}, tail...)
+	}
+	tests := []struct {
+		name      string
+		event     []any
+		group     kvevents.OptInt
+		kind      string
+		window    kvevents.OptInt
+		locality  string
+		mm        bool
+		converted int // events Convert keeps, with no kind learned
+	}{
+		{"store, every field", store(0, "full_attention", nil, "LOCAL", "gpu"), kvevents.Some(0), "full_attention", kvevents.OptInt{}, "LOCAL", false, 1},
+		{"store of a remote tier", store(0, "full_attention", nil, "REMOTE", "fs"), kvevents.Some(0), "full_attention", kvevents.OptInt{}, "REMOTE", false, 0},
+		{"store, up to the window", store(1, "sliding_window", 128), kvevents.Some(1), "sliding_window", kvevents.Some(128), "", false, 0},
+		{"store, kind without a group slot", store("full_attention"), kvevents.OptInt{}, "full_attention", kvevents.OptInt{}, "", false, 1},
+		{"store, block_mm_infos first", store(mmInfos, 2, "full_attention"), kvevents.Some(2), "full_attention", kvevents.OptInt{}, "", true, 1},
+		{"removal, every field", remove(0, "full_attention", nil, "LOCAL", nil), kvevents.Some(0), "full_attention", kvevents.OptInt{}, "LOCAL", false, 1},
+		{"removal of a remote tier", remove(0, nil, nil, "REMOTE"), kvevents.Some(0), "", kvevents.OptInt{}, "REMOTE", false, 0},
+		{"removal with its group's kind", remove(3, "full_attention"), kvevents.Some(3), "full_attention", kvevents.OptInt{}, "", false, 1},
+		{"removal, kind without a group slot", remove("full_attention"), kvevents.OptInt{}, "full_attention", kvevents.OptInt{}, "", false, 1},
+		{"removal, fields beyond the known ones", remove(3, "mla_attention", nil, "LOCAL", "gpu", "later", 9), kvevents.Some(3), "mla_attention", kvevents.OptInt{}, "LOCAL", false, 1},
+		{"clear with its source_kind", []any{"AllBlocksCleared", "gpu"}, kvevents.OptInt{}, "", kvevents.OptInt{}, "", false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := msgp.AppendArrayHeader(nil, 3)
+			p = msgp.AppendFloat64(p, 1757500000)
+			p = msgp.AppendArrayHeader(p, 1)
+			p, err := msgp.AppendIntf(p, tt.event)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p = msgp.AppendInt(p, 0)
+			var b kvevents.Batch
+			if err := kvevents.DecodeBatch(p, &b); err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Events) != 1 {
+				t.Fatalf("decoded %d events (%d invalid: %v), want 1", len(b.Events), b.Invalid, b.InvalidErr)
+			}
+			ev := &b.Events[0]
+			if ev.GroupIdx != tt.group || ev.SpecKind != tt.kind || ev.SlidingWindow != tt.window || ev.Locality != tt.locality || (ev.BlockMMInfos != nil) != tt.mm {
+				t.Fatalf("group %+v kind %q window %+v locality %q mm %v; want %+v %q %+v %q %v",
+					ev.GroupIdx, ev.SpecKind, ev.SlidingWindow, ev.Locality, ev.BlockMMInfos != nil, tt.group, tt.kind, tt.window, tt.locality, tt.mm)
+			}
+			if ev.Fields != len(tt.event)-1 {
+				t.Fatalf("Fields %d, want %d", ev.Fields, len(tt.event)-1)
+			}
+			// Fields beyond the known ones are not re-encoded.
+			fields := ev.Fields
+			ev.Fields = min(ev.Fields, kvevents.StoredFieldsMax)
+			switch ev.Type {
+			case kvevents.BlockRemoved:
+				ev.Fields = min(ev.Fields, kvevents.RemovedFieldsMax)
+			case kvevents.AllBlocksCleared:
+				ev.Fields = min(ev.Fields, 1) // source_kind
+			}
+			out, err := kvevents.AppendBatch(nil, &b)
+			if err != nil {
+				t.Fatalf("re-encode: %v", err)
+			}
+			var back kvevents.Batch
+			if err := kvevents.DecodeBatch(out, &back); err != nil || len(back.Events) != 1 {
+				t.Fatalf("decode re-encoded: %v", err)
+			}
+			x := &back.Events[0]
+			if x.GroupIdx != ev.GroupIdx || x.SpecKind != ev.SpecKind || x.SlidingWindow != ev.SlidingWindow || x.Locality != ev.Locality {
+				t.Fatalf("re-encoded as %+v, want %+v", x, ev)
+			}
+			ev.Fields = fields
+			c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := c.Convert(nil, &b)
+			if err != nil || len(evs) != tt.converted {
+				t.Fatalf("converted %d events (%v), want %d", len(evs), err, tt.converted)
+			}
+		})
+	}
+}

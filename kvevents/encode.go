@@ -13,10 +13,14 @@ import (
 //
 // The batch is [timestamp, events] when b.RankSlot is false and
 // [timestamp, events, rank or nil] otherwise. Each event is encoded in its
-// own Layout: LayoutArray writes the tag and the first Fields fields (all
-// known fields when Fields is zero) with nil for unset values;
-// LayoutMap writes "type", then the fields without a default (always) and
-// the defaulted fields that are set, in vLLM's declaration order.
+// own Layout: LayoutArray writes the tag and the first Fields fields (up
+// to kv_cache_spec_sliding_window, or group_idx in a BlockRemoved, when
+// Fields is zero) with nil for unset values, in the order of the fields
+// and metadata tail DecodeBatch reads (source_kind, which it does not
+// keep, as nil; block_mm_infos, which has no place in that order, not at
+// all); LayoutMap writes "type", then the fields without a default
+// (always) and the defaulted fields that are set, in vLLM's declaration
+// order.
 //
 // Re-encoding a decoded batch gives a batch that decodes to the same value
 // (DecodeBatch(AppendBatch(b)) equals b), not always the same bytes: the
@@ -57,24 +61,32 @@ var ErrEncode = errors.New("kvevents: cannot encode")
 // AppendEvent appends the msgpack encoding of one event (see AppendBatch).
 func AppendEvent(dst []byte, ev *EngineEvent) ([]byte, error) {
 	var fields []field
+	var n, prefix int // the fields written when ev.Fields is zero; the fixed ones
 	switch ev.Type {
 	case BlockStored:
-		fields = storedArrayFields[:]
+		fields, n, prefix = storedArrayFields[:], StoredFieldsAll, storedArrayPrefix
 	case BlockRemoved:
-		fields = removedArrayFields[:]
+		fields, n, prefix = removedArrayFields[:], RemovedFieldsAll, removedArrayPrefix
 	case AllBlocksCleared:
+		fields, prefix = clearedArrayFields[:], len(clearedArrayFields)
 	default:
 		return dst, fmt.Errorf("%w: event type %d", ErrEncode, ev.Type)
 	}
 	if ev.Layout == LayoutMap {
 		return appendMapEvent(dst, ev), nil
 	}
-	n := len(fields)
 	if ev.Fields != 0 {
 		if ev.Fields > len(fields) {
 			return dst, fmt.Errorf("%w: %s with %d array fields, the type has %d", ErrEncode, ev.Type, ev.Fields, len(fields))
 		}
 		n = ev.Fields
+	}
+	// A metadata field that is set is written even past Fields: the tail
+	// of a decoded event may have been read by type, not by position.
+	for i := max(n, prefix); i < len(fields); i++ {
+		if f := fields[i]; f != fUnknown && fieldSet(f, ev) {
+			n = i + 1
+		}
 	}
 	dst = msgp.AppendArrayHeader(dst, uint32(n+1))
 	dst = msgp.AppendString(dst, ev.Type.String())
