@@ -258,7 +258,7 @@ type attempt struct {
 	dropUsage bool
 
 	committed   bool  // the engine's answer is being relayed to the client
-	verdict     int   // the status of a relayed 4xx answer: no verdict on the engine's health
+	clientErr   int   // the status of a relayed 4xx answer: a verdict on the request, none on the engine
 	err         error // why the attempt failed, if it did
 	engineErr   bool  // the engine reported an error inside its stream
 	cached      int
@@ -342,9 +342,9 @@ func (a *attempt) finish(aborted bool) {
 		o.Err = a.err
 	case a.engineErr:
 		o.Err = errors.New("gateway: the engine reported an error in its stream")
-	case a.verdict != 0:
+	case a.clientErr != 0:
 		// The engine's verdict on the request, not on itself.
-		o.Err = fmt.Errorf("%w: the engine answered %d", router.ErrNoVerdict, a.verdict)
+		o.Err = fmt.Errorf("%w: the engine answered %d", router.ErrNoVerdict, a.clientErr)
 	default:
 		o.CachedTokens, o.CachedTokensKnown = a.cached, a.cachedKnown
 	}
@@ -407,7 +407,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		// The engine's verdict on the request (4xx): relay it.
 		a.committed = true
 		if resp.StatusCode/100 == 4 {
-			a.verdict = resp.StatusCode
+			a.clientErr = resp.StatusCode
 		}
 		return nil
 	}
@@ -430,7 +430,8 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	if int64(len(body)) > g.maxResp {
 		// The engine did its work; the answer is only too large to relay.
 		// Another engine would give as large a one: answer the client
-		// with an error, without a verdict on the engine's health.
+		// with an error, not retried and not held against the engine,
+		// which served the request (its Done is a success).
 		_ = resp.Body.Close()
 		msg := errorBody(http.StatusBadGateway, "engine_error", fmt.Sprintf("the engine's answer exceeds %d bytes", g.maxResp))
 		a.committed = true
