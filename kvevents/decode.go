@@ -123,11 +123,16 @@ func eventTypeByTag(tag []byte) EventType {
 // It accepts every layout those engines have used: batches of two or three
 // (or more) elements, events as msgspec arrays (of any length: shorter
 // arrays from older producers, extra trailing fields from newer ones are
-// skipped; the metadata after extra_keys, or after a BlockRemoved's
-// medium, is read as Dynamo reads it, see readMetadataTail) or as tagged
-// maps (unknown keys are skipped), hashes as unsigned or signed integers
-// or byte strings. Events of unknown types are
-// skipped and counted in b.Skipped. An event of a known type that is
+// skipped) or as tagged maps (unknown keys are skipped), hashes as
+// unsigned or signed integers or byte strings. The metadata after an
+// array BlockStored's extra_keys, or an array BlockRemoved's medium, is
+// read as Dynamo reads it: group_idx, kv_cache_spec_kind,
+// kv_cache_spec_sliding_window, locality and source_kind (not kept) while
+// the values' types fit that order, then by type (an integer is the group,
+// then the sliding window; a string the kind; a list, in a store,
+// block_mm_infos), as earlier producers appended it. Events of unknown
+// types are skipped and counted in b.Skipped, whatever their fields hold
+// and wherever their tag is. An event of a known type that is
 // well-formed msgpack but has an unusable field (of the wrong type or out
 // of range, such as a token id above 2^32-1) is skipped and counted in
 // b.Invalid, its error kept in b.InvalidErr: the other events of the batch
