@@ -2,11 +2,20 @@ package kvevents
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 
 	"github.com/kvroute/kvroute"
 )
+
+// ErrOtherResidency is wrapped by the error DynamoEvent.ToEvent returns for
+// an event of another residency domain than its worker's own: the blocks
+// of a cache owner (residency_domain "cache_owner", vLLM's blocks of
+// ownership "kvcr" as Dynamo relays them) or of a domain kvevents does not
+// know. They are not blocks the worker holds, and Dynamo's router does not
+// index them as the worker's.
+var ErrOtherResidency = errors.New("kvevents: event of another residency domain than the worker's")
 
 // DynamoKind is the variant of a Dynamo KvCacheEventData.
 type DynamoKind uint8
@@ -16,6 +25,13 @@ const (
 	DynamoStored  DynamoKind = iota + 1 // "stored"
 	DynamoRemoved                       // "removed"
 	DynamoCleared                       // "cleared"
+)
+
+// Dynamo's residency domains (ResidencyDomain, serde snake_case): the
+// worker's own blocks, or a cache owner's.
+const (
+	ResidencyWorker     = "worker"
+	ResidencyCacheOwner = "cache_owner"
 )
 
 // Dynamo's storage tier names (StorageTier, serde snake_case).
@@ -38,8 +54,9 @@ type DynamoEvent struct {
 	// StorageTier is storage_tier: "device" (the default when absent),
 	// "host_pinned", "disk" or "external".
 	StorageTier string
-	// ResidencyDomain is residency_domain ("worker" or "cache_owner"),
-	// empty when absent.
+	// ResidencyDomain is residency_domain (ResidencyWorker or
+	// ResidencyCacheOwner), empty when absent (the worker's). ToEvent
+	// refuses events of another domain than the worker's.
 	ResidencyDomain string
 	// EventID is event.event_id: the worker's event sequence number.
 	EventID uint64
@@ -113,7 +130,14 @@ func DynamoTierName(t kvroute.Tier) string {
 // events, so out.ID = event_id + 1 (wrapping: event_id 2^64-1, which
 // FromEvent writes for an unsequenced event, becomes ID 0). Stored blocks
 // get External = block_hash and Hash = tokens_hash, without tokens.
+//
+// It returns an error wrapping ErrOtherResidency, and leaves out as it
+// is, for an event whose residency_domain is set to another value than
+// "worker": skip it.
 func (d *DynamoEvent) ToEvent(out *kvroute.Event) error {
+	if d.ResidencyDomain != "" && d.ResidencyDomain != ResidencyWorker {
+		return fmt.Errorf("%w: residency_domain %q", ErrOtherResidency, d.ResidencyDomain)
+	}
 	*out = kvroute.Event{
 		Worker:  kvroute.WorkerKey{ID: kvroute.WorkerID(d.WorkerID), Rank: kvroute.DPRank(d.DPRank)},
 		ID:      d.EventID + 1,

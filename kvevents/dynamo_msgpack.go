@@ -120,10 +120,10 @@ func DecodeDynamoEvent(p []byte, d *DynamoEvent) ([]byte, error) {
 			}
 			s, p, err = msgp.ReadStringZC(p)
 			switch string(s) {
-			case "worker":
-				d.ResidencyDomain = "worker"
-			case "cache_owner":
-				d.ResidencyDomain = "cache_owner"
+			case ResidencyWorker:
+				d.ResidencyDomain = ResidencyWorker
+			case ResidencyCacheOwner:
+				d.ResidencyDomain = ResidencyCacheOwner
 			default:
 				d.ResidencyDomain = string(s)
 			}

@@ -133,6 +133,39 @@ func TestDynamoMalformed(t *testing.T) {
 	require.ErrorIs(t, err, kvevents.ErrMalformed)
 }
 
+// TestDynamoToEventResidency: events of the worker's own residency domain
+// (residency_domain absent or "worker") convert; events of a cache owner's
+// domain, or of a domain kvevents does not know, are not the worker's
+// blocks (Dynamo's router does not index them as the worker's) and are
+// refused, so that a cache owner's clear does not empty the worker.
+func TestDynamoToEventResidency(t *testing.T) {
+	tests := []struct {
+		domain string
+		own    bool
+	}{
+		{"", true},
+		{"worker", true},
+		{"cache_owner", false},
+		{"pool", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.domain, func(t *testing.T) {
+			for _, kind := range []kvevents.DynamoKind{kvevents.DynamoStored, kvevents.DynamoRemoved, kvevents.DynamoCleared} {
+				d := kvevents.DynamoEvent{WorkerID: 3, ResidencyDomain: tt.domain, EventID: 4, Kind: kind,
+					Blocks: []kvevents.DynamoBlock{{BlockHash: 1, TokensHash: 2}}, Removed: []uint64{1}}
+				var ev kvroute.Event
+				err := d.ToEvent(&ev)
+				if tt.own {
+					require.NoError(t, err)
+					require.Equal(t, kvroute.WorkerKey{ID: 3}, ev.Worker)
+					continue
+				}
+				require.ErrorIs(t, err, kvevents.ErrOtherResidency)
+			}
+		})
+	}
+}
+
 // TestDynamoJSONClearedNull: the cleared variant in the map form serde_json
 // also reads, {"cleared": null}, is a cleared event.
 func TestDynamoJSONClearedNull(t *testing.T) {
