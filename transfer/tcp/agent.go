@@ -31,7 +31,7 @@ type Config struct {
 	// DialTimeout bounds connecting to a peer. Zero means 5 s.
 	DialTimeout time.Duration
 	// IOTimeout bounds how long a frame may stall half-way (no byte read,
-	// or less than 1 MiB written, for that long) before the connection is
+	// or less than 256 KiB written, for that long) before the connection is
 	// declared dead. A frame may take longer in all while its bytes keep
 	// moving. Zero means 30 s.
 	IOTimeout time.Duration

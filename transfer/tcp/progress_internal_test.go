@@ -15,17 +15,18 @@ import (
 )
 
 // The pace of the slow peers below: a piece every slowEvery, against an
-// IOTimeout of slowTimeout, so that each stall is a twentieth of the
-// timeout (a margin for loaded machines) and every frame takes well over
-// a timeout in all.
+// IOTimeout of slowTimeout, so that each stall is a seventy-fifth of the
+// timeout (the margin a loaded machine running -race needs) and every
+// frame takes 1.7 timeouts in all.
 const (
-	slowTimeout = 2 * time.Second
-	slowEvery   = 100 * time.Millisecond
-	// slowSmall is moved in 8 KiB pieces (32 pieces, 3.2 s); slowLarge,
-	// far beyond loopback socket buffers, is drained 1 MiB at a time
-	// (48 pieces, 4.8 s less what the buffers hold).
-	slowSmall = 32 * 8 << 10
-	slowLarge = 48 << 20
+	slowTimeout = 3 * time.Second
+	slowEvery   = 40 * time.Millisecond
+	// slowSmall is written in slowPiece pieces; slowLarge, whose writer
+	// the peer holds up, is read in progressChunk pieces through kernel
+	// buffers made small with shrinkBuffers. Both take 128 pieces, 5.1 s.
+	slowPiece = 8 << 10
+	slowSmall = 128 * slowPiece
+	slowLarge = 128 * progressChunk
 )
 
 // writeSlowly writes data in pieces of n bytes, one every slowEvery.
@@ -80,7 +81,7 @@ func TestSlowFramesWithinIOTimeout(t *testing.T) {
 		frame := appendDesc(h.append(nil), buf.Desc(0, slowSmall))
 		_, err := c.Write(frame)
 		require.NoError(t, err)
-		require.NoError(t, writeSlowly(c, data, 8<<10))
+		require.NoError(t, writeSlowly(c, data, slowPiece))
 		resp := readResponse(t, c)
 		require.Equal(t, statusOK, resp.status)
 		require.Equal(t, data, buf.Bytes())
@@ -90,6 +91,8 @@ func TestSlowFramesWithinIOTimeout(t *testing.T) {
 		b, buf := newSlowAgent(t, "b", slowLarge)
 		copy(buf.Bytes(), pattern(slowLarge))
 		c := dialAgent(t, b, "b")
+		shrinkBuffers(t, c)
+		shrinkBuffers(t, servedConn(b))
 		h := reqHeader{kind: kindRead, id: 1, count: 1}
 		_, err := c.Write(appendDesc(h.append(nil), buf.Desc(0, slowLarge)))
 		require.NoError(t, err)
@@ -97,7 +100,7 @@ func TestSlowFramesWithinIOTimeout(t *testing.T) {
 		require.Equal(t, statusOK, resp.status)
 		require.Equal(t, uint64(slowLarge), resp.dataLen)
 		got := make([]byte, slowLarge)
-		require.NoError(t, readSlowly(c, got, 1<<20))
+		require.NoError(t, readSlowly(c, got, progressChunk))
 		require.True(t, bytes.Equal(pattern(slowLarge), got), "READ data differs")
 	})
 	t.Run("initiator reads a slow READ response", func(t *testing.T) {
@@ -110,7 +113,7 @@ func TestSlowFramesWithinIOTimeout(t *testing.T) {
 		resp := respHeader{id: h.id, status: statusOK, dataLen: slowSmall}
 		_, err := target.conn.Write(resp.append(nil))
 		require.NoError(t, err)
-		require.NoError(t, writeSlowly(target.conn, data, 8<<10))
+		require.NoError(t, writeSlowly(target.conn, data, slowPiece))
 		require.NoError(t, waitSlow(t, req))
 		require.Equal(t, data, buf.Bytes())
 	})
@@ -118,11 +121,16 @@ func TestSlowFramesWithinIOTimeout(t *testing.T) {
 		t.Parallel()
 		a, buf, ln := slowPair(t, slowLarge)
 		copy(buf.Bytes(), pattern(slowLarge))
-		req := postSlow(t, a, transfer.Write, buf, slowLarge)
+		// Connect first, to shrink the buffers before the WRITE.
+		require.NoError(t, a.SendNotif("b", []byte("hi")))
 		target := acceptTarget(t, ln)
+		require.Equal(t, kindNotif, target.readFrame().kind)
+		shrinkBuffers(t, target.conn)
+		shrinkBuffers(t, connTo(a, "b"))
+		req := postSlow(t, a, transfer.Write, buf, slowLarge)
 		h := target.readFrame()
 		got := make([]byte, slowLarge)
-		require.NoError(t, readSlowly(target.conn, got, 1<<20))
+		require.NoError(t, readSlowly(target.conn, got, progressChunk))
 		target.respond(h.id, nil)
 		require.NoError(t, waitSlow(t, req))
 		require.True(t, bytes.Equal(pattern(slowLarge), got), "WRITE data differs")
@@ -139,6 +147,37 @@ func TestSlowFramesWithinIOTimeout(t *testing.T) {
 		err = waitSlow(t, req)
 		require.ErrorIs(t, err, transfer.ErrRemoteDisconnect)
 	})
+}
+
+// shrinkBuffers makes c's kernel buffers small, so that a slow peer holds
+// its writer up at once rather than after the megabytes loopback buffers
+// grow to.
+func shrinkBuffers(t *testing.T, c net.Conn) {
+	t.Helper()
+	tc, ok := c.(*net.TCPConn)
+	require.True(t, ok, "%T is not a TCP connection", c)
+	require.NoError(t, tc.SetReadBuffer(64<<10))
+	require.NoError(t, tc.SetWriteBuffer(64<<10))
+}
+
+// servedConn returns the one connection a serves.
+func servedConn(a *Agent) net.Conn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for c := range a.served {
+		return c
+	}
+	return nil
+}
+
+// connTo returns a's dialled connection to remote.
+func connTo(a *Agent, remote string) net.Conn {
+	a.mu.Lock()
+	c := a.remotes[remote].conn
+	a.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn
 }
 
 // newSlowAgent returns an agent with IOTimeout slowTimeout and n bytes of
