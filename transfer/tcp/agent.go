@@ -19,16 +19,17 @@ const PluginName = "TCP"
 // Config configures an Agent. Only Name is required.
 type Config struct {
 	// Name is the agent's name, unique among the agents that talk to each
-	// other.
+	// other; at most 4096 bytes.
 	Name string
 	// ListenAddr is the address to accept peers on. Zero means
 	// "127.0.0.1:0" (loopback, any free port); production hosts give the
 	// interface the decode workers can reach.
 	ListenAddr string
 	// AdvertiseAddr is the address written into the metadata for peers to
-	// dial. Zero means the listener's address.
+	// dial, at most 4096 bytes. Zero means the listener's address.
 	AdvertiseAddr string
-	// DialTimeout bounds connecting to a peer. Zero means 5 s.
+	// DialTimeout bounds connecting to a peer. Zero means 5 s; negative
+	// bounds here are refused.
 	DialTimeout time.Duration
 	// IOTimeout bounds how long a frame may stall half-way (no byte read,
 	// or less than 256 KiB written, for that long) before the connection is
@@ -86,11 +87,19 @@ type remote struct {
 }
 
 // New starts an agent listening on cfg.ListenAddr, with the TCP backend
-// created. Errors: transfer.ErrInvalidParam for a missing name, or the
-// listener's error.
+// created. Errors: transfer.ErrInvalidParam for a missing or too long
+// name, an AdvertiseAddr longer than 4096 bytes or a negative bound, or
+// the listener's error.
 func New(cfg Config) (*Agent, error) {
 	if cfg.Name == "" || len(cfg.Name) > maxNameLen {
 		return nil, fmt.Errorf("%w: agent name %q", transfer.ErrInvalidParam, cfg.Name)
+	}
+	if len(cfg.AdvertiseAddr) > maxNameLen {
+		return nil, fmt.Errorf("%w: advertised address of %d bytes (max %d)", transfer.ErrInvalidParam, len(cfg.AdvertiseAddr), maxNameLen)
+	}
+	if cfg.DialTimeout < 0 || cfg.IOTimeout < 0 || cfg.MaxQueuedNotifs < 0 {
+		return nil, fmt.Errorf("%w: negative DialTimeout %v, IOTimeout %v or MaxQueuedNotifs %d",
+			transfer.ErrInvalidParam, cfg.DialTimeout, cfg.IOTimeout, cfg.MaxQueuedNotifs)
 	}
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:0"

@@ -480,3 +480,27 @@ func renamed(md []byte, name string) []byte {
 	out := append(append([]byte(nil), md[:5]...), le16(len(name))...)
 	return append(append(out, name...), rest...)
 }
+
+// TestConfigRefusesBadValues gives New values it must refuse rather than
+// start an agent that misbehaves later: negative bounds (a negative
+// MaxQueuedNotifs made the first received notification panic) and an
+// advertised address too long for the metadata's length field.
+func TestConfigRefusesBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  tcp.Config
+	}{
+		{"negative MaxQueuedNotifs", tcp.Config{Name: "x", MaxQueuedNotifs: -1}},
+		{"negative IOTimeout", tcp.Config{Name: "x", IOTimeout: -time.Second}},
+		{"negative DialTimeout", tcp.Config{Name: "x", DialTimeout: -time.Second}},
+		{"AdvertiseAddr past the metadata's bound", tcp.Config{Name: "x", AdvertiseAddr: strings.Repeat("h", 70_000) + ":1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := tcp.New(tc.cfg)
+			if err == nil {
+				_ = a.Close()
+			}
+			require.ErrorIs(t, err, transfer.ErrInvalidParam)
+		})
+	}
+}
