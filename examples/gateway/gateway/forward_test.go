@@ -266,6 +266,7 @@ func TestForwardAnswerIsTheVerdict(t *testing.T) {
 			}
 			resp, body := postCompletion(t, srv, nil)
 			require.Equal(t, tt.status, resp.StatusCode, body)
+			srv.Close() // waits for the handler, which ends the decision after the answer
 			h, _ := r.Health(w1)
 			require.Equal(t, tt.want, h)
 			// Errors up to UnhealthyErrors (5) tell the count apart.
@@ -279,4 +280,45 @@ func TestForwardAnswerIsTheVerdict(t *testing.T) {
 			require.Equal(t, router.Unhealthy, h, "fewer errors counted than the answers gave")
 		})
 	}
+}
+
+// closingClient is a client that closes its connection as soon as it has
+// its whole answer, which may be before the gateway's handler returns:
+// the request's context then ends while the handler finishes.
+type closingClient struct {
+	*httptest.ResponseRecorder
+	close context.CancelFunc
+}
+
+func (c *closingClient) Write(p []byte) (int, error) {
+	n, err := c.ResponseRecorder.Write(p)
+	c.close() // the answer is one write: the client has it all
+	return n, err
+}
+
+// A client that leaves once it has its whole answer does not make the
+// answer a cancellation: the engine served it, the success clears its
+// errors, and the cached tokens it reported feed routing accuracy.
+func TestForwardClientLeavesAfterItsAnswer(t *testing.T) {
+	e := newForwardEngine(t, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"choices":[{"text":"x"}],"usage":{"prompt_tokens":2,"prompt_tokens_details":{"cached_tokens":1}}}`)
+	})
+	gw, _ := forwardGateway(t, gateway.Config{MaxAttempts: 1, Engines: []gateway.Engine{{ID: 1, URL: e.srv.URL}}})
+	r, w1 := gw.Router(), kvroute.WorkerKey{ID: 1}
+	for range 3 {
+		require.NoError(t, r.ReportError(w1, errors.New("connection reset")))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/completions", strings.NewReader(forwardBody))
+	client := &closingClient{ResponseRecorder: httptest.NewRecorder(), close: cancel}
+	gw.ServeHTTP(client, req)
+	require.Equal(t, http.StatusOK, client.Code, client.Body.String())
+	require.Error(t, ctx.Err(), "the client left before the handler returned")
+	h, _ := r.Health(w1)
+	require.Equal(t, router.Healthy, h, "the answer was not counted as a success")
+	st := r.Stats()
+	require.EqualValues(t, 1, st.Outcomes)
+	require.EqualValues(t, 1, st.ActualCachedTokens, "the engine's cached tokens were dropped")
 }

@@ -325,15 +325,22 @@ func (g *Gateway) forward(w http.ResponseWriter, in *http.Request, body []byte, 
 	return f
 }
 
-// finish balances the attempt's decision with Done, once.
+// finish balances the attempt's decision with Done, once. aborted is set
+// when the proxy gave up relaying the answer (the client went away
+// mid-answer).
 func (a *attempt) finish(aborted bool) {
 	if a.finished {
 		return
 	}
 	a.finished = true
+	// A client that went away before its whole answer was relayed ends
+	// the attempt without a verdict. One that leaves once it has it all
+	// (closing its connection, which ends the request's context, before
+	// this handler returns) does not undo the answer the engine gave.
+	gone := a.ctx != nil && a.ctx.Err() != nil
 	var o router.Outcome
 	switch se, isStatus := errors.AsType[*statusError](a.err); {
-	case aborted || (a.ctx != nil && a.ctx.Err() != nil):
+	case aborted || gone && (!a.committed || a.err != nil):
 		o.Err = context.Canceled
 	case isStatus && se.status == http.StatusTooManyRequests:
 		// Overloaded, not broken: no verdict on its health.
