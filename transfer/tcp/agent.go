@@ -236,7 +236,8 @@ func (a *Agent) RegisterMem(l transfer.RegList) error {
 
 // DeregisterMem removes a registration. No transfer starts using the
 // memory afterwards; DeregisterMem waits for the transfers copying into or
-// out of it to finish copying, and for no other.
+// out of it to finish copying, and for no other, also when it returns
+// ErrClosed.
 func (a *Agent) DeregisterMem(l transfer.RegList) error {
 	if err := a.checkRegList("deregister", l); err != nil {
 		return err
@@ -244,12 +245,14 @@ func (a *Agent) DeregisterMem(l transfer.RegList) error {
 	a.mu.Lock()
 	err := a.checkOpen("deregister")
 	a.mu.Unlock()
+	// Without a.mu: the agent keeps working while transfers using the
+	// memory finish. On a closed agent too, since copies may run until
+	// Close has shut their connections.
+	found := a.regs.remove(l.Kind, l.Descs)
 	if err != nil {
 		return err
 	}
-	// Without a.mu: the agent keeps working while transfers using the
-	// memory finish.
-	if !a.regs.remove(l.Kind, l.Descs) {
+	if !found {
 		return a.errorf("deregister", "", transfer.ErrNotRegistered, "no registration matches")
 	}
 	return nil

@@ -131,3 +131,79 @@ func TestWriteFailureFailsRestOfBatch(t *testing.T) {
 	st, _ := read.Status()
 	require.Equal(t, transfer.StatusFailed, st)
 }
+
+// TestReleaseDuringCloseWaitsForCopy releases a READ, or deregisters its
+// memory, while its data is being copied into local memory at the moment
+// Close has marked the agent closed but not yet shut its connections:
+// the call must still return only once no byte can land any more, or the
+// caller frees memory the copy then writes into.
+func TestReleaseDuringCloseWaitsForCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(a *Agent, req transfer.Request, buf *transfer.Buffer) error
+	}{
+		{"Release", func(_ *Agent, req transfer.Request, _ *transfer.Buffer) error { return req.Release() }},
+		{"DeregisterMem", func(a *Agent, _ transfer.Request, buf *transfer.Buffer) error { return a.DeregisterMem(buf.RegList()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size = 1 << 20
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			a, err := New(Config{Name: "a", IOTimeout: 10 * time.Second})
+			require.NoError(t, err)
+			defer a.Close()
+			buf, err := transfer.AllocBuffer(size)
+			require.NoError(t, err)
+			defer buf.Free()
+			require.NoError(t, a.RegisterMem(buf.RegList()))
+			md := metadata{name: "b", addr: ln.Addr().String(),
+				regions: []region{{kind: transfer.DRAM, desc: transfer.Desc{Addr: 1 << 20, Len: size}}}}
+			_, err = a.LoadRemoteMetadata(md.marshal())
+			require.NoError(t, err)
+			req, err := a.CreateRequest(transfer.Read,
+				transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{buf.Desc(0, size)}},
+				transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{{Addr: 1 << 20, Len: size}}}, "b", nil)
+			require.NoError(t, err)
+			_, err = req.Post()
+			require.NoError(t, err)
+			target := acceptTarget(t, ln)
+			h := target.readFrame()
+			resp := respHeader{id: h.id, status: statusOK, dataLen: size}
+			_, err = target.conn.Write(append(resp.append(nil), make([]byte, size/2)...))
+			require.NoError(t, err)
+			// Wait for the copy into local memory to start.
+			r := req.(*request)
+			for r.copyMu.TryLock() {
+				r.copyMu.Unlock()
+				time.Sleep(time.Millisecond)
+			}
+
+			// Close's first step: the agent is closed, its connections
+			// not yet.
+			a.mu.Lock()
+			a.closed = true
+			a.mu.Unlock()
+			returned := make(chan error, 1)
+			go func() { returned <- tc.call(a, req, buf) }()
+			select {
+			case err := <-returned:
+				t.Fatalf("%s returned (%v) while the READ was still copying into local memory", tc.name, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			// The rest of the data lands, the copy ends, and the call
+			// returns.
+			_, err = target.conn.Write(make([]byte, size/2))
+			require.NoError(t, err)
+			select {
+			case err := <-returned:
+				require.ErrorIs(t, err, transfer.ErrClosed)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s did not return once the copy ended", tc.name)
+			}
+			a.mu.Lock()
+			a.closed = false
+			a.mu.Unlock()
+		})
+	}
+}

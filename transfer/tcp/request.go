@@ -148,7 +148,8 @@ func (r *request) Wait(ctx context.Context) error {
 }
 
 // Release frees the request, canceling a running posting. It returns once
-// no connection goroutine touches the request's local memory any more.
+// no connection goroutine touches the request's local memory any more,
+// also when it returns ErrClosed.
 func (r *request) Release() error {
 	r.agent.mu.Lock()
 	closed := r.agent.closed
@@ -158,12 +159,13 @@ func (r *request) Release() error {
 		r.mu.Unlock()
 		return r.agent.errorf("release", r.remote, transfer.ErrReleased, "")
 	}
-	if closed {
-		r.released = true
-		r.mu.Unlock()
-		return r.agent.errorf("release", r.remote, transfer.ErrClosed, "")
-	}
-	if r.state == transfer.StatusInProgress {
+	var err error
+	switch {
+	case closed:
+		// Close fails the posting; a copy may still run until Close
+		// has shut the connection, and is waited for below.
+		err = r.agent.errorf("release", r.remote, transfer.ErrClosed, "")
+	case r.state == transfer.StatusInProgress:
 		r.finish(r.agent.errorf("transfer", r.remote, transfer.ErrCanceled, ""))
 		r.conn.forget(r.id)
 	}
@@ -172,5 +174,5 @@ func (r *request) Release() error {
 	// Wait for a copy that started before the cancellation.
 	r.copyMu.Lock()
 	defer r.copyMu.Unlock()
-	return nil
+	return err
 }
