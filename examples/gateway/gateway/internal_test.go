@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -156,6 +157,9 @@ func TestSSEBody(t *testing.T) {
 		wantCache int
 		wantKnown bool
 		choices   int
+		// whole is set when the stream broke after its end marker: the
+		// answer was whole, and the break no failure.
+		whole bool
 	}{
 		{name: "relayed", stream: chunk + chunk + usage + done, want: chunk + chunk + usage + done, wantCache: 8, wantKnown: true, choices: 2},
 		{name: "usage dropped", stream: chunk + usage + done, dropUsage: true, want: chunk + done, wantCache: 8, wantKnown: true, choices: 1},
@@ -168,6 +172,8 @@ func TestSSEBody(t *testing.T) {
 			want: chunk + string(errorEvent(502, "engine_error", "broken")), choices: 1},
 		{name: "broken, passed on", stream: chunk, breakWith: io.ErrUnexpectedEOF, want: chunk, wantErr: io.ErrUnexpectedEOF, choices: 1},
 		{name: "truncated event", stream: "data: {\"cho", breakWith: io.EOF, want: "", wantErr: io.ErrUnexpectedEOF},
+		{name: "broken after [DONE]", stream: chunk + usage + done, breakWith: context.Canceled, want: chunk + usage + done,
+			wantCache: 8, wantKnown: true, choices: 1, whole: true},
 		{name: "engine error event", stream: "data: {\"error\":{\"message\":\"x\"}}\n\n" + done, dropUsage: true,
 			want: "data: {\"error\":{\"message\":\"x\"}}\n\n" + done},
 	}
@@ -185,7 +191,9 @@ func TestSSEBody(t *testing.T) {
 			require.Equal(t, tt.wantCache, h.cached)
 			require.Equal(t, tt.wantKnown, h.known)
 			require.Equal(t, tt.choices, h.withChoices)
-			if tt.breakWith != nil && tt.breakWith != io.EOF {
+			if tt.whole {
+				require.Empty(t, h.failures)
+			} else if tt.breakWith != nil && tt.breakWith != io.EOF {
 				require.Len(t, h.failures, 1)
 				require.True(t, errors.Is(h.failures[0], tt.breakWith))
 			}

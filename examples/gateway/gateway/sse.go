@@ -39,6 +39,7 @@ type sseBody struct {
 	buf     []byte   // read buffer
 	queue   [][]byte // complete events to relay, in order
 	pending []byte   // the event being returned
+	whole   bool     // the end marker ([DONE]) was read: the answer is whole
 	done    bool     // the upstream ended
 	err     error    // why it ended, io.EOF for a clean end
 }
@@ -66,7 +67,9 @@ func (b *sseBody) Close() error { return b.raw.Close() }
 // fill makes the next event to relay pending. It returns io.EOF at the
 // end of the stream, and an upstream error as is when hooks.failed returns
 // nil for it; the events completed before the upstream broke are relayed
-// first.
+// first. A break after the end marker is the end of the stream: the
+// answer was whole (the client, having it, may have gone, which ends
+// the upstream request).
 func (b *sseBody) fill() error {
 	for len(b.pending) == 0 {
 		if len(b.queue) > 0 {
@@ -94,6 +97,9 @@ func (b *sseBody) fill() error {
 		if err == io.EOF && len(b.scan.Flush()) > 0 {
 			err = io.ErrUnexpectedEOF // the last event is incomplete
 		}
+		if b.whole {
+			err = io.EOF
+		}
 		b.done, b.err = true, err
 	}
 	return nil
@@ -105,6 +111,7 @@ func (b *sseBody) collect(ev *openai.Event) {
 	if len(ev.Data) > 0 && !ev.Done {
 		b.hooks.chunk(ev)
 	}
+	b.whole = b.whole || ev.Done
 	if b.dropUsage && ev.UsageOnly {
 		return
 	}
