@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/kvroute/kvroute"
@@ -174,8 +175,9 @@ type ConvertStats struct {
 	// ConverterConfig.LoRAs.
 	UnknownLoRA uint64
 	// InvalidEvents are events skipped because a field was unusable
-	// (unreadable extra_keys, a block size out of range), including the
-	// events DecodeBatch skipped as invalid (Batch.Invalid).
+	// (unreadable extra_keys, a block size out of range, block hashes that
+	// repeat one another or the parent), including the events DecodeBatch
+	// skipped as invalid (Batch.Invalid).
 	InvalidEvents uint64
 	// UnknownTypes are events of types kvevents does not know, which
 	// DecodeBatch skipped (Batch.Skipped).
@@ -230,6 +232,9 @@ type ConvertStats struct {
 //   - events with a locality other than "LOCAL" or with an ownership
 //     (blocks of a remote or secondary tier the engine does not hold
 //     itself) are skipped and counted;
+//   - a stored event whose block hashes repeat one another or its parent
+//     (a block its own ancestor) is skipped and counted, as Dynamo skips
+//     it;
 //   - removed events keep every hash; AllBlocksCleared becomes
 //     EventCleared.
 //
@@ -271,6 +276,7 @@ type Converter struct {
 	extra   ExtraKeys
 	mm      []uint64
 	chunk   []uint32
+	seen    []uint64 // hash set of repeats
 	stats   ConvertStats
 }
 
@@ -419,6 +425,11 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 			if !c.reusable(ev, rank, true) {
 				continue
 			}
+			if c.repeats(ev) {
+				c.stats.InvalidEvents++
+				c.skip(ev, "block hashes repeat one another or the parent")
+				continue
+			}
 			if len(ev.TokenIDs) == 0 && len(ev.BlockHashes) != 0 && out.Tier != kvroute.TierDevice {
 				dst = c.tierCopy(dst, ev, rank, out)
 				continue
@@ -459,6 +470,56 @@ func (c *Converter) Convert(dst []kvroute.Event, b *Batch) ([]kvroute.Event, err
 		dst = append(dst, out)
 	}
 	return dst, nil
+}
+
+// repeats reports whether the block hashes of a stored event repeat one
+// another or its parent: a block would be its own ancestor, which no
+// engine stores (Dynamo drops such events too); indexing it would move
+// the worker's blocks of that hash into a chain that cannot exist. The
+// hashes go into an open-addressing table of at least twice their number
+// (0 marks an empty slot; the hash 0 is tracked apart), reused across
+// events, so the check costs a few nanoseconds a block and allocates only
+// to grow.
+func (c *Converter) repeats(ev *EngineEvent) bool {
+	hs := ev.BlockHashes
+	if len(hs) <= 1 {
+		return len(hs) == 1 && ev.ParentBlockHash.Valid() && hs[0].Key == ev.ParentBlockHash.Key
+	}
+	shift := 64 - bits.Len(uint(2*len(hs)+1))
+	size := 1 << (64 - shift)
+	if len(c.seen) < size {
+		c.seen = make([]uint64, size)
+	}
+	tab, mask := c.seen[:size], size-1
+	clear(tab)
+	zero := false
+	repeat := false
+	for i := -1; i < len(hs) && !repeat; i++ {
+		var k uint64
+		if i < 0 {
+			if !ev.ParentBlockHash.Valid() {
+				continue
+			}
+			k = ev.ParentBlockHash.Key
+		} else {
+			k = hs[i].Key
+		}
+		if k == 0 {
+			repeat, zero = zero, true
+			continue
+		}
+		for j := int(k*0x9e3779b97f4a7c15>>shift) & mask; ; j = (j + 1) & mask {
+			if tab[j] == 0 {
+				tab[j] = k
+				break
+			}
+			if tab[j] == k {
+				repeat = true
+				break
+			}
+		}
+	}
+	return repeat
 }
 
 // forget drops the chain state of a rank whose cache was cleared.

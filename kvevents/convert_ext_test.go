@@ -586,3 +586,55 @@ func TestConvertSaltsPastTheirBound(t *testing.T) {
 	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4}).WithSalt("tenant-a")
 	require.Equal(t, h.HashBlock(toks[4:8]), got[1].Blocks[0].Hash)
 }
+
+// TestConvertSkipsRepeatedHashes: a stored event whose block hashes repeat
+// one another or its parent (a block its own ancestor) is skipped and
+// counted, as Dynamo drops it, instead of moving the worker's indexed
+// blocks of those hashes into a chain that cannot exist; the events
+// around it convert.
+func TestConvertSkipsRepeatedHashes(t *testing.T) {
+	toks := seq(16, 100)
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	w := kvroute.WorkerKey{ID: 1}
+	tests := []struct {
+		name string
+		bad  kvevents.EngineEvent
+	}{
+		{"its own parent", stored([]uint64{6}, 6, toks[8:12])},
+		{"adjacent repeat", stored([]uint64{7, 7}, 6, toks[8:16])},
+		{"repeat further on", stored([]uint64{7, 8, 7}, 6, toks[4:16])},
+		{"a repeat among many", func() kvevents.EngineEvent {
+			hashes := make([]uint64, 64)
+			for i := range hashes {
+				hashes[i] = uint64(1000 + i)
+			}
+			hashes[63] = 1010
+			return stored(hashes, 0, seq(256, 1))
+		}()},
+		{"a tier copy repeating a hash", kvevents.EngineEvent{Type: kvevents.BlockStored, Medium: "CPU",
+			BlockHashes: []kvevents.Hash{kvevents.UintHash(5), kvevents.UintHash(5)}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 1, BlockSize: 4, ExpectTierCopies: true})
+			require.NoError(t, err)
+			ix, err := indexer.New(indexer.Config{Hasher: h})
+			require.NoError(t, err)
+			evs, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{stored([]uint64{5, 6}, 0, toks[:8])}})
+			require.NoError(t, err)
+			applyAll(t, ix, evs)
+			require.Equal(t, 2, matchDepth(ix, h.AppendSeqHashes(nil, toks), w))
+
+			next := stored([]uint64{9}, 6, toks[8:12])
+			evs, err = c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{tt.bad, next}})
+			require.NoError(t, err)
+			require.Len(t, evs, 1, "the event after the bad one converts")
+			require.Equal(t, kvroute.ExternalHash(9), evs[0].Blocks[0].External)
+			applyAll(t, ix, evs)
+			require.Equal(t, 3, matchDepth(ix, h.AppendSeqHashes(nil, toks), w))
+			st := c.Stats()
+			require.EqualValues(t, 1, st.InvalidEvents)
+			require.EqualValues(t, 1, st.SkippedEvents)
+		})
+	}
+}
