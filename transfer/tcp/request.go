@@ -125,7 +125,8 @@ func (r *request) Status() (transfer.Status, error) {
 	return r.state, r.err
 }
 
-// Wait blocks until the posted transfer finishes or ctx ends.
+// Wait blocks until the posted transfer finishes or ctx ends. The result
+// of a finished transfer is returned even when ctx ended too.
 func (r *request) Wait(ctx context.Context) error {
 	r.mu.Lock()
 	done, state := r.done, r.state
@@ -137,10 +138,15 @@ func (r *request) Wait(ctx context.Context) error {
 	case state == transfer.StatusIdle:
 		return r.agent.errorf("wait", r.remote, transfer.ErrInvalidParam, "request not posted")
 	}
+	// A finished transfer reports its result even when ctx ended too.
 	select {
 	case <-done:
-	case <-ctx.Done():
-		return r.agent.errorf("wait", r.remote, ctx.Err(), "")
+	default:
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return r.agent.errorf("wait", r.remote, ctx.Err(), "")
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -504,3 +504,30 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitFinishedWithEndedContext waits for a finished transfer with a
+// context that already ended: the transfer's result comes first, every
+// time, or a caller retries a transfer that landed (and its notification
+// arrives twice).
+func TestWaitFinishedWithEndedContext(t *testing.T) {
+	a, b := newTCP(t, "a"), newTCP(t, "b")
+	ba, bb := buffer(t, 4096), buffer(t, 4096)
+	require.NoError(t, a.RegisterMem(ba.RegList()))
+	require.NoError(t, b.RegisterMem(bb.RegList()))
+	link(t, a, b)
+	req, err := a.CreateRequest(transfer.Write,
+		transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{ba.Desc(0, 64)}},
+		transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{bb.Desc(0, 64)}}, "b", nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, req.Release()) }()
+	_, err = req.Post()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, req.Wait(ctx))
+	ended, end := context.WithCancel(context.Background())
+	end()
+	for i := range 100 {
+		require.NoError(t, req.Wait(ended), "wait %d", i)
+	}
+}
