@@ -73,7 +73,10 @@
 //     relayed (server-sent events are scanned for the usage chunk).
 //   - End of the response: Decision.Done with the engine's
 //     usage.prompt_tokens_details.cached_tokens when it reported them, or
-//     with ErrEngineStatus for a 429 or 5xx answer. A stream that ends
+//     with ErrEngineStatus for a 429 or 5xx answer. A 429 (the engine
+//     overloaded) and any other 4xx (the request refused) also wrap
+//     router.ErrNoVerdict: they neither count against the engine nor
+//     clear its errors as a success would. A stream that ends
 //     before the response does (client cancel, Envoy gone) ends the
 //     decision with an error wrapping context.Canceled, which does not
 //     count against the engine; that includes a stream that ends between

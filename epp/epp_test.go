@@ -747,6 +747,43 @@ func (c *cluster) unhealthy() []string {
 // oneErrorUnhealthy makes every failed outcome show in a worker's health.
 var oneErrorUnhealthy = router.Config{Health: router.HealthConfig{DegradedErrors: 1, UnhealthyErrors: 1}}
 
+// TestNoVerdictStatuses: an engine's 429 (overloaded) and other 4xx
+// answers (the request refused) say nothing of its health: they neither
+// count against the engine, as a 5xx does, nor clear its errors, as a
+// success does.
+func TestNoVerdictStatuses(t *testing.T) {
+	for _, status := range []int{429, 400, 404, 422} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			c := newCluster(t, clusterOpts{engines: 2, router: router.Config{Health: router.HealthConfig{DegradedErrors: 1, UnhealthyErrors: 100}}})
+			addr := c.engines[0].Addr()
+			health := func() router.Health {
+				h, ok := c.r.Health(kvroute.WorkerKey{ID: c.engines[0].ID()})
+				require.True(t, ok)
+				return h
+			}
+			c.engines[0].FailNextWith(1, 503)
+			ex := c.do(envoyOpts{body: prompt(0, 0, false), subset: []string{addr}})
+			require.Equal(t, 503, ex.status)
+			c.balanced()
+			require.EqualValues(t, 1, c.r.Stats().Failures)
+			require.Equal(t, router.Degraded, health())
+
+			c.engines[0].FailNextWith(1, status)
+			ex = c.do(envoyOpts{body: prompt(0, 1, false), subset: []string{addr}})
+			require.Equal(t, status, ex.status)
+			c.balanced()
+			require.EqualValues(t, 1, c.r.Stats().Failures, "no failure of the engine")
+			require.Equal(t, router.Degraded, health(), "its errors are not cleared")
+			require.EqualValues(t, 2, c.srv.Stats().Completed)
+
+			ex = c.do(envoyOpts{body: prompt(0, 2, false), subset: []string{addr}})
+			require.Equal(t, 200, ex.status)
+			c.balanced()
+			require.Equal(t, router.Healthy, health(), "a success clears them")
+		})
+	}
+}
+
 func TestServedEndpointReport(t *testing.T) {
 	tests := []struct {
 		name     string

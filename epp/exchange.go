@@ -28,7 +28,9 @@ import (
 
 // Errors given to Decision.Done.
 var (
-	// ErrEngineStatus: the engine answered 429 or a 5xx status.
+	// ErrEngineStatus: the engine answered 429 or a 5xx status. A 429's
+	// error also wraps router.ErrNoVerdict: an overloaded engine is not
+	// a failing one.
 	ErrEngineStatus = errors.New("epp: engine error status")
 	// ErrServedElsewhere: the data plane served the request on another
 	// endpoint of the list, so the picked one failed.
@@ -73,7 +75,8 @@ type exchange struct {
 
 	// Response side.
 	status    int
-	statusErr error
+	statusErr error // a 429 or 5xx answer's
+	clientErr error // a 4xx answer's but 429: the request's fault
 	streaming bool
 	firstBody bool
 	served    bool // the served endpoint was checked
@@ -119,7 +122,7 @@ func (e *exchange) closed(err error) error {
 	graceful := errors.Is(err, io.EOF)
 	switch {
 	case e.d == nil || e.finished:
-	case e.statusErr != nil, graceful && e.status != 0 && !e.firstBody && e.bodyMode == extprocfilterv3.ProcessingMode_NONE:
+	case e.statusErr != nil, e.clientErr != nil, graceful && e.status != 0 && !e.firstBody && e.bodyMode == extprocfilterv3.ProcessingMode_NONE:
 		e.finish()
 	default:
 		e.finishCanceled()
@@ -494,8 +497,16 @@ func (e *exchange) responseHeaders(h *extprocv3.HttpHeaders) {
 			e.streaming = strings.Contains(headerValue(hv), "text/event-stream")
 		}
 	}
-	if e.status == 429 || e.status >= 500 {
+	switch {
+	case e.status == 429:
+		// The engine is overloaded, which says nothing of its health.
+		e.statusErr = fmt.Errorf("%w %d: %w", ErrEngineStatus, e.status, router.ErrNoVerdict)
+	case e.status >= 500:
 		e.statusErr = fmt.Errorf("%w %d", ErrEngineStatus, e.status)
+	case e.status >= 400:
+		// The engine judged the request invalid: no error of the
+		// engine's, nor a success that would clear its errors.
+		e.clientErr = fmt.Errorf("epp: engine answered %d: %w", e.status, router.ErrNoVerdict)
 	}
 }
 
@@ -572,9 +583,12 @@ func (e *exchange) finish() {
 	st := &e.s.stats
 	st.completed.Add(1)
 	o := router.Outcome{Err: e.statusErr}
-	if o.Err != nil {
+	switch {
+	case o.Err != nil:
 		st.engineErrors.Add(1)
-	} else if e.hasUsage && e.usage.CachedKnown {
+	case e.clientErr != nil:
+		o.Err = e.clientErr
+	case e.hasUsage && e.usage.CachedKnown:
 		o.CachedTokens, o.CachedTokensKnown = e.usage.CachedTokens, true
 		bs := e.s.cfg.Router.Hasher().BlockSize()
 		st.predictedTokens.Add(uint64(e.d.CachedTokens))

@@ -73,6 +73,7 @@ type Engine struct {
 	running   atomic.Int64
 	published atomic.Int64
 	fail      atomic.Int32
+	failWith  atomic.Int32 // the status of the failed answers
 	closed    atomic.Bool
 }
 
@@ -154,7 +155,14 @@ func (e *Engine) CachedFor(id string) (int, bool) {
 }
 
 // FailNext answers the next n completion requests with 503.
-func (e *Engine) FailNext(n int) { e.fail.Store(int32(n)) }
+func (e *Engine) FailNext(n int) { e.FailNextWith(n, http.StatusServiceUnavailable) }
+
+// FailNextWith answers the next n completion requests with status, an
+// HTTP error status.
+func (e *Engine) FailNextWith(n, status int) {
+	e.failWith.Store(int32(status))
+	e.fail.Store(int32(n))
+}
 
 // Close stops the engine at once.
 func (e *Engine) Close() {
@@ -320,7 +328,8 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Ki
 	e.running.Add(1)
 	defer e.running.Add(-1)
 	if e.fail.Add(-1) >= 0 {
-		writeError(w, http.StatusServiceUnavailable, "overloaded")
+		status := int(e.failWith.Load())
+		writeError(w, status, http.StatusText(status))
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
