@@ -103,7 +103,8 @@ type Config struct {
 	Tracker scheduling.TrackerConfig
 	// LoadTracker, when set, is the tracker the router uses instead of
 	// making one from Tracker: a tracker it shares with a LoadSync that
-	// adds other replicas' requests to it (kvevents/natsx.Replica).
+	// adds other replicas' requests to it (kvevents/natsx.Replica). Its
+	// block size must be the hasher's.
 	LoadTracker *scheduling.Tracker
 	// LoadSync, when set, receives the load of every request this router
 	// routes, to share it with other router replicas (see LoadSync).
@@ -401,6 +402,9 @@ func New(cfg Config) (*Router, error) {
 		if r.tracker, err = scheduling.NewTracker(tc); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
+	} else if bs := r.tracker.BlockSize(); bs != r.hasher.BlockSize() {
+		// Its output blocks would not be the index's blocks.
+		return nil, fmt.Errorf("%w: the load tracker counts blocks of %d tokens, the hasher hashes blocks of %d", ErrInvalidConfig, bs, r.hasher.BlockSize())
 	}
 	if cfg.Queue != nil {
 		qc := *cfg.Queue

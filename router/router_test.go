@@ -545,6 +545,13 @@ func TestConfigValidation(t *testing.T) {
 	require.ErrorIs(t, err, router.ErrInvalidConfig)
 	_, err = router.New(router.Config{Busy: scheduling.BusyThresholds{PrefillTokens: -1}})
 	require.ErrorIs(t, err, router.ErrInvalidConfig)
+	// A shared load tracker counts blocks of the hasher's size.
+	tracker32, err := scheduling.NewTracker(scheduling.TrackerConfig{BlockSize: 32})
+	require.NoError(t, err)
+	_, err = router.New(router.Config{LoadTracker: tracker32})
+	require.ErrorIs(t, err, router.ErrInvalidConfig, "a tracker of 32-token blocks beside 16-token hashing")
+	_, err = router.New(router.Config{LoadTracker: tracker32, Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 32})})
+	require.NoError(t, err)
 	r := newRouter(t, router.Config{})
 	require.ErrorIs(t, r.AddWorker(router.StaticWorker{WorkerID: 1, Block: 64}), router.ErrInvalidConfig)
 	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 1, Block: bs}))

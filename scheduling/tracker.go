@@ -476,3 +476,7 @@ func (t *Tracker) Len() int {
 // TTL returns how long a request may go without an update before Expire
 // drops it (TrackerConfig.TTL, or its default).
 func (t *Tracker) TTL() time.Duration { return time.Duration(t.ttl) }
+
+// BlockSize returns the tokens per KV block by which the tracker counts
+// output blocks.
+func (t *Tracker) BlockSize() int { return t.blockSize }
