@@ -150,7 +150,9 @@ type ConverterConfig struct {
 	// first such copy, so that engines without offloading pay nothing,
 	// and copies of device blocks stored before it are dropped.
 	ExpectTierCopies bool
-	// Logger receives debug records of skipped events. Nil discards.
+	// Logger receives debug records of skipped events, and a Warn record
+	// of invalid events when they first come and each time their total
+	// doubles. Nil discards.
 	Logger *slog.Logger
 }
 
@@ -869,14 +871,18 @@ func (c *Converter) blockMM(dst []uint64, from, to int) []uint64 {
 }
 
 // countDecodeSkips counts the events DecodeBatch skipped in b: of unknown
-// types, or invalid.
+// types, or invalid (logged at Warn, sparingly).
 func (c *Converter) countDecodeSkips(b *Batch, worker kvroute.WorkerKey) {
 	c.stats.SkippedEvents += uint64(b.Skipped + b.Invalid)
 	c.stats.UnknownTypes += uint64(b.Skipped)
+	before := c.stats.InvalidEvents
 	c.stats.InvalidEvents += uint64(b.Invalid)
-	if b.Invalid != 0 {
+	// Logged when invalid events first come and then each time their total
+	// doubles: a producer whose every batch has one (a field whose type a
+	// new engine version changed) must not flood the log.
+	if b.Invalid != 0 && bits.Len64(before) != bits.Len64(c.stats.InvalidEvents) {
 		c.log.Warn("kvevents: skipped invalid events", "worker", worker.String(),
-			"count", b.Invalid, "first", b.InvalidErr)
+			"count", b.Invalid, "total", c.stats.InvalidEvents, "first", b.InvalidErr)
 	}
 }
 

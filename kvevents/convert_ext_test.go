@@ -1,7 +1,10 @@
 package kvevents_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -637,4 +640,26 @@ func TestConvertSkipsRepeatedHashes(t *testing.T) {
 			require.EqualValues(t, 1, st.SkippedEvents)
 		})
 	}
+}
+
+// TestConvertInvalidEventsLogSparingly: a producer whose every batch has
+// an invalid event (a field type changed in a new engine version) gets a
+// Warn record when invalid events first appear and then each time their
+// total doubles, with that total, not one record per batch.
+func TestConvertInvalidEventsLogSparingly(t *testing.T) {
+	var out bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{Worker: 1, BlockSize: 4, Logger: log})
+	require.NoError(t, err)
+	b := kvevents.Batch{Invalid: 1, InvalidErr: fmt.Errorf("event 0: %w", kvevents.ErrMalformed),
+		Events: []kvevents.EngineEvent{stored([]uint64{1}, 0, seq(4, 0))}}
+	for range 1000 {
+		_, err := c.Convert(nil, &b)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1000, c.Stats().InvalidEvents)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 10, "totals 1, 2, 4, ..., 512")
+	require.Contains(t, lines[0], "total=1 ")
+	require.Contains(t, lines[9], "total=512 ")
 }
