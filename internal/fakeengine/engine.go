@@ -328,8 +328,11 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, kind openai.Ki
 	e.running.Add(1)
 	defer e.running.Add(-1)
 	if e.fail.Add(-1) >= 0 {
-		status := int(e.failWith.Load())
-		writeError(w, status, http.StatusText(status))
+		msg, status := "overloaded", int(e.failWith.Load())
+		if status != http.StatusServiceUnavailable {
+			msg = http.StatusText(status)
+		}
+		writeError(w, status, msg)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
