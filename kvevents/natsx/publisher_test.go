@@ -34,8 +34,7 @@ func newPubHarness(t *testing.T, cfg PublisherConfig) *pubHarness {
 	go func() { done <- pub.Serve(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 	h := &pubHarness{t: t, pub: pub, nc: nc}
-	require.Eventually(t, func() bool { _, answered := h.replay(kvroute.WorkerKey{ID: 1 << 50}, 1, 1); return !answered },
-		10*time.Second, 10*time.Millisecond) // Serve has subscribed (an unknown worker gets no answer)
+	h.heads() // Serve has subscribed to replay requests before it publishes heads
 	return h
 }
 
@@ -58,8 +57,21 @@ type replayAnswer struct {
 // replay asks for w's events from..to; answered is false when the relay
 // did not answer.
 func (h *pubHarness) replay(w kvroute.WorkerKey, from, to uint64) (replayAnswer, bool) {
+	return h.replayWithin(w, from, to, 5*time.Second)
+}
+
+// unanswered reports whether a replay request for w's events from..to
+// gets no answer within 200 ms.
+func (h *pubHarness) unanswered(w kvroute.WorkerKey, from, to uint64) bool {
+	_, answered := h.replayWithin(w, from, to, 200*time.Millisecond)
+	return !answered
+}
+
+// replayWithin asks the relay for w's events from..to and waits up to
+// wait for the answer; false when none came.
+func (h *pubHarness) replayWithin(w kvroute.WorkerKey, from, to uint64, wait time.Duration) (replayAnswer, bool) {
 	var a replayAnswer
-	m, err := h.nc.Request(replaySubject(DefaultPrefix), appendReplayReq(nil, &replayReq{worker: w, from: from, to: to}), 200*time.Millisecond)
+	m, err := h.nc.Request(replaySubject(DefaultPrefix), appendReplayReq(nil, &replayReq{worker: w, from: from, to: to}), wait)
 	if err != nil {
 		return a, false
 	}
@@ -148,7 +160,7 @@ func TestPublisherReleasesReplayBuffers(t *testing.T) {
 			kept := h.held(w1, 6, 7) + h.held(w2, 1, 5)
 			require.Equal(t, PublisherStats{Workers: 2, Buffered: 2, BufferedBytes: kept}, h.pub.Stats())
 		}},
-		{"removed worker", PublisherConfig{ReplayIdle: 300 * time.Millisecond}, func(t *testing.T, h *pubHarness) {
+		{"removed worker", PublisherConfig{ReplayIdle: 2 * time.Second}, func(t *testing.T, h *pubHarness) {
 			for range 5 {
 				h.store(w1, 4)
 				h.store(w2, 4)
@@ -160,7 +172,7 @@ func TestPublisherReleasesReplayBuffers(t *testing.T) {
 			require.Equal(t, map[kvroute.WorkerKey]uint64{w2: 5}, h.heads())
 			// After ReplayIdle the worker is forgotten: its requests are
 			// left to other relays.
-			require.Eventually(t, func() bool { _, answered := h.replay(w1, 1, 5); return !answered },
+			require.Eventually(t, func() bool { return h.unanswered(w1, 1, 5) },
 				10*time.Second, 20*time.Millisecond)
 			// It comes back: a new sequence.
 			h.store(w1, 4)
@@ -168,7 +180,7 @@ func TestPublisherReleasesReplayBuffers(t *testing.T) {
 			h.gone(w1, 1, 2)
 			require.Equal(t, map[kvroute.WorkerKey]uint64{w1: 1, w2: 5}, h.heads())
 		}},
-		{"idle worker", PublisherConfig{ReplayIdle: 100 * time.Millisecond}, func(t *testing.T, h *pubHarness) {
+		{"idle worker", PublisherConfig{ReplayIdle: time.Second}, func(t *testing.T, h *pubHarness) {
 			for range 5 {
 				h.store(w1, 4)
 			}
