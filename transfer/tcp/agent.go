@@ -74,8 +74,14 @@ type Agent struct {
 	remotes map[string]*remote
 	// served holds accepted connections, to close them on Close.
 	served map[net.Conn]struct{}
-	// notifs holds received notifications until Notifs takes them.
-	notifs []transfer.Notif
+	// notifs[notifHead:] are the received notifications Notifs has not
+	// taken; the entries before notifHead were dropped when the queue was
+	// full, and are cleared.
+	notifs    []transfer.Notif
+	notifHead int
+	// notifsDropped counts the notifications dropped since Notifs last
+	// took the queue.
+	notifsDropped int
 	// backends holds the backends created so far.
 	backends []transfer.Backend
 }
@@ -467,8 +473,14 @@ func (a *Agent) Notifs() ([]transfer.Notif, error) {
 	if err := a.checkOpen("notifications"); err != nil {
 		return nil, err
 	}
-	out := a.notifs
-	a.notifs = nil
+	out := a.notifs[a.notifHead:]
+	if a.notifsDropped > 0 {
+		a.log.Warn("notification queue was full, dropped the oldest", "dropped", a.notifsDropped, "max", a.cfg.MaxQueuedNotifs)
+	}
+	a.notifs, a.notifHead, a.notifsDropped = nil, 0, 0
+	if len(out) == 0 {
+		return nil, nil
+	}
 	return out, nil
 }
 
@@ -480,9 +492,21 @@ func (a *Agent) deliver(from string, msg []byte) {
 	if a.closed {
 		return
 	}
-	if len(a.notifs) >= a.cfg.MaxQueuedNotifs {
-		a.log.Warn("notification queue full, dropping the oldest", "max", a.cfg.MaxQueuedNotifs)
-		a.notifs = append(a.notifs[:0], a.notifs[1:]...)
+	if len(a.notifs)-a.notifHead >= a.cfg.MaxQueuedNotifs {
+		// Drop the oldest in O(1): advance the head, and move the
+		// queue back to the front of its array once half of it is
+		// dropped entries, so each drop costs one moved entry at most.
+		if a.notifsDropped == 0 {
+			a.log.Warn("notification queue full, dropping the oldest until Notifs takes them", "max", a.cfg.MaxQueuedNotifs)
+		}
+		a.notifsDropped++
+		a.notifs[a.notifHead] = transfer.Notif{}
+		a.notifHead++
+		if a.notifHead >= len(a.notifs)/2 {
+			n := copy(a.notifs, a.notifs[a.notifHead:])
+			clear(a.notifs[n:])
+			a.notifs, a.notifHead = a.notifs[:n], 0
+		}
 	}
 	a.notifs = append(a.notifs, transfer.Notif{From: from, Msg: msg})
 }
@@ -519,7 +543,7 @@ func (a *Agent) Close() error {
 	for c := range a.served {
 		_ = c.Close()
 	}
-	a.notifs = nil
+	a.notifs, a.notifHead = nil, 0
 	a.mu.Unlock()
 	err := a.ln.Close()
 	for _, c := range conns {
