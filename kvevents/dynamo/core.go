@@ -29,6 +29,10 @@ type Stats struct {
 	// Skipped are messages of topics the subscriber does not read
 	// (active_sequences_events, or load topics without Config.Load).
 	Skipped uint64
+	// OtherResidency are events of another residency domain than their
+	// worker's own (a cache owner's blocks, kvevents.ErrOtherResidency),
+	// skipped as Dynamo's router skips them.
+	OtherResidency uint64
 	// Gaps are jumps in a publisher's sequence; Lost is the number of
 	// messages they skipped over (see Subscriber for what is lost).
 	Gaps, Lost uint64
@@ -70,6 +74,7 @@ type Stats struct {
 // counters are Stats as atomics.
 type counters struct {
 	received, malformed, skipped, gaps, lost, duplicates, restarts atomic.Uint64
+	otherResidency                                                 atomic.Uint64
 	applied, stored, removed, cleared, applyErrs, unknownParents   atomic.Uint64
 	resets, loadReports, loadErrs, reconnects                      atomic.Uint64
 	queries, queryErrs, restored, recovered, eventGaps             atomic.Uint64
@@ -79,7 +84,8 @@ type counters struct {
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Received: c.received.Load(), Malformed: c.malformed.Load(), Skipped: c.skipped.Load(),
-		Gaps: c.gaps.Load(), Lost: c.lost.Load(), Duplicates: c.duplicates.Load(), Restarts: c.restarts.Load(),
+		OtherResidency: c.otherResidency.Load(),
+		Gaps:           c.gaps.Load(), Lost: c.lost.Load(), Duplicates: c.duplicates.Load(), Restarts: c.restarts.Load(),
 		Applied: c.applied.Load(), AppliedStored: c.stored.Load(), AppliedRemoved: c.removed.Load(),
 		AppliedCleared: c.cleared.Load(), ApplyErrs: c.applyErrs.Load(), UnknownParents: c.unknownParents.Load(),
 		Resets: c.resets.Load(), LoadReports: c.loadReports.Load(), LoadErrs: c.loadErrs.Load(),
@@ -569,7 +575,11 @@ func (c *core) recoveryFailed(w kvroute.WorkerKey, resp *QueryResponse, err erro
 func (c *core) apply(d *kvevents.DynamoEvent) {
 	ev := &c.ev
 	if err := d.ToEvent(ev); err != nil {
-		c.stats.malformed.Add(1)
+		if errors.Is(err, kvevents.ErrOtherResidency) {
+			c.stats.otherResidency.Add(1)
+		} else {
+			c.stats.malformed.Add(1)
+		}
 		return
 	}
 	w, ok := c.starts.key(d.WorkerID, d.DPRank)
