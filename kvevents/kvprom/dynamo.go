@@ -57,6 +57,7 @@ func NewDynamo(namespace string) *DynamoCollector {
 			d("events_lost_total", "Events of such jumps no query recovered."),
 			d("events_stale_total", "Live events skipped because a recovery had applied them."),
 			d("workers_abandoned_total", "Workers whose recovery was given up after its queries kept failing."),
+			d("events_other_residency_total", "RouterEvents of another residency domain than their worker's (a cache owner's), skipped."),
 		},
 		appliedKind: d("events_applied_by_kind_total", "RouterEvents applied to the index, per kind.", "kind"),
 	}
@@ -65,7 +66,8 @@ func NewDynamo(namespace string) *DynamoCollector {
 func dynamoValues(st *dynamo.Stats) []uint64 {
 	return []uint64{st.Received, st.Malformed, st.Skipped, st.Gaps, st.Lost, st.Duplicates, st.Restarts,
 		st.Applied, st.ApplyErrs, st.UnknownParents, st.Resets, st.LoadReports, st.LoadErrs, st.Reconnects,
-		st.Queries, st.QueryErrs, st.Restored, st.Recovered, st.EventGaps, st.LostEvents, st.StaleEvents, st.Abandoned}
+		st.Queries, st.QueryErrs, st.Restored, st.Recovered, st.EventGaps, st.LostEvents, st.StaleEvents, st.Abandoned,
+		st.OtherResidency}
 }
 
 // Add starts exporting s under the subscriber label name, replacing any
