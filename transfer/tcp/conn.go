@@ -193,6 +193,7 @@ func (c *peerConn) run() {
 	}
 	a.wg.Add(1)
 	go c.receive(conn)
+	out := &progress{conn: conn, timeout: a.cfg.IOTimeout}
 	var buf []byte
 	for {
 		select {
@@ -206,7 +207,7 @@ func (c *peerConn) run() {
 		c.mu.Unlock()
 		for i, f := range frames {
 			var err error
-			buf, err = c.write(conn, f, buf[:0])
+			buf, err = c.write(out, f, buf[:0])
 			if f.onSent != nil {
 				f.onSent(err)
 			}
@@ -245,7 +246,7 @@ func (c *peerConn) handshake(conn net.Conn) error {
 
 // write sends one frame. A write request whose posting was canceled is
 // skipped; one whose local memory is no longer registered fails alone.
-func (c *peerConn) write(conn net.Conn, f *frame, buf []byte) ([]byte, error) {
+func (c *peerConn) write(out *progress, f *frame, buf []byte) ([]byte, error) {
 	h := reqHeader{kind: f.kind, id: f.id, hasNotif: f.hasNotif, notifLen: uint32(len(f.notif))}
 	var r *request
 	if f.req != nil {
@@ -286,7 +287,7 @@ func (c *peerConn) write(conn net.Conn, f *frame, buf []byte) ([]byte, error) {
 			bufs = append(bufs, rawmem.Bytes(d.Addr, d.Len))
 		}
 	}
-	return buf, progress{conn: conn, timeout: c.agent.cfg.IOTimeout}.writeBuffers(bufs)
+	return buf, out.writeBuffers(bufs)
 }
 
 // receive reads responses until the connection dies.

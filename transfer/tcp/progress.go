@@ -34,7 +34,7 @@ func (p *progress) Read(b []byte) (int, error) {
 
 // writeBuffers writes bufs, progressChunk bytes at most under each write
 // deadline. It consumes bufs, as net.Buffers.WriteTo does.
-func (p progress) writeBuffers(bufs net.Buffers) error {
+func (p *progress) writeBuffers(bufs net.Buffers) error {
 	total := 0
 	for _, b := range bufs {
 		total += len(b)
@@ -68,7 +68,7 @@ func (p progress) writeBuffers(bufs net.Buffers) error {
 }
 
 // write writes one chunk under a fresh write deadline.
-func (p progress) write(chunk *net.Buffers) error {
+func (p *progress) write(chunk *net.Buffers) error {
 	if err := p.conn.SetWriteDeadline(time.Now().Add(p.timeout)); err != nil {
 		return err
 	}

@@ -295,7 +295,7 @@ func TestWriteBuffersKeepsOrder(t *testing.T) {
 				b, _ := io.ReadAll(server)
 				got <- b
 			}()
-			require.NoError(t, progress{conn: client, timeout: 10 * time.Second}.writeBuffers(bufs))
+			require.NoError(t, (&progress{conn: client, timeout: 10 * time.Second}).writeBuffers(bufs))
 			require.NoError(t, client.Close())
 			require.True(t, bytes.Equal(want, <-got), "bytes differ from the buffers' concatenation")
 		})
