@@ -526,6 +526,42 @@ func TestGatewayAnswers(t *testing.T) {
 	}
 }
 
+// TestGatewayHealthWhileDegraded: engines the router judges degraded
+// still serve when no healthy one can, so the gateway stays ready while
+// some are left, and says how many.
+func TestGatewayHealthWhileDegraded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newCluster(t, ctx, 1, router.Config{Health: router.HealthConfig{DegradedErrors: 1, UnhealthyErrors: 1 << 20}},
+		gateway.Config{HealthInterval: 20 * time.Millisecond}, nil)
+	get := func() (int, string) {
+		resp, err := c.client.Get(c.srv.URL + "/health")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	status, body := get()
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `"healthy_workers":1`)
+	c.engines[0].kill()
+	for {
+		h, _ := c.router.Health(kvroute.WorkerKey{ID: 1})
+		if h == router.Degraded {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("engine still %s", h)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	status, body = get()
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"healthy_workers":0,"degraded_workers":1}`, body)
+}
+
 func TestGatewayHealth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

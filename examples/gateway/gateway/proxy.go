@@ -79,18 +79,25 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// serveHealth answers GET /health: 200 while some engine is healthy or
+// degraded, 503 when none is, with the counts of both.
 func (g *Gateway) serveHealth(w http.ResponseWriter) {
-	healthy := 0
+	healthy, degraded := 0, 0
 	for _, ws := range g.r.Stats().Workers {
-		if ws.Health == router.Healthy {
+		switch ws.Health {
+		case router.Healthy:
 			healthy++
+		case router.Degraded:
+			degraded++
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if healthy == 0 {
+	if healthy+degraded == 0 {
+		// Degraded workers still serve when no healthy one can, so the
+		// gateway serves as long as any is left.
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
-	_, _ = fmt.Fprintf(w, `{"healthy_workers":%d}`+"\n", healthy)
+	_, _ = fmt.Fprintf(w, `{"healthy_workers":%d,"degraded_workers":%d}`+"\n", healthy, degraded)
 }
 
 func writeError(w http.ResponseWriter, status int, typ, msg string) {
