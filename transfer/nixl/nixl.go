@@ -46,6 +46,10 @@ type Agent struct {
 	state sync.Mutex // protects the fields below
 	// regions are the registered ranges, to check local descriptors.
 	regions []region
+	// regionSeq numbers registrations; deregs counts deregistrations, so
+	// that requests and prepared lists re-check their memory only after
+	// one.
+	regionSeq, deregs uint64
 	// remotes are the agents whose metadata is loaded.
 	remotes map[string]bool
 	// backends are the backends created, in order.
@@ -57,9 +61,41 @@ type Agent struct {
 	nmap    C.kv_notif_map
 }
 
+// region is a registered range. NIXL's requests and prepared lists keep
+// pointers into the registration they were made with, so they name the
+// regions they use by id: a region deregistered and registered again is
+// another region to them.
 type region struct {
 	kind transfer.MemKind
 	desc transfer.Desc
+	id   uint64
+}
+
+// regionIndex returns the index of the registration of exactly d, or -1.
+// The caller holds a.state.
+func (a *Agent) regionIndex(kind transfer.MemKind, d transfer.Desc) int {
+	return slices.IndexFunc(a.regions, func(r region) bool { return r.kind == kind && r.desc == d })
+}
+
+// registered reports, with an ErrNotRegistered error, whether a region of
+// regs was deregistered since the request or list holding them was made.
+// It checks only when memory was deregistered since *gen, and records the
+// generation it checked in *gen.
+func (a *Agent) registered(op, remote string, regs []uint64, gen *uint64) error {
+	a.state.Lock()
+	defer a.state.Unlock()
+	if *gen == a.deregs {
+		return nil
+	}
+	for _, id := range regs {
+		if !slices.ContainsFunc(a.regions, func(r region) bool { return r.id == id }) {
+			// NIXL would move bytes out of or into memory the host may
+			// have freed, through a registration it freed.
+			return a.errorf(op, remote, transfer.ErrNotRegistered, "local memory was deregistered after the request or list was made; make it again")
+		}
+	}
+	*gen = a.deregs
+	return nil
 }
 
 var _ transfer.Agent = (*Agent)(nil)
@@ -365,7 +401,7 @@ func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
 	defer a.state.Unlock()
 	if !reg {
 		for _, d := range descs {
-			if !slices.Contains(a.regions, region{l.Kind, d}) {
+			if a.regionIndex(l.Kind, d) < 0 {
 				return a.errorf(op, "", transfer.ErrNotRegistered, "%#x+%d was not registered", d.Addr, d.Len)
 			}
 		}
@@ -381,10 +417,14 @@ func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
 	}
 	for _, d := range descs {
 		if reg {
-			a.regions = append(a.regions, region{l.Kind, d})
-		} else if i := slices.Index(a.regions, region{l.Kind, d}); i >= 0 {
+			a.regionSeq++
+			a.regions = append(a.regions, region{kind: l.Kind, desc: d, id: a.regionSeq})
+		} else if i := a.regionIndex(l.Kind, d); i >= 0 {
 			a.regions = slices.Delete(a.regions, i, i+1)
 		}
+	}
+	if !reg {
+		a.deregs++
 	}
 	return nil
 }
@@ -455,44 +495,50 @@ func (a *Agent) InvalidateRemoteMetadata(remote string) error {
 
 // checkList validates a list locally: well-formed descriptors, registered
 // local memory, a known remote agent. NIXL checks remote memory itself.
-func (a *Agent) checkList(op, remote string, l transfer.DescList) error {
+// For a local list it returns the ids of the regions holding it, sorted
+// and distinct, and the deregistration generation they were found in.
+func (a *Agent) checkList(op, remote string, l transfer.DescList) ([]uint64, uint64, error) {
 	if !l.Kind.Valid() || len(l.Descs) == 0 {
-		return a.errorf(op, remote, transfer.ErrInvalidParam, "%s list of %d descriptors", l.Kind, len(l.Descs))
+		return nil, 0, a.errorf(op, remote, transfer.ErrInvalidParam, "%s list of %d descriptors", l.Kind, len(l.Descs))
 	}
 	if i := checkDescs(l.Descs); i >= 0 {
-		return a.errorf(op, remote, transfer.ErrInvalidParam, "descriptor %d: %#x+%d", i, l.Descs[i].Addr, l.Descs[i].Len)
+		return nil, 0, a.errorf(op, remote, transfer.ErrInvalidParam, "descriptor %d: %#x+%d", i, l.Descs[i].Addr, l.Descs[i].Len)
 	}
 	a.state.Lock()
 	defer a.state.Unlock()
 	if remote != "" {
 		if !a.remotes[remote] {
-			return a.errorf(op, remote, transfer.ErrUnknownAgent, "")
+			return nil, 0, a.errorf(op, remote, transfer.ErrUnknownAgent, "")
 		}
-		return nil
+		return nil, 0, nil
 	}
+	var regs []uint64
 	for i, d := range l.Descs {
-		found := false
-		for _, r := range a.regions {
-			if r.kind == l.Kind && r.desc.Covers(d) {
-				found = true
-				break
-			}
+		j := slices.IndexFunc(a.regions, func(r region) bool { return r.kind == l.Kind && r.desc.Covers(d) })
+		if j < 0 {
+			return nil, 0, a.errorf(op, "", transfer.ErrNotRegistered, "local descriptor %d: %#x+%d dev %d", i, d.Addr, d.Len, d.DevID)
 		}
-		if !found {
-			return a.errorf(op, "", transfer.ErrNotRegistered, "local descriptor %d: %#x+%d dev %d", i, d.Addr, d.Len, d.DevID)
+		if id := a.regions[j].id; len(regs) == 0 || regs[len(regs)-1] != id {
+			regs = append(regs, id)
 		}
 	}
-	return nil
+	slices.Sort(regs)
+	return slices.Compact(regs), a.deregs, nil
 }
 
 // prepped is a prepared descriptor list (nixlDlistH).
 type prepped struct {
-	a        *Agent
-	remote   string
-	lens     []uint64
-	mu       sync.Mutex // protects h and released
+	a      *Agent
+	remote string
+	lens   []uint64
+	// regs are the ids of the regions a local list lies in.
+	regs []uint64
+
+	mu       sync.Mutex // protects the fields below
 	h        C.kv_dlist_handle
 	released bool
+	// gen is the deregistration generation regs were last checked in.
+	gen uint64
 }
 
 // Remote returns the remote agent, "" for a local list.
@@ -522,7 +568,8 @@ func (p *prepped) release() error {
 // one call into NIXL however long the list.
 func (a *Agent) PrepDescList(remote string, l transfer.DescList) (transfer.PreppedList, error) {
 	const op = "prepare list"
-	if err := a.checkList(op, remote, l); err != nil {
+	regs, gen, err := a.checkList(op, remote, l)
+	if err != nil {
 		return nil, err
 	}
 	if err := a.enter(op); err != nil {
@@ -532,7 +579,7 @@ func (a *Agent) PrepDescList(remote string, l transfer.DescList) (transfer.Prepp
 	flat := flatten(l.Descs)
 	cr := C.CString(remote)
 	defer C.free(unsafe.Pointer(cr))
-	p := &prepped{a: a, remote: remote, lens: make([]uint64, len(l.Descs))}
+	p := &prepped{a: a, remote: remote, lens: make([]uint64, len(l.Descs)), regs: regs, gen: gen}
 	for i, d := range l.Descs {
 		p.lens[i] = d.Len
 	}
@@ -612,11 +659,14 @@ func (a *Agent) MakeRequest(op transfer.Op, local transfer.PreppedList, localIdx
 	if lp.released || rp.released {
 		return nil, a.errorf(name, rp.remote, transfer.ErrReleased, "prepared list")
 	}
+	if err := a.registered(name, rp.remote, lp.regs, &lp.gen); err != nil {
+		return nil, err
+	}
 	opt, err := a.opts(o)
 	if err != nil {
 		return nil, err
 	}
-	r := &request{a: a, remote: rp.remote, opt: opt}
+	r := &request{a: a, remote: rp.remote, opt: opt, regs: lp.regs, gen: lp.gen}
 	if st := C.cgoMakeReq(a.lib, a.h, C.kv_op(op), lp.h, &li[0], C.size_t(len(li)), rp.h, &ri[0], C.size_t(len(ri)), &r.h, opt); st != C.KV_CAPI_SUCCESS {
 		C.cgoDestroyOpt(a.lib, opt)
 		return nil, a.fail(name, rp.remote, st, transfer.ErrBackend, transfer.ErrUnknownAgent)
@@ -631,10 +681,11 @@ func (a *Agent) CreateRequest(op transfer.Op, local, remote transfer.DescList, r
 	if remoteAgent == "" || !op.Valid() || len(local.Descs) != len(remote.Descs) {
 		return nil, a.errorf(name, remoteAgent, transfer.ErrInvalidParam, "%s of %d local and %d remote descriptors to %q", op, len(local.Descs), len(remote.Descs), remoteAgent)
 	}
-	if err := a.checkList(name, "", local); err != nil {
+	regs, gen, err := a.checkList(name, "", local)
+	if err != nil {
 		return nil, err
 	}
-	if err := a.checkList(name, remoteAgent, remote); err != nil {
+	if _, _, err := a.checkList(name, remoteAgent, remote); err != nil {
 		return nil, err
 	}
 	for i := range local.Descs {
@@ -653,7 +704,7 @@ func (a *Agent) CreateRequest(op transfer.Op, local, remote transfer.DescList, r
 	lf, rf := flatten(local.Descs), flatten(remote.Descs)
 	cr := C.CString(remoteAgent)
 	defer C.free(unsafe.Pointer(cr))
-	r := &request{a: a, remote: remoteAgent, opt: opt}
+	r := &request{a: a, remote: remoteAgent, opt: opt, regs: regs, gen: gen}
 	if st := C.kv_create_req(a.lib, a.h, C.kv_op(op), C.kv_mem(local.Kind), &lf[0], C.kv_mem(remote.Kind), &rf[0], C.size_t(len(local.Descs)), cr, opt, &r.h); st != C.KV_CAPI_SUCCESS {
 		C.cgoDestroyOpt(a.lib, opt)
 		// Local memory and the agent were checked; the C API reports the
@@ -772,11 +823,15 @@ type request struct {
 	remote string
 	h      C.kv_xfer_req
 	opt    C.kv_opt_args
+	// regs are the ids of the regions its local memory lies in.
+	regs []uint64
 
 	mu       sync.Mutex // protects the fields below
 	state    transfer.Status
 	err      error
 	released bool
+	// gen is the deregistration generation regs were last checked in.
+	gen uint64
 }
 
 // Post posts the request.
@@ -794,6 +849,9 @@ func (r *request) Post() (transfer.Status, error) {
 		if r.poll(); r.state == transfer.StatusInProgress {
 			return r.state, r.a.errorf("post", r.remote, transfer.ErrInProgress, "")
 		}
+	}
+	if err := r.a.registered("post", r.remote, r.regs, &r.gen); err != nil {
+		return r.state, err
 	}
 	st := C.cgoPost(r.a.lib, r.a.h, r.h, r.opt)
 	r.set(st, "post")

@@ -128,3 +128,78 @@ func TestLoadOwnMetadata(t *testing.T) {
 	require.ErrorIs(t, err, transfer.ErrInvalidParam)
 	require.ErrorIs(t, err, transfer.ErrBadMetadata)
 }
+
+// TestPostAfterLocalDeregistration posts requests whose local memory was
+// deregistered after they were made. NIXL would move the bytes anyway,
+// out of or into memory the host may have freed since, through the
+// registration it freed (a crash, or a success that is not one); the agent
+// refuses the post with ErrNotRegistered, even once the memory is
+// registered again, since the request still names the old registration.
+// A request made again works.
+func TestPostAfterLocalDeregistration(t *testing.T) {
+	requireNIXL(t)
+	a, err := nixl.New(nixl.Config{Name: "dereg-a"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	b, err := nixl.New(nixl.Config{Name: "dereg-b"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	buf, err := transfer.AllocBuffer(8192)
+	require.NoError(t, err)
+	defer buf.Free()
+	local := transfer.RegList{Kind: transfer.DRAM, Descs: []transfer.RegDesc{{Desc: buf.Desc(0, 4096)}}}
+	require.NoError(t, a.RegisterMem(local))
+	require.NoError(t, b.RegisterMem(transfer.RegList{Kind: transfer.DRAM, Descs: []transfer.RegDesc{{Desc: buf.Desc(4096, 4096)}}}))
+	md, err := b.LocalMetadata()
+	require.NoError(t, err)
+	_, err = a.LoadRemoteMetadata(md)
+	require.NoError(t, err)
+	ld := transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{buf.Desc(0, 64)}}
+	rd := transfer.DescList{Kind: transfer.DRAM, Descs: []transfer.Desc{buf.Desc(4096, 64)}}
+
+	for _, tc := range []struct {
+		name string
+		// make makes the request; it is called again after the memory
+		// was registered again.
+		make func(t *testing.T) transfer.Request
+	}{
+		{"created", func(t *testing.T) transfer.Request {
+			req, err := a.CreateRequest(transfer.Read, ld, rd, "dereg-b", nil)
+			require.NoError(t, err)
+			return req
+		}},
+		{"made from prepared lists", func(t *testing.T) transfer.Request {
+			lp, err := a.PrepDescList("", ld)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = lp.Release() })
+			rp, err := a.PrepDescList("dereg-b", rd)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = rp.Release() })
+			req, err := a.MakeRequest(transfer.Read, lp, []int{0}, rp, []int{0}, nil)
+			require.NoError(t, err)
+			return req
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.make(t)
+			defer func() { require.NoError(t, req.Release()) }()
+			_, err := req.Post()
+			require.NoError(t, err)
+			require.NoError(t, req.Wait(t.Context()))
+
+			require.NoError(t, a.DeregisterMem(local))
+			_, err = req.Post()
+			require.ErrorIs(t, err, transfer.ErrNotRegistered)
+
+			require.NoError(t, a.RegisterMem(local))
+			_, err = req.Post()
+			require.ErrorIs(t, err, transfer.ErrNotRegistered)
+
+			again := tc.make(t)
+			defer func() { require.NoError(t, again.Release()) }()
+			_, err = again.Post()
+			require.NoError(t, err)
+			require.NoError(t, again.Wait(t.Context()))
+		})
+	}
+}
