@@ -92,8 +92,11 @@ func (m *matchSet) at(s string, i int) *addedToken {
 	return nil
 }
 
-// validUTF8 replaces each byte of s that is not part of a valid UTF-8
-// sequence with U+FFFD, as encoding/json does.
+// validUTF8 replaces each ill-formed sequence of s with U+FFFD: each
+// maximal subpart (the longest start of a well-formed sequence, or else
+// one byte), as Python's bytes.decode(errors="replace") and Rust's
+// String::from_utf8_lossy do. A truncated three-byte character thus
+// reads as one U+FFFD, a stray continuation byte as one each.
 func validUTF8(s string) string {
 	if utf8.ValidString(s) {
 		return s
@@ -104,10 +107,43 @@ func validUTF8(s string) string {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && n == 1 {
 			b.WriteString("\uFFFD")
+			n = maximalSubpart(s[i:])
 		} else {
 			b.WriteString(s[i : i+n])
 		}
 		i += n
 	}
 	return b.String()
+}
+
+// maximalSubpart returns the length of the maximal subpart of the
+// ill-formed sequence at the start of s (Unicode 3.9, table 3-7): its lead
+// byte and the continuation bytes that follow it as a well-formed sequence
+// would, at least 1.
+func maximalSubpart(s string) int {
+	lo, hi, need := byte(0x80), byte(0xBF), 0 // range of the second byte, bytes after the lead
+	switch c := s[0]; {
+	case 0xC2 <= c && c <= 0xDF:
+		need = 1
+	case c == 0xE0:
+		lo, need = 0xA0, 2
+	case c == 0xED:
+		hi, need = 0x9F, 2
+	case 0xE1 <= c && c <= 0xEF:
+		need = 2
+	case c == 0xF0:
+		lo, need = 0x90, 3
+	case c == 0xF4:
+		hi, need = 0x8F, 3
+	case 0xF1 <= c && c <= 0xF3:
+		need = 3
+	}
+	n := 1
+	for ; n <= need && n < len(s); n++ {
+		if c := s[n]; c < lo || c > hi {
+			break
+		}
+		lo, hi = 0x80, 0xBF
+	}
+	return n
 }

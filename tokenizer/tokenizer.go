@@ -149,7 +149,10 @@ var encodePool = sync.Pool{New: func() any { return new(encodeBuf) }}
 // leading BOS for Llama-style files), as tokenizers' encode does by
 // default; chat templates write their special tokens themselves and are
 // encoded without. Added tokens in text (such as "<|im_start|>") are
-// always recognised. Bytes that are not valid UTF-8 are read as U+FFFD.
+// always recognised. Ill-formed UTF-8 is read as Python's
+// bytes.decode(errors="replace") and Rust's String::from_utf8_lossy read
+// it: one U+FFFD for each maximal subpart (a character cut short is one
+// U+FFFD, not one per byte).
 func (t *Tokenizer) Encode(dst []uint32, text string, addSpecialTokens bool) []uint32 {
 	if t.post == nil || !addSpecialTokens {
 		return t.encode(dst, text)
