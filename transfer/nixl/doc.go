@@ -42,9 +42,11 @@
 // moves ErrNotSupported) and keeps NIXL's raw code in transfer.Error.Code.
 //
 // NIXL's requests and prepared lists point into the registrations they
-// were made with. Once their local memory is deregistered, Post and
-// MakeRequest refuse them with ErrNotRegistered, even after the memory is
-// registered again: make them again from the new registration.
+// were made with. DeregisterMem refuses memory a posted request still
+// moves (ErrInProgress); once local memory is deregistered, Post and
+// MakeRequest refuse the requests and lists made from it with
+// ErrNotRegistered, even after the memory is registered again: make them
+// again from the new registration.
 //
 // The library stays loaded for the life of the process once loaded: its
 // plugins start threads that must not lose their code.

@@ -376,7 +376,9 @@ func (a *Agent) RegisterMem(l transfer.RegList) error {
 }
 
 // DeregisterMem deregisters memory registered with exactly these
-// descriptors.
+// descriptors. While a posted request using the memory has not finished it
+// returns transfer.ErrInProgress and keeps the memory registered: wait for
+// the request or release it first.
 func (a *Agent) DeregisterMem(l transfer.RegList) error {
 	return a.register("deregister", false, l)
 }
@@ -397,13 +399,11 @@ func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
 		return err
 	}
 	defer a.leave()
-	a.state.Lock()
-	defer a.state.Unlock()
+	var removed []region
 	if !reg {
-		for _, d := range descs {
-			if a.regionIndex(l.Kind, d) < 0 {
-				return a.errorf(op, "", transfer.ErrNotRegistered, "%#x+%d was not registered", d.Addr, d.Len)
-			}
+		var err error
+		if removed, err = a.takeRegions(op, l.Kind, descs); err != nil {
+			return err
 		}
 	}
 	flat := flatten(descs)
@@ -412,21 +412,58 @@ func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
 		cmeta = C.CBytes(meta)
 		defer C.free(cmeta)
 	}
+	a.state.Lock()
+	defer a.state.Unlock()
 	if st := C.kv_register(a.lib, a.h, C.bool(reg), C.kv_mem(l.Kind), &flat[0], C.size_t(len(descs)), (*C.char)(cmeta), &lens[0]); st != C.KV_CAPI_SUCCESS {
+		a.regions = append(a.regions, removed...)
 		return a.fail(op, "", st, transfer.ErrBackend, transfer.ErrNotSupported)
 	}
-	for _, d := range descs {
-		if reg {
+	if reg {
+		for _, d := range descs {
 			a.regionSeq++
 			a.regions = append(a.regions, region{kind: l.Kind, desc: d, id: a.regionSeq})
-		} else if i := a.regionIndex(l.Kind, d); i >= 0 {
-			a.regions = slices.Delete(a.regions, i, i+1)
 		}
 	}
-	if !reg {
-		a.deregs++
-	}
 	return nil
+}
+
+// takeRegions takes the registrations of exactly descs out of a.regions,
+// so that no request or list using them is posted or made any more, and
+// returns them for NIXL to deregister. While a posted request using one
+// has not finished, it puts them back and returns ErrInProgress: NIXL
+// would free the registration under the running transfer, and the caller
+// the memory it still lands in. The caller holds a.mu for reading and not
+// a.state.
+func (a *Agent) takeRegions(op string, kind transfer.MemKind, descs []transfer.Desc) ([]region, error) {
+	a.state.Lock()
+	var removed []region
+	for _, d := range descs {
+		i := a.regionIndex(kind, d)
+		if i < 0 {
+			a.regions = append(a.regions, removed...)
+			a.state.Unlock()
+			return nil, a.errorf(op, "", transfer.ErrNotRegistered, "%#x+%d was not registered", d.Addr, d.Len)
+		}
+		removed = append(removed, a.regions[i])
+		a.regions = slices.Delete(a.regions, i, i+1)
+	}
+	a.deregs++
+	var users []*request
+	for h := range a.handles {
+		if r, ok := h.(*request); ok && slices.ContainsFunc(removed, func(g region) bool { return slices.Contains(r.regs, g.id) }) {
+			users = append(users, r)
+		}
+	}
+	a.state.Unlock()
+	for _, r := range users {
+		if r.running() {
+			a.state.Lock()
+			a.regions = append(a.regions, removed...)
+			a.state.Unlock()
+			return nil, a.errorf(op, r.remote, transfer.ErrInProgress, "a posted request using the memory has not finished; wait for it or release it first")
+		}
+	}
+	return removed, nil
 }
 
 // LocalMetadata returns NIXL's metadata blob of this agent.
@@ -868,6 +905,18 @@ func (r *request) set(st C.kv_status, op string) {
 	default:
 		r.state, r.err = transfer.StatusFailed, r.a.fail(op, r.remote, st, transfer.ErrRemoteDisconnect, transfer.ErrUnknownAgent)
 	}
+}
+
+// running polls the request and reports whether it is posted and not
+// finished. The caller holds a.mu for reading.
+func (r *request) running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return false
+	}
+	r.poll()
+	return r.state == transfer.StatusInProgress
 }
 
 // poll refreshes a running request's state. The caller holds mu and a.mu.

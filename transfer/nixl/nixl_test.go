@@ -203,3 +203,48 @@ func TestPostAfterLocalDeregistration(t *testing.T) {
 		})
 	}
 }
+
+// TestDeregisterMemInUse deregisters the local memory of a READ still in
+// progress. NIXL would free the registration under the running transfer
+// and let the caller free the memory it still lands in; the agent refuses
+// with ErrInProgress and keeps the memory registered, and deregisters it
+// once the READ finished. The initiator runs without a progress thread,
+// so the READ advances only while it is polled and is still running when
+// DeregisterMem is called.
+func TestDeregisterMemInUse(t *testing.T) {
+	requireNIXL(t)
+	const size = 64 << 20
+	a, err := nixl.New(nixl.Config{Name: "inuse-a", NoProgressThread: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	b, err := nixl.New(nixl.Config{Name: "inuse-b"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	bufA, err := transfer.AllocBuffer(size)
+	require.NoError(t, err)
+	defer bufA.Free()
+	bufB, err := transfer.AllocBuffer(size)
+	require.NoError(t, err)
+	defer bufB.Free()
+	require.NoError(t, a.RegisterMem(bufA.RegList()))
+	require.NoError(t, b.RegisterMem(bufB.RegList()))
+	md, err := b.LocalMetadata()
+	require.NoError(t, err)
+	_, err = a.LoadRemoteMetadata(md)
+	require.NoError(t, err)
+	var ld, rd transfer.DescList
+	for off := 0; off < size; off += 1 << 20 {
+		ld.Descs = append(ld.Descs, bufA.Desc(off, 1<<20))
+		rd.Descs = append(rd.Descs, bufB.Desc(off, 1<<20))
+	}
+	req, err := a.CreateRequest(transfer.Read, ld, rd, "inuse-b", nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, req.Release()) }()
+	st, err := req.Post()
+	require.NoError(t, err)
+	require.Equal(t, transfer.StatusInProgress, st)
+
+	require.ErrorIs(t, a.DeregisterMem(bufA.RegList()), transfer.ErrInProgress)
+	require.NoError(t, req.Wait(t.Context()))
+	require.NoError(t, a.DeregisterMem(bufA.RegList()))
+}
