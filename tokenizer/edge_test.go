@@ -1,6 +1,7 @@
 package tokenizer_test
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -60,5 +61,56 @@ func TestInvalidUTF8(t *testing.T) {
 				t.Errorf("%s: Encode(%q) = %v, want that of %q: %v", fam, s, got, want, w)
 			}
 		}
+	}
+}
+
+// TestAddedTokenIDs checks that added tokens take the ids tokenizers gives
+// them at load, not those the file writes: a token of the model's vocab
+// keeps its vocab id, any other takes the next id after the vocab and the
+// added tokens listed before it.
+func TestAddedTokenIDs(t *testing.T) {
+	entry := func(id int, content string) map[string]any {
+		return map[string]any{"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}
+	}
+	var size, x int
+	tok, err := tokenizer.Parse(tiny(func(m map[string]any) {
+		vocab := model(m)["vocab"].(map[string]any)
+		size, x = len(vocab), vocab["<|x|>"].(int)
+		m["added_tokens"] = append(m["added_tokens"].([]any),
+			entry(7000, "ab"), entry(5000, "<|y|>"), entry(2, "<|z|>"), entry(9, "<|x|>"), entry(5000, "<|y|>"), entry(1, ""))
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, _ := tok.TokenID("ab")
+	for _, tt := range []struct {
+		text string
+		want uint32
+	}{
+		{"ab", ab},
+		{"<|x|>", uint32(x)},
+		{"<|y|>", uint32(size)},
+		{"<|z|>", uint32(size + 1)},
+	} {
+		if got := tok.Encode(nil, tt.text, false); !slices.Equal(got, []uint32{tt.want}) {
+			t.Errorf("Encode(%q) = %v, want [%d]", tt.text, got, tt.want)
+		}
+		if id, ok := tok.TokenID(tt.text); !ok || id != tt.want {
+			t.Errorf("TokenID(%q) = %d, %v, want %d", tt.text, id, ok, tt.want)
+		}
+	}
+	if ab >= uint32(size) {
+		t.Errorf("TokenID(ab) = %d, want its vocab id", ab)
+	}
+	if !tok.IsSpecial(ab) || tok.Decode([]uint32{ab, uint32(size)}, true) != "" {
+		t.Errorf("the added tokens at vocab ids are not special")
+	}
+	_, err = tokenizer.Parse(tiny(func(m map[string]any) {
+		e := entry(99, "<|x|>")
+		e["lstrip"] = true
+		m["added_tokens"] = append(m["added_tokens"].([]any), e)
+	}))
+	if !errors.Is(err, tokenizer.ErrUnsupported) {
+		t.Errorf("a token listed twice with different options: %v, want ErrUnsupported", err)
 	}
 }

@@ -45,6 +45,9 @@ func FromFile(path string) (*Tokenizer, error) {
 // Parse loads a tokenizer from the contents of a tokenizer.json file.
 // Options this package does not implement are refused with an error
 // wrapping ErrUnsupported; malformed files give one wrapping ErrInvalid.
+// Added tokens take the ids tokenizers gives them at load, whatever ids
+// the file writes (the two agree in files tokenizers saved): a token of the
+// model's vocab keeps its vocab id, any other takes the next free id.
 func Parse(data []byte) (*Tokenizer, error) {
 	var spec fileSpec
 	if err := json.Unmarshal(data, &spec); err != nil {
@@ -69,6 +72,8 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.firstOnly = prependsFirstOnly(t.pre)
+	var vocab map[string]uint32 // the model's tokens
+	var vocabSize int
 	typ, err := componentType("model", spec.Model)
 	if err != nil {
 		return nil, err
@@ -80,6 +85,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 			return nil, err
 		}
 		t.model = m
+		vocab, vocabSize = m.vocab, len(m.vocab)
 		for tok, id := range m.vocab {
 			t.idToToken[id] = tok
 			t.tokenToID[tok] = id
@@ -93,6 +99,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 			return nil, err
 		}
 		t.model = m
+		vocab, vocabSize = m.ids, len(m.pieces)
 		for id, p := range m.pieces {
 			t.idToToken[uint32(id)] = p.text
 			t.tokenToID[p.text] = uint32(id)
@@ -101,6 +108,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%w: model %q", ErrUnsupported, typ)
 	}
 	var rawTokens, normTokens []*addedToken
+	ids := addedIDs{vocab: vocab, size: int64(vocabSize), max: -1, seen: make(map[string]addedSpec)}
 	for _, a := range spec.AddedTokens {
 		if a.ID == nil || *a.ID < 0 || *a.ID > maxID {
 			return nil, fmt.Errorf("%w: added token %q without a valid id", ErrInvalid, a.Content)
@@ -108,7 +116,14 @@ func Parse(data []byte) (*Tokenizer, error) {
 		if a.SingleWord {
 			return nil, fmt.Errorf("%w: added token %q with single_word", ErrUnsupported, a.Content)
 		}
-		at := &addedToken{content: a.Content, id: uint32(*a.ID), lstrip: a.LStrip, rstrip: a.RStrip, special: a.Special}
+		id, ok, err := ids.assign(a)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		at := &addedToken{content: a.Content, id: id, lstrip: a.LStrip, rstrip: a.RStrip, special: a.Special}
 		t.added = append(t.added, at)
 		t.idToToken[at.id] = at.content
 		t.tokenToID[at.content] = at.id
@@ -134,6 +149,48 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// addedIDs gives added tokens their ids as Hugging Face tokenizers does
+// when it loads a tokenizer.json, whatever ids the file writes: a token of
+// the model's vocab keeps its id there, any other takes the next id after
+// the vocab and the added tokens before it.
+type addedIDs struct {
+	vocab map[string]uint32
+	size  int64 // the model's vocab size
+	max   int64 // the largest id given to an added token, -1 for none
+	seen  map[string]addedSpec
+}
+
+// assign returns the id of a, or false when a is to be skipped: empty, or
+// listed before with the same options. A token listed twice with
+// different options is refused: tokenizers gives it the options of its
+// last entry for matching but keeps the first entry's order.
+func (d *addedIDs) assign(a addedSpec) (uint32, bool, error) {
+	if a.Content == "" {
+		return 0, false, nil
+	}
+	if prev, ok := d.seen[a.Content]; ok {
+		a.ID, prev.ID = nil, nil
+		if prev != a {
+			return 0, false, fmt.Errorf("%w: added token %q listed twice with different options", ErrUnsupported, a.Content)
+		}
+		return 0, false, nil
+	}
+	d.seen[a.Content] = a
+	id, ok := d.vocab[a.Content]
+	if !ok {
+		next := d.size
+		if d.max >= d.size || d.size == 0 {
+			next = d.max + 1
+		}
+		if next > maxID {
+			return 0, false, fmt.Errorf("%w: added token %q would have id %d", ErrInvalid, a.Content, next)
+		}
+		id = uint32(next)
+	}
+	d.max = max(d.max, int64(id))
+	return id, true, nil
 }
 
 // encodeBuf holds the pieces of one Encode call, pooled.
