@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -35,7 +36,137 @@ func (n unicodeNorm) normalize(s string) string {
 	if n.form.IsNormalString(s) {
 		return s
 	}
-	return n.form.String(s)
+	out := n.form.String(s)
+	if n.streamSafe(s, out) {
+		var b strings.Builder
+		b.Grow(len(s))
+		for _, sg := range n.segments(s) {
+			b.Write(sg.out)
+		}
+		return b.String()
+	}
+	return out
+}
+
+// cgj is U+034F COMBINING GRAPHEME JOINER.
+const cgj = "\u034f"
+
+// streamSafe reports whether out, the x/text normalization of s, has
+// U+034F inserted: x/text follows the Stream-Safe Text Format (UAX #15),
+// breaking runs of more than 30 non-starters with it, where Hugging Face
+// tokenizers (Rust's unicode-normalization) orders and composes runs of
+// any length.
+func (n unicodeNorm) streamSafe(s, out string) bool {
+	return strings.Contains(out, cgj) && strings.Count(out, cgj) != strings.Count(s, cgj)
+}
+
+// normSegment is a part of a text that normalizes on its own: in is
+// s[start:end], out its normalization.
+type normSegment struct {
+	start, end int
+	out        []byte
+}
+
+// segments normalizes s without the Stream-Safe limit, a segment at a
+// time: each segment runs from a character that never combines with what
+// precedes it to the next one; its characters are decomposed, its marks
+// put in canonical order (stable by combining class) and, for NFC and
+// NFKC, composed by the canonical composition algorithm.
+func (n unicodeNorm) segments(s string) []normSegment {
+	dec, compose := norm.NFD, false
+	switch n.form {
+	case norm.NFKC:
+		dec, compose = norm.NFKD, true
+	case norm.NFKD:
+		dec = norm.NFKD
+	case norm.NFC:
+		compose = true
+	}
+	var segs []normSegment
+	var runes []rune
+	flush := func(start, end int) {
+		if start == end {
+			return
+		}
+		runes = runes[:0]
+		for _, r := range s[start:end] {
+			for _, d := range dec.String(string(r)) {
+				runes = append(runes, d)
+			}
+		}
+		canonicalOrder(runes)
+		if compose {
+			runes = canonicalCompose(runes)
+		}
+		out := make([]byte, 0, end-start)
+		for _, r := range runes {
+			out = utf8.AppendRune(out, r)
+		}
+		segs = append(segs, normSegment{start, end, out})
+	}
+	start := 0
+	for i, r := range s {
+		if i > start && n.form.PropertiesString(s[i:i+utf8.RuneLen(r)]).BoundaryBefore() {
+			flush(start, i)
+			start = i
+		}
+	}
+	flush(start, len(s))
+	return segs
+}
+
+func combiningClass(r rune) uint8 {
+	var b [utf8.UTFMax]byte
+	return norm.NFD.Properties(b[:utf8.EncodeRune(b[:], r)]).CCC()
+}
+
+// canonicalOrder sorts each run of non-starters by combining class,
+// keeping the order of equal classes.
+func canonicalOrder(rs []rune) {
+	for i := 0; i < len(rs); {
+		if combiningClass(rs[i]) == 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < len(rs) && combiningClass(rs[j]) != 0 {
+			j++
+		}
+		slices.SortStableFunc(rs[i:j], func(a, b rune) int { return int(combiningClass(a)) - int(combiningClass(b)) })
+		i = j
+	}
+}
+
+// canonicalCompose composes decomposed, canonically ordered runes (UAX #15
+// canonical composition): each character joins the last starter when no
+// character between them is a starter or has its combining class or
+// higher, and the two have a primary composite.
+func canonicalCompose(rs []rune) []rune {
+	out := rs[:0]
+	starter := -1
+	last := uint8(0) // class of the last character kept after the starter
+	for _, r := range rs {
+		c := combiningClass(r)
+		if starter >= 0 && (last == 0 || last < c) {
+			if p, ok := composePair(out[starter], r); ok {
+				out[starter] = p
+				continue
+			}
+		}
+		if c == 0 {
+			starter = len(out)
+		}
+		last = c
+		out = append(out, r)
+	}
+	return out
+}
+
+// composePair returns the primary composite of a and b, if there is one.
+func composePair(a, b rune) (rune, bool) {
+	s := norm.NFC.String(string([]rune{a, b}))
+	r, size := utf8.DecodeRuneInString(s)
+	return r, size == len(s) && r != utf8.RuneError
 }
 
 // normalizeLead normalizes s a segment at a time. Hugging Face aligns
@@ -46,6 +177,18 @@ func (n unicodeNorm) normalize(s string) string {
 func (n unicodeNorm) normalizeLead(s string, lead int) (string, int) {
 	if lead == 0 || n.form.IsNormalString(s) {
 		return n.normalize(s), lead
+	}
+	if n.streamSafe(s, n.form.String(s)) {
+		var b strings.Builder
+		b.Grow(len(s))
+		out := 0
+		for _, sg := range n.segments(s) {
+			if sg.start < lead && out == b.Len() {
+				out += n.leadBytes(s[sg.start:sg.end], lead-sg.start, sg.out)
+			}
+			b.Write(sg.out)
+		}
+		return b.String(), out
 	}
 	var it norm.Iter
 	it.InitString(n.form, s)

@@ -1,0 +1,38 @@
+package tokenizer
+
+import (
+	"strings"
+	"testing"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// TestUnicodeNormLongMarkRuns checks runs of more than 30 combining marks,
+// which Hugging Face normalizes whole (no U+034F inserted, every mark put
+// in canonical order and composed when it can be).
+func TestUnicodeNormLongMarkRuns(t *testing.T) {
+	acute := strings.Repeat("\u0301", 40)
+	tests := []struct {
+		form     norm.Form
+		in, want string
+	}{
+		{norm.NFC, "e" + acute, "\u00e9" + acute[2:]},
+		{norm.NFKC, "x" + acute, "x" + acute},
+		{norm.NFC, "c" + acute + "\u0327", "\u1e09" + acute[2:]},
+		{norm.NFD, "c" + acute + "\u0327", "c\u0327" + acute},
+		{norm.NFD, "\u00e9" + acute, "e\u0301" + acute},
+		{norm.NFKD, "\ufb01" + acute + "a", "fi" + acute + "a"},
+		{norm.NFC, acute + "a\u0308", acute + "\u00e4"},
+		{norm.NFC, "\u1100\u1161" + acute + "\u11a8", "\uac00" + acute + "\u11a8"},
+		{norm.NFKC, strings.Repeat("\u0327\u0301", 20) + "\u034f", strings.Repeat("\u0327", 20) + acute[:40] + "\u034f"},
+	}
+	for _, tt := range tests {
+		n := unicodeNorm{tt.form}
+		if got := n.normalize(tt.in); got != tt.want {
+			t.Errorf("%v: normalize(%+q) = %+q, want %+q", tt.form, tt.in, got, tt.want)
+		}
+		if got, _ := n.normalizeLead(tt.in, firstRuneLen(tt.in)); got != tt.want {
+			t.Errorf("%v: normalizeLead(%+q) = %+q, want %+q", tt.form, tt.in, got, tt.want)
+		}
+	}
+}
