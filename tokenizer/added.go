@@ -57,6 +57,11 @@ func (m *matchSet) split(dst []segment, s string, lead int) []segment {
 		return dst
 	}
 	from := func(i int) int { return max(lead-i, 0) }
+	// As in Hugging Face tokenizers, the tokens are found in the text
+	// alone, leftmost and longest first, and their lstrip and rstrip then
+	// widen them: rstrip may take white space in which the next token
+	// begins (both are kept, the text between them read again), lstrip
+	// stops at the end of the previous token.
 	done := 0 // end of the last emitted segment
 	for i := 0; i < len(s); {
 		t := m.at(s, i)
@@ -65,6 +70,7 @@ func (m *matchSet) split(dst []segment, s string, lead int) []segment {
 			continue
 		}
 		start, stop := i, i+len(t.content)
+		i = stop
 		if t.lstrip {
 			start = max(len(strings.TrimRightFunc(s[:start], unicode.IsSpace)), done)
 		}
@@ -74,8 +80,11 @@ func (m *matchSet) split(dst []segment, s string, lead int) []segment {
 		if done < start {
 			dst = append(dst, segment{text: s[done:start], lead: from(done)})
 		}
+		// start passes stop only when the previous token's rstrip took this
+		// whole token and its lstrip is set, which tokenizers fails on.
+		start = min(start, stop)
 		dst = append(dst, segment{text: s[start:stop], tok: t, lead: from(start)})
-		done, i = stop, stop
+		done = stop
 	}
 	if done < len(s) {
 		dst = append(dst, segment{text: s[done:], lead: from(done)})

@@ -114,3 +114,44 @@ func TestAddedTokenIDs(t *testing.T) {
 		t.Errorf("a token listed twice with different options: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestAddedTokenStripOverlap checks rstrip and lstrip as tokenizers
+// applies them: tokens are found in the text first, so a token's rstrip
+// may take the white space another token begins with (both are kept, and
+// the text after the first token is read from its end), and lstrip stops
+// at the previous token.
+func TestAddedTokenStripOverlap(t *testing.T) {
+	entry := func(id int, content string, lstrip, rstrip bool) map[string]any {
+		return map[string]any{"id": id, "content": content, "single_word": false, "lstrip": lstrip, "rstrip": rstrip, "normalized": false, "special": true}
+	}
+	tok, err := tokenizer.Parse(tiny(func(m map[string]any) {
+		n := len(model(m)["vocab"].(map[string]any))
+		m["added_tokens"] = append(m["added_tokens"].([]any),
+			entry(n, "<|r|>", false, true), entry(n+1, " sp ", false, false), entry(n+2, "\n", false, false), entry(n+3, "<|l|>", true, false))
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(s string) uint32 {
+		v, ok := tok.TokenID(s)
+		if !ok {
+			t.Fatalf("no token %q", s)
+		}
+		return v
+	}
+	x, space := tok.Encode(nil, "x", false), tok.Encode(nil, " ", false)
+	for _, tt := range []struct {
+		text string
+		want []uint32
+	}{
+		{"<|r|> sp x", append([]uint32{id("<|r|>"), id(" sp ")}, x...)},
+		{"<|r|>\n\nx", append([]uint32{id("<|r|>"), id("\n"), id("\n")}, x...)},
+		{"<|r|>\n \n", slices.Concat([]uint32{id("<|r|>"), id("\n")}, space, []uint32{id("\n")})},
+		{"<|r|>  <|l|>x", append([]uint32{id("<|r|>"), id("<|l|>")}, x...)},
+		{"x  <|l|>", append(x, id("<|l|>"))},
+	} {
+		if got := tok.Encode(nil, tt.text, false); !slices.Equal(got, tt.want) {
+			t.Errorf("Encode(%q) = %v, want %v", tt.text, got, tt.want)
+		}
+	}
+}
