@@ -21,6 +21,13 @@
                          its own (a missing key keeps it) and texts; prints
                          the input with "ids" added, the ids of each text
                          under each variant (without special tokens).
+  reference.py encode    reads {"tokenizers", "texts"} as JSON on stdin: whole
+                         tokenizer.json documents (as strings) and texts given
+                         as base64 bytes, read as UTF-8 with each invalid
+                         sequence replaced by U+FFFD; prints, for each
+                         tokenizer, {"error"} when tokenizers refuses it or
+                         {"ids", "ids_special"}: the ids of each text without
+                         and with the post-processor's special tokens.
 
 Needs tokenizers, transformers and jinja2 (no torch).
 """
@@ -686,12 +693,29 @@ def variants(req):
     return out
 
 
+def encode(req):
+    import base64
+    texts = [base64.b64decode(t).decode("utf-8", errors="replace") for t in req["texts"]]
+    out = []
+    for doc in req["tokenizers"]:
+        try:
+            tok = Tokenizer.from_str(doc)
+        except Exception as e:  # a refused file is part of the reference
+            out.append({"error": f"{type(e).__name__}: {e}"})
+            continue
+        out.append({"ids": [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)],
+                    "ids_special": [e.ids for e in tok.encode_batch(texts, add_special_tokens=True)]})
+    return out
+
+
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] in ("gen", "golden"):
         gen(sys.argv[2], train=sys.argv[1] == "gen")
     elif len(sys.argv) >= 2 and sys.argv[1] == "ref":
         req = json.load(sys.stdin)
         json.dump(reference(req["dir"], req.get("texts", []), req.get("chats", [])), sys.stdout, ensure_ascii=False)
+    elif len(sys.argv) >= 2 and sys.argv[1] == "encode":
+        json.dump(encode(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif len(sys.argv) >= 2 and sys.argv[1] == "variants":
         json.dump(variants(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     else:
