@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -39,14 +40,15 @@ type Tokenizer interface {
 // prompt, a tool definition, a user turn with two text parts, an
 // assistant tool call and its result, and chat_template_kwargs.
 func ProbeBody(model string) []byte {
-	return fmt.Appendf(nil, `{"model":%q,"messages":[`+
+	name, _ := json.Marshal(model) // a string always marshals; invalid UTF-8 becomes U+FFFD
+	return fmt.Appendf(nil, `{"model":%s,"messages":[`+
 		`{"role":"system","content":"You are a careful assistant. Use the tools when they help."},`+
 		`{"role":"user","content":[{"type":"text","text":"What is the weather in Paris"},{"type":"text","text":"in Celsius?"}]},`+
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"unit\":\"celsius\"}"}}]},`+
 		`{"role":"tool","tool_call_id":"call_1","content":"18 degrees and sunny"}],`+
 		`"tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather for a city",`+
 		`"parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["city"]}}}],`+
-		`"chat_template_kwargs":{"enable_thinking":true},"max_tokens":1}`, model)
+		`"chat_template_kwargs":{"enable_thinking":true},"max_tokens":1}`, name)
 }
 
 // Probe tokenizes the probe chat (ProbeBody) through the router's path and

@@ -32,12 +32,14 @@ package render
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,6 +91,9 @@ var defaultHTTP = &http.Client{Timeout: 10 * time.Second}
 // maxResponse bounds an answer (a million token ids as decimal text).
 const maxResponse = 16 << 20
 
+// maxErrorBody bounds what is read, and quoted, of an error answer.
+const maxErrorBody = 512
+
 // Tokenize implements epp.Tokenizer: it appends the prompt's token ids
 // to dst. Errors wrap ErrTokenize.
 func (c *Client) Tokenize(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error) {
@@ -97,7 +102,8 @@ func (c *Client) Tokenize(ctx context.Context, req *openai.Request, dst []uint32
 }
 
 // TokenizeMM implements MMTokenizer: it appends the prompt's token ids
-// to dst and returns its multimodal items (APIVLLMRender only). Errors wrap
+// to dst and returns its multimodal items in prompt order (APIVLLMRender
+// only). Errors wrap
 // ErrTokenize.
 func (c *Client) TokenizeMM(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, []kvroute.MMObject, error) {
 	if req.Kind == openai.KindCompletion && req.HasTokens {
@@ -162,12 +168,16 @@ func (c *Client) post(ctx context.Context, path string, body []byte) ([]byte, er
 		return nil, fmt.Errorf("%w: %w", ErrTokenize, err)
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return nil, fmt.Errorf("%w: %s answered %s: %q", ErrTokenize, url, resp.Status, bytes.ToValidUTF8(msg, []byte("\uFFFD")))
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading %s: %w", ErrTokenize, url, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: %s answered %s: %.200s", ErrTokenize, url, resp.Status, raw)
+	if len(raw) > maxResponse {
+		return nil, fmt.Errorf("%w: %s answered with more than %d bytes (answer larger than any prompt's ids)", ErrTokenize, url, maxResponse)
 	}
 	return raw, nil
 }
@@ -206,6 +216,11 @@ func decode(raw []byte, dst []uint32) ([]uint32, []kvroute.MMObject, error) {
 	}
 	var mm []kvroute.MMObject
 	if f := a.Features; f != nil {
+		for modality, hashes := range f.Hashes {
+			if _, ok := f.Placeholders[modality]; !ok && len(hashes) > 0 {
+				return dst, nil, fmt.Errorf("%w: %d %s hashes without placeholders", ErrTokenize, len(hashes), modality)
+			}
+		}
 		for modality, places := range f.Placeholders {
 			hashes := f.Hashes[modality]
 			if len(hashes) != len(places) {
@@ -219,6 +234,8 @@ func decode(raw []byte, dst []uint32) ([]uint32, []kvroute.MMObject, error) {
 				mm = append(mm, kvroute.MMObject{Hash: h, Offset: p.Offset, Length: p.Length})
 			}
 		}
+		// In prompt order, whatever order the modalities came in.
+		slices.SortStableFunc(mm, func(a, b kvroute.MMObject) int { return cmp.Compare(a.Offset, b.Offset) })
 	}
 	return append(dst, ids...), mm, nil
 }
