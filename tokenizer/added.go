@@ -61,7 +61,8 @@ func (m *matchSet) split(dst []segment, s string, lead int) []segment {
 	// alone, leftmost and longest first, and their lstrip and rstrip then
 	// widen them: rstrip may take white space in which the next token
 	// begins (both are kept, the text between them read again), lstrip
-	// stops at the end of the previous token.
+	// stops at the end of the previous token, and a token left empty by
+	// the two is dropped.
 	done := 0 // end of the last emitted segment
 	for i := 0; i < len(s); {
 		t := m.at(s, i)
@@ -80,10 +81,12 @@ func (m *matchSet) split(dst []segment, s string, lead int) []segment {
 		if done < start {
 			dst = append(dst, segment{text: s[done:start], lead: from(done)})
 		}
-		// start passes stop only when the previous token's rstrip took this
-		// whole token and its lstrip is set, which tokenizers fails on.
-		start = min(start, stop)
-		dst = append(dst, segment{text: s[start:stop], tok: t, lead: from(start)})
+		// start reaches stop only when the previous token's rstrip took
+		// this whole token and its lstrip is set: tokenizers then drops it
+		// as an empty piece (or fails, when start passes stop).
+		if start < stop {
+			dst = append(dst, segment{text: s[start:stop], tok: t, lead: from(start)})
+		}
 		done = stop
 	}
 	if done < len(s) {

@@ -106,6 +106,15 @@ func TestAddedTokenIDs(t *testing.T) {
 		t.Errorf("the added tokens at vocab ids are not special")
 	}
 	_, err = tokenizer.Parse(tiny(func(m map[string]any) {
+		m["normalizer"] = map[string]any{"type": "Strip", "strip_left": true, "strip_right": true}
+		e := entry(99, " ")
+		e["normalized"] = true
+		m["added_tokens"] = append(m["added_tokens"].([]any), e)
+	}))
+	if !errors.Is(err, tokenizer.ErrUnsupported) {
+		t.Errorf("a token normalized to nothing: %v, want ErrUnsupported", err)
+	}
+	_, err = tokenizer.Parse(tiny(func(m map[string]any) {
 		e := entry(99, "<|x|>")
 		e["lstrip"] = true
 		m["added_tokens"] = append(m["added_tokens"].([]any), e)
@@ -127,7 +136,8 @@ func TestAddedTokenStripOverlap(t *testing.T) {
 	tok, err := tokenizer.Parse(tiny(func(m map[string]any) {
 		n := len(model(m)["vocab"].(map[string]any))
 		m["added_tokens"] = append(m["added_tokens"].([]any),
-			entry(n, "<|r|>", false, true), entry(n+1, " sp ", false, false), entry(n+2, "\n", false, false), entry(n+3, "<|l|>", true, false))
+			entry(n, "<|r|>", false, true), entry(n+1, " sp ", false, false), entry(n+2, "\n", false, false), entry(n+3, "<|l|>", true, false),
+			entry(n+4, "\t", true, true))
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +159,8 @@ func TestAddedTokenStripOverlap(t *testing.T) {
 		{"<|r|>\n \n", slices.Concat([]uint32{id("<|r|>"), id("\n")}, space, []uint32{id("\n")})},
 		{"<|r|>  <|l|>x", append([]uint32{id("<|r|>"), id("<|l|>")}, x...)},
 		{"x  <|l|>", append(x, id("<|l|>"))},
+		{"\t\t\tx", append([]uint32{id("\t")}, x...)}, // tokenizers fails on it: an empty token is dropped
+		{"<|r|>\t\t", []uint32{id("<|r|>")}},
 	} {
 		if got := tok.Encode(nil, tt.text, false); !slices.Equal(got, tt.want) {
 			t.Errorf("Encode(%q) = %v, want %v", tt.text, got, tt.want)

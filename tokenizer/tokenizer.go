@@ -133,6 +133,10 @@ func Parse(data []byte) (*Tokenizer, error) {
 		if a.Normalized && t.normalizer != nil {
 			n := *at
 			n.content = t.normalizer.normalize(at.content)
+			if n.content == "" {
+				// tokenizers matches the empty text at every position.
+				return nil, fmt.Errorf("%w: added token %q is normalized to nothing", ErrUnsupported, a.Content)
+			}
 			normTokens = append(normTokens, &n)
 			t.decodeAs[at.id] = n.content
 		} else if a.Normalized {

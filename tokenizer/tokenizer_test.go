@@ -63,6 +63,8 @@ func TestParseRefuses(t *testing.T) {
 		}, tokenizer.ErrUnsupported},
 		{"truncation", func(m map[string]any) { m["truncation"] = map[string]any{"max_length": 8} }, tokenizer.ErrUnsupported},
 		{"dropout", func(m map[string]any) { model(m)["dropout"] = 0.1 }, tokenizer.ErrUnsupported},
+		{"continuing_subword_prefix", func(m map[string]any) { model(m)["continuing_subword_prefix"] = "##" }, tokenizer.ErrUnsupported},
+		{"end_of_word_suffix", func(m map[string]any) { model(m)["end_of_word_suffix"] = "</w>" }, tokenizer.ErrUnsupported},
 		{"unknown option", func(m map[string]any) { model(m)["future_option"] = true }, tokenizer.ErrUnsupported},
 		{"single_word", func(m map[string]any) {
 			m["added_tokens"].([]any)[0].(map[string]any)["single_word"] = true

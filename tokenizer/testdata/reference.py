@@ -27,7 +27,8 @@
                          sequence replaced by U+FFFD; prints, for each
                          tokenizer, {"error"} when tokenizers refuses it or
                          {"ids", "ids_special"}: the ids of each text without
-                         and with the post-processor's special tokens.
+                         and with the post-processor's special tokens (null
+                         for a text tokenizers fails on).
 
 Needs tokenizers, transformers and jinja2 (no torch).
 """
@@ -703,9 +704,21 @@ def encode(req):
         except Exception as e:  # a refused file is part of the reference
             out.append({"error": f"{type(e).__name__}: {e}"})
             continue
-        out.append({"ids": [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)],
-                    "ids_special": [e.ids for e in tok.encode_batch(texts, add_special_tokens=True)]})
+        res = {}
+        for key, special in (("ids", False), ("ids_special", True)):
+            try:
+                res[key] = [e.ids for e in tok.encode_batch(texts, add_special_tokens=special)]
+            except BaseException:  # tokenizers panics on some texts: null for those
+                res[key] = [encode_or_none(tok, t, special) for t in texts]
+        out.append(res)
     return out
+
+
+def encode_or_none(tok, text, special):
+    try:
+        return tok.encode(text, add_special_tokens=special).ids
+    except BaseException:
+        return None
 
 
 def main():
