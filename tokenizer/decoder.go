@@ -27,7 +27,7 @@ func (byteLevelDecoder) decode(tokens []string) []string {
 			}
 		}
 	}
-	return []string{strings.ToValidUTF8(string(b), "\uFFFD")}
+	return []string{validUTF8(string(b))}
 }
 
 // metaspaceDecoder turns the replacement character back into spaces and
@@ -191,15 +191,17 @@ func parseDecoder(raw json.RawMessage) ([]decoder, error) {
 
 // Decode returns the text of ids, skipping special tokens when asked
 // (tokenizers' decode skips them by default). Unknown ids are skipped.
+// Bytes that do not form UTF-8 read as U+FFFD, one per maximal subpart
+// (after the ByteLevel decoder) or one per byte (after ByteFallback), as
+// in tokenizers.
 func (t *Tokenizer) Decode(ids []uint32, skipSpecialTokens bool) string {
 	tokens := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if skipSpecialTokens && t.special[id] {
-			continue
-		}
-		if s, ok := t.decodeAs[id]; ok {
-			tokens = append(tokens, s)
-		} else if s, ok := t.idToToken[id]; ok {
+		s, ok := t.Token(id)
+		// As in tokenizers, a token is skipped when its text is that of a
+		// special added token: a special token matched on normalized text
+		// that normalization changes is kept.
+		if ok && !(skipSpecialTokens && t.skipText[s]) {
 			tokens = append(tokens, s)
 		}
 	}

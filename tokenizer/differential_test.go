@@ -265,6 +265,7 @@ type referenceResult struct {
 	Error      string     `json:"error"`
 	IDs        [][]uint32 `json:"ids"`
 	IDsSpecial [][]uint32 `json:"ids_special"`
+	Decoded    []*string  `json:"decoded"`
 }
 
 // referenceEncode runs `reference.py encode` on files and texts.
@@ -334,6 +335,11 @@ func checkDifferential(t *testing.T, py string, variants []variant, texts []stri
 			}
 			got := tk.Encode(nil, text, false)
 			gotSpecial := tk.Encode(nil, text, true)
+			if d := tk.Decode(ref[i].IDsSpecial[j], true); d != *ref[i].Decoded[j] {
+				if bad++; bad <= 5 {
+					t.Errorf("%s: Decode(%v) = %q, want %q", v.name, ref[i].IDsSpecial[j], d, *ref[i].Decoded[j])
+				}
+			}
 			if !slices.Equal(got, ref[i].IDs[j]) || !slices.Equal(gotSpecial, ref[i].IDsSpecial[j]) {
 				if bad++; bad <= 5 {
 					t.Errorf("%s: Encode(%s) differs: %s; with special tokens: %s", v.name, shortQuote(text), idsDiff(got, ref[i].IDs[j]), idsDiff(gotSpecial, ref[i].IDsSpecial[j]))

@@ -167,3 +167,45 @@ func TestAddedTokenStripOverlap(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeAsTokenizers checks two corners of decoding: the ByteLevel
+// decoder reads ill-formed bytes as one U+FFFD per maximal subpart, and
+// skipping special tokens skips by text, so a special token matched on
+// normalized text that normalization changes is kept (under its
+// normalized text), as tokenizers' decode does.
+func TestDecodeAsTokenizers(t *testing.T) {
+	llama, err := tokenizer.FromFile(filepath.Join("testdata", "llama3", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3, ok1 := llama.TokenID("Ã") // the byte 0xC3, which starts a two-byte character
+	a, ok2 := llama.TokenID("a")
+	if !ok1 || !ok2 {
+		t.Fatal("no byte tokens")
+	}
+	if got := llama.Decode([]uint32{c3, c3, a}, true); got != "\uFFFD\uFFFDa" {
+		t.Errorf("Decode(0xC3 0xC3 a) = %+q, want two U+FFFD and a", got)
+	}
+	tok, err := tokenizer.Parse(tiny(func(m map[string]any) {
+		m["normalizer"] = map[string]any{"type": "NFKC"}
+		m["added_tokens"] = append(m["added_tokens"].([]any),
+			map[string]any{"id": 500, "content": "\ufb01x", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": true},
+			map[string]any{"id": 501, "content": "Ab", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": true})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix, ab, x := tok.Encode(nil, "\ufb01x", false), tok.Encode(nil, "Ab", false), tok.Encode(nil, "<|x|>", false)
+	if len(fix) != 1 || len(ab) != 1 || len(x) != 1 {
+		t.Fatalf("added tokens encode as %v %v %v", fix, ab, x)
+	}
+	if s, _ := tok.Token(fix[0]); s != "fix" {
+		t.Errorf("Token(%d) = %q, want the normalized text", fix[0], s)
+	}
+	if got := tok.Decode(slices.Concat(fix, ab, x), true); got != "fix" {
+		t.Errorf("Decode(skipping special tokens) = %q, want %q", got, "fix")
+	}
+	if got := tok.Decode(slices.Concat(fix, ab, x), false); got != "fixAb<|x|>" {
+		t.Errorf("Decode = %q, want %q", got, "fixAb<|x|>")
+	}
+}

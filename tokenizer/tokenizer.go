@@ -24,6 +24,7 @@ type Tokenizer struct {
 	idToToken  map[uint32]string
 	decodeAs   map[uint32]string // normalized added tokens decode as normalized
 	special    map[uint32]bool
+	skipText   map[string]bool // the contents of the special added tokens
 	tokenToID  map[string]uint32
 }
 
@@ -62,7 +63,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if isNull(spec.Model) {
 		return nil, fmt.Errorf("%w: no model", ErrInvalid)
 	}
-	t := &Tokenizer{idToToken: make(map[uint32]string), decodeAs: make(map[uint32]string), special: make(map[uint32]bool), tokenToID: make(map[string]uint32)}
+	t := &Tokenizer{idToToken: make(map[uint32]string), decodeAs: make(map[uint32]string), special: make(map[uint32]bool), skipText: make(map[string]bool), tokenToID: make(map[string]uint32)}
 	var err error
 	if t.normalizer, err = parseNormalizer(spec.Normalizer); err != nil {
 		return nil, err
@@ -129,6 +130,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 		t.tokenToID[at.content] = at.id
 		if a.Special {
 			t.special[at.id] = true
+			t.skipText[at.content] = true
 		}
 		if a.Normalized && t.normalizer != nil {
 			n := *at
@@ -291,8 +293,13 @@ func (t *Tokenizer) TokenID(token string) (uint32, bool) {
 }
 
 // Token returns the text of a token id as the vocabulary writes it (in the
-// byte-level alphabet for byte-level models), and whether there is one.
+// byte-level alphabet for byte-level models; normalized for an added token
+// matched on normalized text, as tokenizers' id_to_token gives it), and
+// whether there is one.
 func (t *Tokenizer) Token(id uint32) (string, bool) {
+	if s, ok := t.decodeAs[id]; ok {
+		return s, true
+	}
 	s, ok := t.idToToken[id]
 	return s, ok
 }

@@ -28,7 +28,8 @@
                          tokenizer, {"error"} when tokenizers refuses it or
                          {"ids", "ids_special"}: the ids of each text without
                          and with the post-processor's special tokens (null
-                         for a text tokenizers fails on).
+                         for a text tokenizers fails on), and "decoded", the
+                         decoding of the latter without special tokens.
 
 Needs tokenizers, transformers and jinja2 (no torch).
 """
@@ -710,6 +711,7 @@ def encode(req):
                 res[key] = [e.ids for e in tok.encode_batch(texts, add_special_tokens=special)]
             except BaseException:  # tokenizers panics on some texts: null for those
                 res[key] = [encode_or_none(tok, t, special) for t in texts]
+        res["decoded"] = [None if ids is None else tok.decode(ids) for ids in res["ids_special"]]
         out.append(res)
     return out
 
