@@ -14,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/kvroute/kvroute/tokenizer"
 )
@@ -209,6 +213,8 @@ var edgeTexts = []string{
 	"<|a|>b", "<|a|><|a|>bb", "  x  y", " x ", "\n\n \n", "<|l|>", " <|l|> ", "a<|l|>b", "  <|r|>  x", "a<|r|>\n\nb", "<|lr|>", " \n<|lr|>\n ", "<|l|><|r|><|lr|>", "<s><s></s>", "[INST]x[/INST]",
 	"sp sp sp", "the the", "cache cached", "<|n|>", "fine ﬁne", "ÅA\u030a", "ex\u0301", "▁x x▁x", "\u0301<|l|>",
 	"<unk>", "<0x41>", "<mask>", " <mask>", "<|im_start|>", "<|im_start|><|im_end|>", "<|begin_of_text|>",
+	"a\U0001E030b", "x\U00011F04y 1", "\U00010D4A\U00010D4B", "\U0001CCF5\U0001CCF6", "\U00031350\U00031351", "\u0CF3k", "\U0001FAE8 \U0001FA89",
+	"\U00016D40\U00016D41", "\U0001E4D0x", "\U0001FBF0\U0001FBF1", "\u2FFC\u31E4", "\U0002EBF0", "\U000F0000\U0010FFFD", "\uE000\uFDD0\uFFFE",
 	"'S'T'RE 'Ll", "don't", "''''", "a'b", "'\u0301",
 }
 
@@ -403,4 +409,52 @@ func TestDifferentialRandom(t *testing.T) {
 		texts[i] = randomDifferentialText(rng, 24)
 	}
 	checkDifferential(t, py, differentialVariants, texts)
+}
+
+// TestUnknownToReferenceTable checks the table of characters the Python
+// reference's normalizers do not know against the reference itself: every
+// character x/text decomposes or gives a combining class above 1 is asked
+// about, and those the reference leaves whole (or does not reorder) must
+// be exactly the table's; every other must decompose alike.
+func TestUnknownToReferenceTable(t *testing.T) {
+	py := referencePython(t)
+	var cps []rune
+	for r := rune(0x80); r <= unicode.MaxRune; r++ {
+		if utf8.ValidRune(r) && (norm.NFKD.String(string(r)) != string(r) || norm.NFD.PropertiesString(string(r)).CCC() > 1) {
+			cps = append(cps, r)
+		}
+	}
+	req, err := json.Marshal(map[string]any{"cps": cps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), "unicode")
+	cmd.Stdin = bytes.NewReader(req)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reference: %v: %s", err, stderr.String())
+	}
+	var ref struct {
+		NFD, NFKD []string
+		Reorders  []bool
+	}
+	if err := json.Unmarshal(out, &ref); err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.NFD) != len(cps) || len(ref.NFKD) != len(cps) || len(ref.Reorders) != len(cps) {
+		t.Fatalf("reference answered for %d, %d, %d code points of %d", len(ref.NFD), len(ref.NFKD), len(ref.Reorders), len(cps))
+	}
+	for i, r := range cps {
+		s := string(r)
+		goD, goKD, ccc := norm.NFD.String(s), norm.NFKD.String(s), norm.NFD.PropertiesString(s).CCC()
+		unknown := (goD != s || goKD != s) && ref.NFD[i] == s && ref.NFKD[i] == s || ccc > 1 && !ref.Reorders[i]
+		if unknown != tokenizer.UnknownToRef(r) {
+			t.Errorf("U+%04X: unknown to the reference %v, in the table %v", r, unknown, !unknown)
+		}
+		if !unknown && (ref.NFD[i] != goD || ref.NFKD[i] != goKD) {
+			t.Errorf("U+%04X: the reference decomposes it as %+q / %+q, x/text as %+q / %+q", r, ref.NFD[i], ref.NFKD[i], goD, goKD)
+		}
+	}
 }

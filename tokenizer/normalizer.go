@@ -37,7 +37,7 @@ func (n unicodeNorm) normalize(s string) string {
 		return s
 	}
 	out := n.form.String(s)
-	if n.streamSafe(s, out) {
+	if n.streamSafe(s, out) || hasUnknownToRef(s) {
 		var b strings.Builder
 		b.Grow(len(s))
 		for _, sg := range n.segments(s) {
@@ -67,21 +67,15 @@ type normSegment struct {
 	out        []byte
 }
 
-// segments normalizes s without the Stream-Safe limit, a segment at a
-// time: each segment runs from a character that never combines with what
+// segments normalizes s as Hugging Face does where x/text differs: runs of
+// non-starters of any length (no Stream-Safe limit) and the characters of
+// unknownToReference left as they are, as starters. It works a segment at
+// a time: each runs from a character that never combines with what
 // precedes it to the next one; its characters are decomposed, its marks
 // put in canonical order (stable by combining class) and, for NFC and
 // NFKC, composed by the canonical composition algorithm.
 func (n unicodeNorm) segments(s string) []normSegment {
-	dec, compose := norm.NFD, false
-	switch n.form {
-	case norm.NFKC:
-		dec, compose = norm.NFKD, true
-	case norm.NFKD:
-		dec = norm.NFKD
-	case norm.NFC:
-		compose = true
-	}
+	compose := n.form == norm.NFC || n.form == norm.NFKC
 	var segs []normSegment
 	var runes []rune
 	flush := func(start, end int) {
@@ -90,7 +84,7 @@ func (n unicodeNorm) segments(s string) []normSegment {
 		}
 		runes = runes[:0]
 		for _, r := range s[start:end] {
-			for _, d := range dec.String(string(r)) {
+			for _, d := range n.decompose(r) {
 				runes = append(runes, d)
 			}
 		}
@@ -106,7 +100,7 @@ func (n unicodeNorm) segments(s string) []normSegment {
 	}
 	start := 0
 	for i, r := range s {
-		if i > start && n.form.PropertiesString(s[i:i+utf8.RuneLen(r)]).BoundaryBefore() {
+		if i > start && (unknownToRef(r) || n.form.PropertiesString(s[i:i+utf8.RuneLen(r)]).BoundaryBefore()) {
 			flush(start, i)
 			start = i
 		}
@@ -115,7 +109,24 @@ func (n unicodeNorm) segments(s string) []normSegment {
 	return segs
 }
 
+// decompose returns the decomposition of r (canonical for NFC and NFD,
+// compatibility for NFKC and NFKD) as Hugging Face's tables give it.
+func (n unicodeNorm) decompose(r rune) string {
+	if unknownToRef(r) {
+		return string(r)
+	}
+	if n.form == norm.NFKC || n.form == norm.NFKD {
+		return norm.NFKD.String(string(r))
+	}
+	return norm.NFD.String(string(r))
+}
+
+// combiningClass returns the canonical combining class of r as Hugging
+// Face's tables give it.
 func combiningClass(r rune) uint8 {
+	if unknownToRef(r) {
+		return 0
+	}
 	var b [utf8.UTFMax]byte
 	return norm.NFD.Properties(b[:utf8.EncodeRune(b[:], r)]).CCC()
 }
@@ -164,6 +175,9 @@ func canonicalCompose(rs []rune) []rune {
 
 // composePair returns the primary composite of a and b, if there is one.
 func composePair(a, b rune) (rune, bool) {
+	if unknownToRef(a) || unknownToRef(b) {
+		return 0, false
+	}
 	s := norm.NFC.String(string([]rune{a, b}))
 	r, size := utf8.DecodeRuneInString(s)
 	return r, size == len(s) && r != utf8.RuneError
@@ -178,7 +192,7 @@ func (n unicodeNorm) normalizeLead(s string, lead int) (string, int) {
 	if lead == 0 || n.form.IsNormalString(s) {
 		return n.normalize(s), lead
 	}
-	if n.streamSafe(s, n.form.String(s)) {
+	if hasUnknownToRef(s) || n.streamSafe(s, n.form.String(s)) {
 		var b strings.Builder
 		b.Grow(len(s))
 		out := 0
@@ -216,20 +230,16 @@ func (n unicodeNorm) normalizeLead(s string, lead int) (string, int) {
 // decompositions of the characters of in, in order (a composed character
 // comes from the first of the characters it composes).
 func (n unicodeNorm) leadBytes(in string, lead int, seg []byte) int {
-	dec := norm.NFD
-	if n.form == norm.NFKC || n.form == norm.NFKD {
-		dec = norm.NFKD
-	}
 	var from []int // for each rune of in's decomposition: where its character begins in in
 	for i, r := range in {
-		for range utf8.RuneCountInString(dec.String(string(r))) {
+		for range utf8.RuneCountInString(n.decompose(r)) {
 			from = append(from, i)
 		}
 	}
 	k, j := 0, 0
 	for j < len(seg) && k < len(from) && from[k] < lead {
 		r, size := utf8.DecodeRune(seg[j:])
-		k += utf8.RuneCountInString(dec.String(string(r)))
+		k += utf8.RuneCountInString(n.decompose(r))
 		j += size
 	}
 	return j

@@ -9,7 +9,8 @@ import (
 
 // TestUnicodeNormLongMarkRuns checks runs of more than 30 combining marks,
 // which Hugging Face normalizes whole (no U+034F inserted, every mark put
-// in canonical order and composed when it can be).
+// in canonical order and composed when it can be), and characters newer
+// than Hugging Face's Unicode tables, which it leaves whole as starters.
 func TestUnicodeNormLongMarkRuns(t *testing.T) {
 	acute := strings.Repeat("\u0301", 40)
 	tests := []struct {
@@ -24,6 +25,10 @@ func TestUnicodeNormLongMarkRuns(t *testing.T) {
 		{norm.NFKD, "\ufb01" + acute + "a", "fi" + acute + "a"},
 		{norm.NFC, acute + "a\u0308", acute + "\u00e4"},
 		{norm.NFC, "\u1100\u1161" + acute + "\u11a8", "\uac00" + acute + "\u11a8"},
+		{norm.NFKC, "a\U0001E030b\U0001FBF0", "a\U0001E030b\U0001FBF0"},
+		{norm.NFKD, "\U0001E030\u00e9", "\U0001E030e\u0301"},
+		{norm.NFC, "a\u1abf\u0301", "a\u1abf\u0301"},
+		{norm.NFC, "a\u0301\u1abf", "\u00e1\u1abf"},
 		{norm.NFKC, strings.Repeat("\u0327\u0301", 20) + "\u034f", strings.Repeat("\u0327", 20) + acute[:40] + "\u034f"},
 	}
 	for _, tt := range tests {

@@ -21,6 +21,11 @@
                          its own (a missing key keeps it) and texts; prints
                          the input with "ids" added, the ids of each text
                          under each variant (without special tokens).
+  reference.py unicode   reads {"cps"}, code points, as JSON on stdin; prints
+                         {"nfd", "nfkd"}, what the NFD and NFKD normalizers
+                         make of each, and {"reorders"}, whether NFD puts
+                         U+0334 (combining class 1) before it when it follows
+                         "a" (false when tokenizers gives it class 0).
   reference.py encode    reads {"tokenizers", "texts"} as JSON on stdin: whole
                          tokenizer.json documents (as strings) and texts given
                          as base64 bytes, read as UTF-8 with each invalid
@@ -716,6 +721,13 @@ def encode(req):
     return out
 
 
+def unicode_table(req):
+    nfd, nfkd = normalizers.NFD(), normalizers.NFKD()
+    cps = [chr(c) for c in req["cps"]]
+    return {"nfd": [nfd.normalize_str(c) for c in cps], "nfkd": [nfkd.normalize_str(c) for c in cps],
+            "reorders": [nfd.normalize_str("a" + c + "\u0334") != "a" + c + "\u0334" for c in cps]}
+
+
 def encode_or_none(tok, text, special):
     try:
         return tok.encode(text, add_special_tokens=special).ids
@@ -729,6 +741,8 @@ def main():
     elif len(sys.argv) >= 2 and sys.argv[1] == "ref":
         req = json.load(sys.stdin)
         json.dump(reference(req["dir"], req.get("texts", []), req.get("chats", [])), sys.stdout, ensure_ascii=False)
+    elif len(sys.argv) >= 2 and sys.argv[1] == "unicode":
+        json.dump(unicode_table(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif len(sys.argv) >= 2 and sys.argv[1] == "encode":
         json.dump(encode(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif len(sys.argv) >= 2 and sys.argv[1] == "variants":
