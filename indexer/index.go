@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -264,7 +265,8 @@ func (ix *Index) freeSlot(slot int) {
 //
 // It returns nil when the event was applied, and otherwise:
 //   - an error wrapping kvroute.ErrInvalidEvent for a malformed event (not
-//     applied; drop it; its ID counts as seen when it is the next one);
+//     applied; drop it; its ID counts as seen when it is the next one of
+//     the worker's sequence, and is ignored otherwise);
 //   - ErrDuplicate when the ID is not newer than the worker's last (not
 //     applied; drop it);
 //   - a *GapError (matching ErrGap) when the ID skips events (not applied;
@@ -272,34 +274,22 @@ func (ix *Index) freeSlot(slot int) {
 //   - an *UnknownParentError (matching ErrUnknownParent) when a Stored
 //     event's parent is unknown for its worker (consumed, nothing attached).
 //
-// Removing a block the worker does not hold is counted in Stats and is not
-// an error. Apply does not retain ev or its slices.
+// A worker's first sequenced event (ID not 0), and its first after
+// ResetWorker, sets the baseline; IDs go on from there one at a time, and
+// after math.MaxUint64 comes 1. Removing a block the worker does not hold
+// is counted in Stats and is not an error. Apply does not retain ev or its
+// slices.
 func (ix *Index) Apply(ev *kvroute.Event) error {
 	ix.mu.Lock()
 	defer ix.unlock()
 	if err := ev.Validate(); err != nil {
-		ix.stats.invalid.Add(1)
-		// A malformed event in sequence is consumed, like one with an
-		// unknown parent: replaying it would fail again, so the worker's
-		// stream must go on past it.
-		if ev.ID != 0 {
-			if ws := ix.worker(ev.Worker, false); ws != nil {
-				if !ws.sequenced || ev.ID == ws.lastID+1 {
-					ws.lastID, ws.sequenced = ev.ID, true
-				}
-			}
-		}
+		ix.rejectInvalid(ev)
 		return err
 	}
 	ws := ix.worker(ev.Worker, true)
-	if ev.ID != 0 && ws.sequenced {
-		switch {
-		case ev.ID <= ws.lastID:
-			ix.stats.duplicates.Add(1)
-			return fmt.Errorf("%w: worker %s event %d, last applied %d", ErrDuplicate, ws.key, ev.ID, ws.lastID)
-		case ev.ID > ws.lastID+1:
-			ix.stats.gaps.Add(1)
-			return &GapError{Worker: ws.key, Want: ws.lastID + 1, Got: ev.ID}
+	if ev.ID != 0 && ws.sequenced && ev.ID != ws.lastID+1 {
+		if err := ix.outOfSequence(ws, ev.ID); err != nil {
+			return err
 		}
 	}
 	if ev.ID != 0 {
@@ -1057,6 +1047,49 @@ func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
 	ix.workers.Delete(w)
 	ix.freeSlot(ws.slot)
 	return true
+}
+
+// rejectInvalid counts the malformed event ev and consumes its ID when
+// it is the next of its worker's established sequence: replaying it would
+// fail again, so the worker's stream must go on past it, as past an event
+// with an unknown parent. Its ID is trusted no further: taken as the
+// baseline of an unsequenced worker, a garbled ID would make every later
+// event of the worker a duplicate. ix.mu is held.
+func (ix *Index) rejectInvalid(ev *kvroute.Event) {
+	ix.stats.invalid.Add(1)
+	if ev.ID == 0 {
+		return
+	}
+	if ws := ix.worker(ev.Worker, false); ws != nil && ws.sequenced && ev.ID == nextID(ws.lastID) {
+		ws.lastID = ev.ID
+	}
+}
+
+// outOfSequence returns the error for event id of ws, sequenced, which is
+// not lastID+1: ErrDuplicate for an ID up to the last, a *GapError for one
+// ahead, and nil for 1 after the largest ID (the sequence goes on there).
+// After the largest ID only the largest itself is a duplicate. ix.mu is
+// held.
+func (ix *Index) outOfSequence(ws *workerState, id uint64) error {
+	want := nextID(ws.lastID)
+	switch {
+	case id == want:
+		return nil
+	case id <= ws.lastID && (ws.lastID != math.MaxUint64 || id == ws.lastID):
+		ix.stats.duplicates.Add(1)
+		return fmt.Errorf("%w: worker %s event %d, last applied %d", ErrDuplicate, ws.key, id, ws.lastID)
+	}
+	ix.stats.gaps.Add(1)
+	return &GapError{Worker: ws.key, Want: want, Got: id}
+}
+
+// nextID returns the ID of the event after the one with ID last: last+1,
+// and 1 after the largest ID (0 marks unsequenced events).
+func nextID(last uint64) uint64 {
+	if last == math.MaxUint64 {
+		return 1
+	}
+	return last + 1
 }
 
 // LastEventID returns the ID of the last sequenced event applied for w, and
