@@ -82,3 +82,106 @@ func HeldBlocks(ix *Index) (map[kvroute.WorkerKey]map[kvroute.SeqHash]uint8, int
 	}
 	return held, pairs, nil
 }
+
+// EntryOf is one engine hash a worker holds: its block and tiers.
+type EntryOf struct {
+	Seq   kvroute.SeqHash
+	Tiers uint8
+}
+
+// WorkerEntries returns the engine-hash map of worker w: every engine hash
+// it holds, with the block it names and its tiers.
+func WorkerEntries(ix *Index, w kvroute.WorkerKey) map[kvroute.ExternalHash]EntryOf {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ws := ix.worker(w, false)
+	if ws == nil {
+		return nil
+	}
+	out := map[kvroute.ExternalHash]EntryOf{}
+	ws.blocks.all(func(ext kvroute.ExternalHash, e entry) {
+		out[ext] = EntryOf{Seq: ix.seqOf(e), Tiers: e.tiers}
+	})
+	return out
+}
+
+// Recount recounts what ix holds from its structures (live runs, their
+// memory, live segments and their extra chunks, engine-hash entries,
+// duplicate engine hashes) and returns an error when a size counter
+// disagrees, is negative, or was not published.
+func Recount(ix *Index) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var want sizes
+	segs := map[*segment]bool{}
+	for id, r := range ix.runs {
+		if r == nil {
+			continue
+		}
+		if r.live == 0 || int(r.id) != id {
+			return fmt.Errorf("run %d (id %d) is registered with %d live positions", id, r.id, r.live)
+		}
+		want.runs++
+		want.runBytes += runHeaderBytes + 24*int64(len(r.seqs))
+		live := int32(0)
+		for pos := range int(r.written) {
+			if s := r.seg(pos); s != nil {
+				live++
+				want.blocks++
+				if !segs[s] {
+					segs[s] = true
+					want.segs++
+					want.chunks += int64(s.extraChunks())
+				}
+			}
+		}
+		if live != r.live {
+			return fmt.Errorf("run %d has %d live positions, counts %d", id, live, r.live)
+		}
+	}
+	free := map[uint32]bool{}
+	for _, id := range ix.freeRuns {
+		if free[id] || int(id) >= len(ix.runs) || ix.runs[id] != nil {
+			return fmt.Errorf("free run id %d is taken or listed twice", id)
+		}
+		free[id] = true
+	}
+	var dupErr error
+	ix.workers.Range(func(_ kvroute.WorkerKey, ws *workerState) bool {
+		want.entries += int64(ws.blocks.len())
+		// A worker's duplicates are its engine hashes beyond the first
+		// for each (block, tier).
+		per := map[dupKey]int{}
+		ws.blocks.all(func(_ kvroute.ExternalHash, e entry) {
+			for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
+				if e.tiers&(1<<t) != 0 {
+					per[dupKey{ix.seqOf(e), t}]++
+				}
+			}
+		})
+		for k, n := range per {
+			if ws.dups[k] != n-1 {
+				dupErr = fmt.Errorf("worker %v holds %#x in tier %d under %d engine hashes, counts %d duplicates", ws.key, uint64(k.seq), k.tier, n, ws.dups[k])
+				return false
+			}
+		}
+		for k, n := range ws.dups {
+			if per[k] == 0 && n != 0 {
+				dupErr = fmt.Errorf("worker %v counts %d duplicates of %#x in tier %d, which it does not hold", ws.key, n, uint64(k.seq), k.tier)
+				return false
+			}
+		}
+		return true
+	})
+	if dupErr != nil {
+		return dupErr
+	}
+	want.pairs = ix.sz.pairs // HeldBlocks recounts pairs
+	if ix.sz != want {
+		return fmt.Errorf("index counts %+v, its structures make %+v", ix.sz, want)
+	}
+	if ix.pub.last != ix.sz {
+		return fmt.Errorf("published sizes %+v, counted %+v", ix.pub.last, ix.sz)
+	}
+	return nil
+}

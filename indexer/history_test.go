@@ -1,0 +1,255 @@
+package indexer_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/indexer"
+)
+
+// seqModel is the plain reference for one worker's event sequence.
+type seqModel struct {
+	known     bool // the index has the worker
+	last      uint64
+	sequenced bool
+}
+
+// expect returns what Apply must answer for ev, a Stored event's unknown
+// parent aside, and moves s on as the index must.
+func (s *seqModel) expect(ev *kvroute.Event) error {
+	if err := ev.Validate(); err != nil {
+		if ev.ID != 0 && s.known && s.sequenced && ev.ID == s.last+1 {
+			s.last = ev.ID
+		}
+		return kvroute.ErrInvalidEvent
+	}
+	s.known = true
+	if ev.ID != 0 && s.sequenced {
+		switch {
+		case ev.ID <= s.last:
+			return indexer.ErrDuplicate
+		case ev.ID > s.last+1:
+			return indexer.ErrGap
+		}
+	}
+	if ev.ID != 0 {
+		s.last, s.sequenced = ev.ID, true
+	}
+	return nil
+}
+
+// historyWorker is a worker of TestRandomizedHistories with its models.
+type historyWorker struct {
+	key  kvroute.WorkerKey
+	m    *model
+	seq  seqModel
+	doc  *docWorker
+	next kvroute.ExternalHash
+}
+
+// TestRandomizedHistories drives one index through long random histories
+// of a few workers (some in slots beyond the first 64-slot chunk, some
+// ranks of one data-parallel worker) that the concurrent model test does
+// not reach: events in every tier, engine hashes reused for the same and
+// for other blocks, duplicated and skipped event IDs, malformed events in
+// and out of sequence, unsequenced events, worker resets, worker removals
+// with the key coming back in a reused slot, and Dump/restore in the
+// middle of the history, after which the history goes on in the restored
+// index. After every few operations each worker's engine-hash map, the
+// holder bits and every size counter are compared with the models and
+// recounted from the index's structures; at the end of every trial, and
+// after every restore, every probe's match is compared too.
+func TestRandomizedHistories(t *testing.T) {
+	trials := 60
+	if testing.Short() {
+		trials = 10
+	}
+	probeSet := probes()
+	for trial := range trials {
+		if err := runHistory(uint64(trial), 400, probeSet); err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+	}
+}
+
+// runHistory runs one random history of ops operations from seed and
+// returns the first disagreement with the models.
+func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash) error {
+	r := rand.New(rand.NewPCG(seed, 44))
+	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
+	if err != nil {
+		return err
+	}
+	indexer.SetSweepMin(ix, 1+r.IntN(8))
+	// Fillers take the first slots, so that the workers under test sit on
+	// both sides of a chunk boundary; some fillers leave again later.
+	fillers := r.IntN(2) * (60 + r.IntN(10))
+	for id := range fillers {
+		if err := ix.Apply(cleared(wk(uint64(1000+id)), 0)); err != nil {
+			return err
+		}
+	}
+	var workers []*historyWorker
+	for i := range 3 + r.IntN(4) {
+		key := kvroute.WorkerKey{ID: kvroute.WorkerID(1 + i%3), Rank: kvroute.DPRank(i / 3)} // ranks of data-parallel workers
+		workers = append(workers, &historyWorker{key: key, m: newModel(), doc: &docWorker{ext: map[[2]int]kvroute.ExternalHash{}},
+			next: kvroute.ExternalHash(i+1) << 40})
+	}
+	models := func() map[kvroute.WorkerKey]*model {
+		out := map[kvroute.WorkerKey]*model{}
+		for _, w := range workers {
+			if w.seq.known {
+				out[w.key] = w.m
+			}
+		}
+		return out
+	}
+	check := func(at string, probe bool) error {
+		if err := heldMismatch(ix, models()); err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		if err := indexer.Recount(ix); err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		entries := 0
+		for _, w := range workers {
+			got := indexer.WorkerEntries(ix, w.key)
+			if !w.seq.known {
+				if got != nil {
+					return fmt.Errorf("%s: removed worker %v is known", at, w.key)
+				}
+				continue
+			}
+			if got == nil {
+				return fmt.Errorf("%s: worker %v is unknown", at, w.key)
+			}
+			entries += len(w.m.blocks)
+			if len(got) != len(w.m.blocks) {
+				return fmt.Errorf("%s: worker %v holds %d engine hashes, model %d", at, w.key, len(got), len(w.m.blocks))
+			}
+			for h, e := range w.m.blocks {
+				if g := got[h]; g.Seq != e.seq || g.Tiers != e.tiers {
+					return fmt.Errorf("%s: worker %v holds %#x as %#x in tiers %04b, model %#x in %04b", at, w.key, uint64(h), uint64(g.Seq), g.Tiers, uint64(e.seq), e.tiers)
+				}
+			}
+			last, ok := ix.LastEventID(w.key)
+			if ok != w.seq.sequenced || (ok && last != w.seq.last) {
+				return fmt.Errorf("%s: worker %v last event %d (%v), model %d (%v)", at, w.key, last, ok, w.seq.last, w.seq.sequenced)
+			}
+		}
+		if n := ix.Size().Entries; n != entries {
+			return fmt.Errorf("%s: %d entries, models %d", at, n, entries)
+		}
+		if !probe {
+			return nil
+		}
+		var res indexer.MatchResult
+		for _, p := range probeSet {
+			ix.Match(p, &res)
+			for _, w := range workers {
+				byTier, depth := w.m.match(p)
+				got, ok := res.Find(w.key)
+				if ok != (depth > 0) || got.Blocks != depth || (ok && got.ByTier != byTier) {
+					return fmt.Errorf("%s: worker %v on a %d-block prompt: index %+v (found %v), model %d blocks %v", at, w.key, len(p), got, ok, depth, byTier)
+				}
+			}
+		}
+		return nil
+	}
+
+	for op := range ops {
+		w := workers[r.IntN(len(workers))]
+		at := fmt.Sprintf("op %d", op)
+		switch p := r.IntN(100); {
+		case p < 2:
+			ix.ResetWorker(w.key)
+			if w.seq.known {
+				clear(w.m.blocks)
+				w.seq.last, w.seq.sequenced = 0, false
+			}
+		case p < 4:
+			if got := ix.RemoveWorker(w.key); got != w.seq.known {
+				return fmt.Errorf("%s: RemoveWorker(%v) = %v, model %v", at, w.key, got, w.seq.known)
+			}
+			clear(w.m.blocks)
+			w.seq = seqModel{}
+		case p < 5 && fillers > 0:
+			// A filler leaves, freeing a low slot for a worker that
+			// comes back.
+			ix.RemoveWorker(wk(uint64(1000 + r.IntN(fillers))))
+		case p < 6:
+			// Dump and restore, and go on with the restored index, whose
+			// workers are unsequenced.
+			rebuilt, err := indexer.New(indexer.Config{Hasher: testHasher})
+			if err != nil {
+				return err
+			}
+			indexer.SetSweepMin(rebuilt, 1+r.IntN(8))
+			if err := ix.Dump(func(ev *kvroute.Event) error {
+				if err := rebuilt.Apply(ev); err != nil {
+					return fmt.Errorf("restoring %v: %w", ev, err)
+				}
+				return nil
+			}); err != nil {
+				return fmt.Errorf("%s: dump: %w", at, err)
+			}
+			ix = rebuilt
+			for _, w := range workers {
+				w.seq.known = len(w.m.blocks) > 0
+				w.seq.last, w.seq.sequenced = 0, false
+			}
+			if err := check(at+" (restored)", true); err != nil {
+				return err
+			}
+		case p < 10:
+			// A malformed event, in sequence or not.
+			id := w.seq.last + 1
+			if r.IntN(3) == 0 {
+				id = w.seq.last + 2
+			}
+			ev := &kvroute.Event{Kind: kvroute.EventStored, Worker: w.key, ID: id, Tier: kvroute.NumTiers}
+			want := w.seq.expect(ev)
+			if err := ix.Apply(ev); !errors.Is(err, want) {
+				return fmt.Errorf("%s: malformed %v: %v, want %v", at, ev, err, want)
+			}
+		default:
+			id := w.seq.last + 1
+			switch q := r.IntN(20); {
+			case q == 0:
+				id = 0 // unsequenced
+			case q == 1 && w.seq.last > 0:
+				id = w.seq.last - uint64(r.IntN(int(min(w.seq.last, 3)))) // a duplicate
+			case q == 2:
+				id += 1 + uint64(r.IntN(3)) // a gap
+			}
+			var ev *kvroute.Event
+			if r.IntN(2) == 0 {
+				ev = randomEvent(r, w.key, id, w.m, &w.next)
+			} else {
+				ev = docEvent(r, w.key, id, w.m, w.doc, &w.next)
+			}
+			ev.Tier = kvroute.Tier(r.IntN(int(kvroute.NumTiers)))
+			want := w.seq.expect(ev)
+			unknownParent := ev.Kind == kvroute.EventStored && ev.HasParent && w.m.blocks[ev.Parent].tiers == 0
+			if want == nil && unknownParent {
+				want = indexer.ErrUnknownParent
+			}
+			err := ix.Apply(ev)
+			if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
+				return fmt.Errorf("%s: %v: %v, want %v", at, ev, err, want)
+			}
+			if err == nil {
+				w.m.apply(ev)
+			}
+		}
+		if op%8 == 0 {
+			if err := check(at, false); err != nil {
+				return err
+			}
+		}
+	}
+	return check("end", true)
+}
