@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvroute/kvroute"
@@ -69,19 +71,36 @@ func TestRandomizedHistories(t *testing.T) {
 	}
 	probeSet := probes()
 	for trial := range trials {
-		if err := runHistory(uint64(trial), 400, probeSet); err != nil {
+		if err := runHistory(uint64(trial), 400, probeSet, trial%4 == 0); err != nil {
 			t.Fatalf("trial %d: %v", trial, err)
 		}
 	}
 }
 
 // runHistory runs one random history of ops operations from seed and
-// returns the first disagreement with the models.
-func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash) error {
+// returns the first disagreement with the models. With concurrent set,
+// two readers match probes and dump the index into fresh ones while the
+// history runs, and check what they get for consistency.
+func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent bool) (err error) {
 	r := rand.New(rand.NewPCG(seed, 44))
 	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
 	if err != nil {
 		return err
+	}
+	var current atomic.Pointer[indexer.Index] // ix, for the readers
+	current.Store(ix)
+	if concurrent {
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for reader := range errs {
+			wg.Go(func() { errs[reader] = readWhileWriting(&current, &stop, probeSet, reader) })
+		}
+		defer func() {
+			stop.Store(true)
+			wg.Wait()
+			err = errors.Join(append([]error{err}, errs...)...)
+		}()
 	}
 	indexer.SetSweepMin(ix, 1+r.IntN(8))
 	// Fillers take the first slots, so that the workers under test sit on
@@ -197,6 +216,7 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash) error {
 				return fmt.Errorf("%s: dump: %w", at, err)
 			}
 			ix = rebuilt
+			current.Store(ix)
 			for _, w := range workers {
 				w.seq.known = len(w.m.blocks) > 0
 				w.seq.last, w.seq.sequenced = 0, false
@@ -252,4 +272,46 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash) error {
 		}
 	}
 	return check("end", true)
+}
+
+// readWhileWriting matches probes in the index current names until stop,
+// checking that every answer adds up, and (reader 0) now and then dumps
+// the index into a fresh one and checks that the copy is consistent.
+func readWhileWriting(current *atomic.Pointer[indexer.Index], stop *atomic.Bool, probeSet [][]kvroute.SeqHash, reader int) error {
+	var res indexer.MatchResult
+	for i := 0; !stop.Load(); i++ {
+		ix := current.Load()
+		p := probeSet[(i*7+reader)%len(probeSet)]
+		ix.Match(p, &res)
+		best := 0
+		for _, m := range res.Workers {
+			sum := 0
+			for _, c := range m.ByTier {
+				sum += c
+			}
+			if sum != m.Blocks || m.Blocks < 1 || m.Blocks > len(p) {
+				return fmt.Errorf("inconsistent match %+v of a %d-block prompt", m, len(p))
+			}
+			best = max(best, m.Blocks)
+		}
+		if best != res.Blocks {
+			return fmt.Errorf("match says %d blocks, its workers %d", res.Blocks, best)
+		}
+		if reader == 0 && i%64 == 0 {
+			copied, err := indexer.New(indexer.Config{Hasher: testHasher})
+			if err != nil {
+				return err
+			}
+			if err := ix.Dump(copied.Apply); err != nil {
+				return fmt.Errorf("dump while writing: %w", err)
+			}
+			if _, _, err := indexer.HeldBlocks(copied); err != nil {
+				return fmt.Errorf("dumped while writing: %w", err)
+			}
+			if err := indexer.Recount(copied); err != nil {
+				return fmt.Errorf("dumped while writing: %w", err)
+			}
+		}
+	}
+	return nil
 }
