@@ -215,6 +215,7 @@ var edgeTexts = []string{
 	"<unk>", "<0x41>", "<mask>", " <mask>", "<|im_start|>", "<|im_start|><|im_end|>", "<|begin_of_text|>",
 	"a\U0001E030b", "x\U00011F04y 1", "\U00010D4A\U00010D4B", "\U0001CCF5\U0001CCF6", "\U00031350\U00031351", "\u0CF3k", "\U0001FAE8 \U0001FA89",
 	"\U00016D40\U00016D41", "\U0001E4D0x", "\U0001FBF0\U0001FBF1", "\u2FFC\u31E4", "\U0002EBF0", "\U000F0000\U0010FFFD", "\uE000\uFDD0\uFFFE",
+	"\U000105C0\U000105C1 x\U000105C2", "\U00010D40\U00010D41\U00010D42\U00010D43\U00010D44", "a\U00013460b", " \U0001E5D0\U0001E5F1",
 	"'S'T'RE 'Ll", "don't", "''''", "a'b", "'\u0301",
 }
 
@@ -455,6 +456,43 @@ func TestUnknownToReferenceTable(t *testing.T) {
 		}
 		if !unknown && (ref.NFD[i] != goD || ref.NFKD[i] != goKD) {
 			t.Errorf("U+%04X: the reference decomposes it as %+q / %+q, x/text as %+q / %+q", r, ref.NFD[i], ref.NFKD[i], goD, goKD)
+		}
+	}
+}
+
+// TestNewerCharacterClasses checks the letters and numbers Go's unicode
+// package does not know against the Python reference: every code point's
+// \p{L} and \p{N} there must be unicode.IsLetter and IsNumber or the
+// tables' newer characters.
+func TestNewerCharacterClasses(t *testing.T) {
+	py := referencePython(t)
+	cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), "classes")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reference: %v: %s", err, stderr.String())
+	}
+	var ref struct{ L, N []rune }
+	if err := json.Unmarshal(out, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		ref  []rune
+		is   func(rune) bool
+	}{{"L", ref.L, tokenizer.IsLetter}, {"N", ref.N, tokenizer.IsNumber}} {
+		want := make(map[rune]bool, len(c.ref))
+		for _, r := range c.ref {
+			want[r] = true
+		}
+		bad := 0
+		for r := rune(0); r <= unicode.MaxRune; r++ {
+			if utf8.ValidRune(r) && c.is(r) != want[r] {
+				if bad++; bad <= 10 {
+					t.Errorf("U+%04X: \\p{%s} %v in the reference, %v here", r, c.name, want[r], c.is(r))
+				}
+			}
 		}
 	}
 }

@@ -41,3 +41,24 @@ func TestUnicodeNormLongMarkRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestNewerCharacterClassesKnown: characters of Unicode 16, which Go's tables
+// do not class yet, are letters and numbers to the pre-tokenizers'
+// regular expressions as they are to Hugging Face's.
+func TestNewerCharacterClassesKnown(t *testing.T) {
+	for _, tt := range []struct {
+		r          rune
+		letter, nb bool
+	}{
+		{0x105C0, true, false},  // TODHRI LETTER A
+		{0x13460, true, false},  // EGYPTIAN HIEROGLYPH-13460
+		{0x10D40, false, true},  // GARAY DIGIT ZERO
+		{0x1CCF0, false, true},  // OUTLINED DIGIT ZERO
+		{0x1F600, false, false}, // an emoji
+		{0x4E00, true, false},   // a CJK ideograph
+	} {
+		if isL(tt.r) != tt.letter || isN(tt.r) != tt.nb || isOther(tt.r) != (!tt.letter && !tt.nb) {
+			t.Errorf("U+%04X: letter %v, number %v, other %v", tt.r, isL(tt.r), isN(tt.r), isOther(tt.r))
+		}
+	}
+}

@@ -61,18 +61,20 @@ var asciiClass = func() (t [utf8.RuneSelf]uint8) {
 	return t
 }()
 
+// isL reports \p{L} as the reference's Unicode tables class it.
 func isL(r rune) bool {
 	if uint32(r) < utf8.RuneSelf {
 		return asciiClass[r] == classL
 	}
-	return r >= 0 && unicode.IsLetter(r)
+	return r >= 0 && (unicode.IsLetter(r) || inRanges(newerLetters, r))
 }
 
+// isN reports \p{N} as the reference's Unicode tables class it.
 func isN(r rune) bool {
 	if uint32(r) < utf8.RuneSelf {
 		return asciiClass[r] == classN
 	}
-	return r >= 0 && unicode.IsNumber(r)
+	return r >= 0 && (unicode.IsNumber(r) || inRanges(newerNumbers, r))
 }
 
 func isS(r rune) bool {
@@ -87,7 +89,7 @@ func isOther(r rune) bool {
 	if uint32(r) < utf8.RuneSelf {
 		return asciiClass[r] == 0
 	}
-	return r >= 0 && !unicode.IsSpace(r) && !unicode.IsLetter(r) && !unicode.IsNumber(r)
+	return r >= 0 && !unicode.IsSpace(r) && !isL(r) && !isN(r)
 }
 
 // run returns the end of the run of runes satisfying f from i.

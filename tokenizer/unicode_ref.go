@@ -26,12 +26,36 @@ var unknownToReference = [][2]rune{
 }
 
 // unknownToRef reports whether r is in unknownToReference.
-func unknownToRef(r rune) bool {
-	if r < unknownToReference[0][0] {
+func unknownToRef(r rune) bool { return inRanges(unknownToReference, r) }
+
+// newerLetters and newerNumbers list, as sorted inclusive ranges, the
+// characters that the regular expressions of Hugging Face tokenizers
+// (Oniguruma, on newer Unicode tables than Go's) match with \p{L} and
+// \p{N} but Go's unicode package does not class as letters or numbers:
+// characters added in Unicode 16, such as the Todhri and Garay scripts and
+// Egyptian hieroglyphs extended-A. Checked against the reference by
+// TestNewerCharacterClasses.
+var (
+	newerLetters = [][2]rune{
+		{0x1C89, 0x1C8A}, {0xA7CB, 0xA7CD}, {0xA7DA, 0xA7DC}, {0x105C0, 0x105F3}, {0x10D4A, 0x10D65},
+		{0x10D6F, 0x10D85}, {0x10EC2, 0x10EC4}, {0x11380, 0x11389}, {0x1138B, 0x1138B}, {0x1138E, 0x1138E},
+		{0x11390, 0x113B5}, {0x113B7, 0x113B7}, {0x113D1, 0x113D1}, {0x113D3, 0x113D3}, {0x11BC0, 0x11BE0},
+		{0x13460, 0x143FA}, {0x16100, 0x1611D}, {0x16D40, 0x16D6C}, {0x18CFF, 0x18CFF}, {0x1E5D0, 0x1E5ED},
+		{0x1E5F0, 0x1E5F0}, {0x2EBF0, 0x2EE5D},
+	}
+	newerNumbers = [][2]rune{
+		{0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9}, {0x16130, 0x16139}, {0x16D70, 0x16D79},
+		{0x1CCF0, 0x1CCF9}, {0x1E5F1, 0x1E5FA},
+	}
+)
+
+// inRanges reports whether r is in one of the sorted inclusive ranges.
+func inRanges(ranges [][2]rune, r rune) bool {
+	if r < ranges[0][0] || r > ranges[len(ranges)-1][1] {
 		return false
 	}
-	i := sort.Search(len(unknownToReference), func(i int) bool { return unknownToReference[i][1] >= r })
-	return i < len(unknownToReference) && unknownToReference[i][0] <= r
+	i := sort.Search(len(ranges), func(i int) bool { return ranges[i][1] >= r })
+	return i < len(ranges) && ranges[i][0] <= r
 }
 
 // hasUnknownToRef reports whether s holds a character of

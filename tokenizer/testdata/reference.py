@@ -26,6 +26,8 @@
                          make of each, and {"reorders"}, whether NFD puts
                          U+0334 (combining class 1) before it when it follows
                          "a" (false when tokenizers gives it class 0).
+  reference.py classes   prints {"L", "N"}: the code points that \\p{L} and
+                         \\p{N} match in tokenizers' regular expressions.
   reference.py encode    reads {"tokenizers", "texts"} as JSON on stdin: whole
                          tokenizer.json documents (as strings) and texts given
                          as base64 bytes, read as UTF-8 with each invalid
@@ -728,6 +730,18 @@ def unicode_table(req):
             "reorders": [nfd.normalize_str("a" + c + "\u0334") != "a" + c + "\u0334" for c in cps]}
 
 
+def classes():
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    text = "".join(chr(c) for c in cps)
+    out = {}
+    for cls in ("L", "N"):
+        unmatched = set()
+        for piece, _ in pre_tokenizers.Split(Regex(r"\p{%s}" % cls), behavior="removed").pre_tokenize_str(text):
+            unmatched.update(piece)
+        out[cls] = [c for c in cps if chr(c) not in unmatched]
+    return out
+
+
 def encode_or_none(tok, text, special):
     try:
         return tok.encode(text, add_special_tokens=special).ids
@@ -741,6 +755,8 @@ def main():
     elif len(sys.argv) >= 2 and sys.argv[1] == "ref":
         req = json.load(sys.stdin)
         json.dump(reference(req["dir"], req.get("texts", []), req.get("chats", [])), sys.stdout, ensure_ascii=False)
+    elif len(sys.argv) >= 2 and sys.argv[1] == "classes":
+        json.dump(classes(), sys.stdout)
     elif len(sys.argv) >= 2 and sys.argv[1] == "unicode":
         json.dump(unicode_table(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif len(sys.argv) >= 2 and sys.argv[1] == "encode":
