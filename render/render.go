@@ -103,8 +103,7 @@ func (c *Client) Tokenize(ctx context.Context, req *openai.Request, dst []uint32
 
 // TokenizeMM implements MMTokenizer: it appends the prompt's token ids
 // to dst and returns its multimodal items in prompt order (APIVLLMRender
-// only). Errors wrap
-// ErrTokenize.
+// only). Errors wrap ErrTokenize.
 func (c *Client) TokenizeMM(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, []kvroute.MMObject, error) {
 	if req.Kind == openai.KindCompletion && req.HasTokens {
 		return append(dst, req.PromptTokens...), nil, nil
