@@ -166,6 +166,7 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 			return nil
 		}
 		var res indexer.MatchResult
+		one := indexer.MatchResult{StopAtOne: true}
 		for _, p := range probeSet {
 			ix.Match(p, &res)
 			for _, w := range workers {
@@ -174,6 +175,9 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 				if ok != (depth > 0) || got.Blocks != depth || (ok && got.ByTier != byTier) {
 					return fmt.Errorf("%s: worker %v on a %d-block prompt: index %+v (found %v), model %d blocks %v", at, w.key, len(p), got, ok, depth, byTier)
 				}
+			}
+			if err := checkStopAtOne(ix, p, &res, &one); err != nil {
+				return fmt.Errorf("%s: %w", at, err)
 			}
 		}
 		return nil
@@ -312,6 +316,44 @@ func readWhileWriting(current *atomic.Pointer[indexer.Index], stop *atomic.Bool,
 				return fmt.Errorf("dumped while writing: %w", err)
 			}
 		}
+	}
+	return nil
+}
+
+// checkStopAtOne matches p with StopAtOne into one and compares it with
+// full, p's match without: untruncated, the two are the same; truncated,
+// one worker is left with a prefix of its full match (its tier counts as
+// far as it went), and every other worker's match is its full one.
+func checkStopAtOne(ix *indexer.Index, p []kvroute.SeqHash, full, one *indexer.MatchResult) error {
+	ix.Match(p, one)
+	if len(one.Workers) != len(full.Workers) {
+		return fmt.Errorf("StopAtOne names %d workers, the full match %d", len(one.Workers), len(full.Workers))
+	}
+	cut := 0
+	for _, m := range one.Workers {
+		f, ok := full.Find(m.Worker)
+		switch {
+		case !ok:
+			return fmt.Errorf("StopAtOne names worker %v, the full match does not", m.Worker)
+		case m == f:
+		case !one.Truncated || m.Blocks < 1 || m.Blocks >= f.Blocks:
+			return fmt.Errorf("StopAtOne (truncated %v) has %+v, the full match %+v", one.Truncated, m, f)
+		default:
+			cut++
+			sum := 0
+			for t, c := range m.ByTier {
+				if c > f.ByTier[t] {
+					return fmt.Errorf("StopAtOne has %+v, more in tier %d than the full match %+v", m, t, f)
+				}
+				sum += c
+			}
+			if sum != m.Blocks {
+				return fmt.Errorf("StopAtOne has %+v, whose tiers do not add up", m)
+			}
+		}
+	}
+	if cut > 1 {
+		return fmt.Errorf("StopAtOne cut %d workers short", cut)
 	}
 	return nil
 }
