@@ -7,9 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/indexer"
+	"github.com/kvroute/kvroute/internal/clocktest"
 )
 
 // seqModel is the plain reference for one worker's event sequence.
@@ -50,6 +52,9 @@ type historyWorker struct {
 	seq  seqModel
 	doc  *docWorker
 	next kvroute.ExternalHash
+	// updated is when an event of the worker was last applied; zero for
+	// none.
+	updated time.Time
 }
 
 // TestRandomizedHistories drives one index through long random histories
@@ -61,9 +66,11 @@ type historyWorker struct {
 // with the key coming back in a reused slot, and Dump/restore in the
 // middle of the history, after which the history goes on in the restored
 // index. After every few operations each worker's engine-hash map, the
-// holder bits and every size counter are compared with the models and
-// recounted from the index's structures; at the end of every trial, and
-// after every restore, every probe's match is compared too.
+// holder bits, every size counter, the event statistics, each worker's
+// last event ID and last update are compared with the models and the
+// sizes recounted from the index's structures; at the end of every trial,
+// and after every restore, every probe's match (and its StopAtOne match)
+// is compared too.
 func TestRandomizedHistories(t *testing.T) {
 	trials := 60
 	if testing.Short() {
@@ -83,7 +90,8 @@ func TestRandomizedHistories(t *testing.T) {
 // history runs, and check what they get for consistency.
 func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent bool) (err error) {
 	r := rand.New(rand.NewPCG(seed, 44))
-	ix, err := indexer.New(indexer.Config{Hasher: testHasher})
+	clock := clocktest.New(time.Unix(1000, 0))
+	ix, err := indexer.New(indexer.Config{Hasher: testHasher, Clock: clock})
 	if err != nil {
 		return err
 	}
@@ -111,6 +119,7 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 			return err
 		}
 	}
+	stats := ix.Stats() // as the models count them
 	var workers []*historyWorker
 	for i := range 3 + r.IntN(4) {
 		key := kvroute.WorkerKey{ID: kvroute.WorkerID(1 + i%3), Rank: kvroute.DPRank(i / 3)} // ranks of data-parallel workers
@@ -154,10 +163,16 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 					return fmt.Errorf("%s: worker %v holds %#x as %#x in tiers %04b, model %#x in %04b", at, w.key, uint64(h), uint64(g.Seq), g.Tiers, uint64(e.seq), e.tiers)
 				}
 			}
+			if upd, ok := ix.LastUpdate(w.key); ok != !w.updated.IsZero() || !upd.Equal(w.updated) {
+				return fmt.Errorf("%s: worker %v last updated %v (%v), model %v", at, w.key, upd, ok, w.updated)
+			}
 			last, ok := ix.LastEventID(w.key)
 			if ok != w.seq.sequenced || (ok && last != w.seq.last) {
 				return fmt.Errorf("%s: worker %v last event %d (%v), model %d (%v)", at, w.key, last, ok, w.seq.last, w.seq.sequenced)
 			}
+		}
+		if got := ix.Stats(); got != stats {
+			return fmt.Errorf("%s: stats %+v, models %+v", at, got, stats)
 		}
 		if n := ix.Size().Entries; n != entries {
 			return fmt.Errorf("%s: %d entries, models %d", at, n, entries)
@@ -184,6 +199,7 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 	}
 
 	for op := range ops {
+		clock.Advance(time.Millisecond)
 		w := workers[r.IntN(len(workers))]
 		at := fmt.Sprintf("op %d", op)
 		switch p := r.IntN(100); {
@@ -199,6 +215,7 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 			}
 			clear(w.m.blocks)
 			w.seq = seqModel{}
+			w.updated = time.Time{}
 		case p < 5 && fillers > 0:
 			// A filler leaves, freeing a low slot for a worker that
 			// comes back.
@@ -206,7 +223,7 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 		case p < 6:
 			// Dump and restore, and go on with the restored index, whose
 			// workers are unsequenced.
-			rebuilt, err := indexer.New(indexer.Config{Hasher: testHasher})
+			rebuilt, err := indexer.New(indexer.Config{Hasher: testHasher, Clock: clock})
 			if err != nil {
 				return err
 			}
@@ -224,6 +241,16 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 			for _, w := range workers {
 				w.seq.known = len(w.m.blocks) > 0
 				w.seq.last, w.seq.sequenced = 0, false
+				w.updated = time.Time{}
+				if w.seq.known {
+					w.updated = clock.Now()
+				}
+			}
+			// The restore applied only Stored and Removed events that
+			// name blocks the workers hold.
+			stats = rebuilt.Stats()
+			if stats.Applied == 0 && ix.Size().Pairs > 0 || stats != (indexer.Stats{Applied: stats.Applied}) {
+				return fmt.Errorf("%s: restored with stats %+v", at, stats)
 			}
 			if err := check(at+" (restored)", true); err != nil {
 				return err
@@ -236,6 +263,7 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 			}
 			ev := &kvroute.Event{Kind: kvroute.EventStored, Worker: w.key, ID: id, Tier: kvroute.NumTiers}
 			want := w.seq.expect(ev)
+			stats.Invalid++
 			if err := ix.Apply(ev); !errors.Is(err, want) {
 				return fmt.Errorf("%s: malformed %v: %v, want %v", at, ev, err, want)
 			}
@@ -265,7 +293,19 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 			if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
 				return fmt.Errorf("%s: %v: %v, want %v", at, ev, err, want)
 			}
-			if err == nil {
+			switch want {
+			case indexer.ErrDuplicate:
+				stats.Duplicates++
+			case indexer.ErrGap:
+				stats.Gaps++
+			case indexer.ErrUnknownParent:
+				stats.Applied++
+				stats.UnknownParents++
+				w.updated = clock.Now()
+			case nil:
+				stats.Applied++
+				stats.UnknownRemoved += unknownRemoved(w.m, ev)
+				w.updated = clock.Now()
 				w.m.apply(ev)
 			}
 		}
@@ -356,4 +396,22 @@ func checkStopAtOne(ix *indexer.Index, p []kvroute.SeqHash, full, one *indexer.M
 		return fmt.Errorf("StopAtOne cut %d workers short", cut)
 	}
 	return nil
+}
+
+// unknownRemoved returns how many of the blocks a Removed event ev names
+// the worker whose model is m does not hold in the event's tier when the
+// event comes to it.
+func unknownRemoved(m *model, ev *kvroute.Event) uint64 {
+	if ev.Kind != kvroute.EventRemoved {
+		return 0
+	}
+	n := uint64(0)
+	gone := map[kvroute.ExternalHash]bool{}
+	for _, h := range ev.Removed {
+		if gone[h] || m.blocks[h].tiers&(1<<ev.Tier) == 0 {
+			n++
+		}
+		gone[h] = true
+	}
+	return n
 }
