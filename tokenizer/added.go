@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"sort"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -18,26 +17,69 @@ type addedToken struct {
 
 // matchSet finds added tokens in text, leftmost first and longest among
 // those starting at the same place, as Hugging Face tokenizers' added
-// vocabulary does.
+// vocabulary does. The tokens are kept in a byte trie, so that finding the
+// tokens at a position takes the length of the longest one there whatever
+// the number of tokens sharing a prefix (Llama 3's 256 "<|reserved_...|>").
 type matchSet struct {
-	byFirst [256][]*addedToken // by first byte, longest first
+	root   [256]int32 // the node after each first byte, 0 for none
+	nodes  []addedNode
+	tokens []*addedToken
+}
+
+// addedNode is a node of the trie after the root.
+type addedNode struct {
+	next []addedEdge // few: scanned in order
+	tok  int32       // index in tokens of the token ending here, -1 for none
+}
+
+type addedEdge struct {
+	b    byte
+	node int32
+}
+
+// child returns the node after n on byte b, or 0.
+func (m *matchSet) child(n int32, b byte) int32 {
+	for _, e := range m.nodes[n].next {
+		if e.b == b {
+			return e.node
+		}
+	}
+	return 0
 }
 
 func newMatchSet(tokens []*addedToken) *matchSet {
 	if len(tokens) == 0 {
 		return nil
 	}
-	m := &matchSet{}
+	m := &matchSet{nodes: []addedNode{{tok: -1}}} // node 0 stands for "none"
 	for _, t := range tokens {
 		if t.content == "" {
 			continue
 		}
-		m.byFirst[t.content[0]] = append(m.byFirst[t.content[0]], t)
-	}
-	for _, l := range &m.byFirst {
-		sort.SliceStable(l, func(i, j int) bool { return len(l[i].content) > len(l[j].content) })
+		n := m.root[t.content[0]]
+		if n == 0 {
+			n = m.newNode()
+			m.root[t.content[0]] = n
+		}
+		for i := 1; i < len(t.content); i++ {
+			c := m.child(n, t.content[i])
+			if c == 0 {
+				c = m.newNode()
+				m.nodes[n].next = append(m.nodes[n].next, addedEdge{t.content[i], c})
+			}
+			n = c
+		}
+		if m.nodes[n].tok < 0 { // the first of equal contents wins
+			m.nodes[n].tok = int32(len(m.tokens))
+			m.tokens = append(m.tokens, t)
+		}
 	}
 	return m
+}
+
+func (m *matchSet) newNode() int32 {
+	m.nodes = append(m.nodes, addedNode{tok: -1})
+	return int32(len(m.nodes) - 1)
 }
 
 // segment is a part of the input: an added token (tok != nil) or text.
@@ -95,13 +137,24 @@ func (m *matchSet) split(dst []segment, s string, lead int) []segment {
 	return dst
 }
 
+// at returns the longest token starting at s[i], or nil.
 func (m *matchSet) at(s string, i int) *addedToken {
-	for _, t := range m.byFirst[s[i]] {
-		if strings.HasPrefix(s[i:], t.content) {
-			return t
+	n := m.root[s[i]]
+	if n == 0 {
+		return nil
+	}
+	var best *addedToken
+	for j := i + 1; ; j++ {
+		if k := m.nodes[n].tok; k >= 0 {
+			best = m.tokens[k]
+		}
+		if j == len(s) {
+			return best
+		}
+		if n = m.child(n, s[j]); n == 0 {
+			return best
 		}
 	}
-	return nil
 }
 
 // validUTF8 replaces each ill-formed sequence of s with U+FFFD: each

@@ -113,3 +113,42 @@ func BenchmarkEncodeRequest(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeManyAddedTokens measures Encode with Llama 3's 256
+// "<|reserved_special_token_N|>" added tokens, which share their first
+// bytes, on the golden corpus and on text made of "<|" (every position
+// starts to match every token).
+func BenchmarkEncodeManyAddedTokens(b *testing.B) {
+	var file map[string]any
+	if err := json.Unmarshal(readFile(b, filepath.Join("testdata", "llama3", "tokenizer.json")), &file); err != nil {
+		b.Fatal(err)
+	}
+	var reserved []map[string]any
+	for i := range 256 {
+		reserved = append(reserved, tok(fmt.Sprintf("<|reserved_special_token_%d|>", i), "special"))
+	}
+	withAdded(file, reserved...)
+	raw, err := json.Marshal(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tk, err := tokenizer.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ name, text string }{
+		{"corpus", benchText(b, "llama3", 16<<10)},
+		{"markup", strings.Repeat("<|", 8<<10)},
+	} {
+		b.Run("text="+c.name, func(b *testing.B) {
+			dst := tk.Encode(nil, c.text, false)
+			n := len(dst)
+			b.SetBytes(int64(len(c.text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = tk.Encode(dst[:0], c.text, false)
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
