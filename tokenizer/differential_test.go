@@ -213,7 +213,7 @@ var edgeTexts = []string{
 	"<|a|>b", "<|a|><|a|>bb", "  x  y", " x ", "\n\n \n", "<|l|>", " <|l|> ", "a<|l|>b", "  <|r|>  x", "a<|r|>\n\nb", "<|lr|>", " \n<|lr|>\n ", "<|l|><|r|><|lr|>", "<s><s></s>", "[INST]x[/INST]",
 	"sp sp sp", "the the", "cache cached", "<|n|>", "fine ﬁne", "ÅA\u030a", "ex\u0301", "▁x x▁x", "\u0301<|l|>",
 	"<unk>", "<0x41>", "<mask>", " <mask>", "<|im_start|>", "<|im_start|><|im_end|>", "<|begin_of_text|>",
-	"a\U0001E030b", "x\U00011F04y 1", "\U00010D4A\U00010D4B", "\U0001CCF5\U0001CCF6", "\U00031350\U00031351", "\u0CF3k", "\U0001FAE8 \U0001FA89",
+	"\U0001E030b", "\U0001FBF0 x", "\u1abf\u0301a", "\ufb01\U0001E030", "a\U0001E030b", "x\U00011F04y 1", "\U00010D4A\U00010D4B", "\U0001CCF5\U0001CCF6", "\U00031350\U00031351", "\u0CF3k", "\U0001FAE8 \U0001FA89",
 	"\U00016D40\U00016D41", "\U0001E4D0x", "\U0001FBF0\U0001FBF1", "\u2FFC\u31E4", "\U0002EBF0", "\U000F0000\U0010FFFD", "\uE000\uFDD0\uFFFE",
 	"\U000105C0\U000105C1 x\U000105C2", "\U00010D40\U00010D41\U00010D42\U00010D43\U00010D44", "a\U00013460b", " \U0001E5D0\U0001E5F1",
 	"'S'T'RE 'Ll", "don't", "''''", "a'b", "'\u0301",
@@ -240,7 +240,8 @@ func longTexts() []string {
 // differentialPieces extends livePieces with what the edge texts test.
 var differentialPieces = append(slices.Clone(livePieces),
 	"\u0301", "\u0308", "\u200d", "\xff", "\xe6\x97", "\r\n", "\r", "\u00a0", "\u00a0\u00a0", "<|l|>", "<|r|>", "<|lr|>", " sp ",
-	"cache", "Å", "\u212b", "▁", "▁x", "\ufb01", "12345678", "٣٤", " \n ", "\t\n", "e\u0301", "🏽", "\ufe0f", "<0x41>", "<|a|>", "b", " x ", "_")
+	"cache", "Å", "\u212b", "▁", "▁x", "\ufb01", "12345678", "٣٤", " \n ", "\t\n", "e\u0301", "🏽", "\ufe0f", "<0x41>", "<|a|>", "b", " x ", "_",
+	"\x00", "\x1b[0m", "\x7f", "\ufffd", "\u00ad", "\u2060", "\U0001F9D1\u200D\U0001F384", "\U000105C0", "\U0001E030", "\u1abf", "\U00010D40", "\u0345", "\u0f73", "ﾞ", "\u3099")
 
 func randomDifferentialText(rng *rand.Rand, n int) string {
 	var b strings.Builder
