@@ -182,12 +182,13 @@ func probes() [][]kvroute.SeqHash {
 // TestRandomizedAgainstModel applies random events of many workers
 // concurrently (stores under random held parents, removals of random
 // blocks, most of them in the middle of chains, clears, engine hashes
-// reused, unknown parents) while readers match concurrently, in rounds. The
-// workers spread over three 64-slot holder chunks. During a round one reader
-// also recounts the holder bits against the index's pair count now and
-// then; after each round every worker's held blocks and tiers, as the
-// holder bits have them, and every probe's Match are compared with the
-// plain model of every worker.
+// reused, unknown parents, every tier, worker resets, and removals after
+// which the worker comes back in whatever slot is free) while readers
+// match concurrently, in rounds. The workers spread over three 64-slot
+// holder chunks. During a round one reader also recounts the holder bits
+// against the index's pair count now and then; after each round every
+// worker's held blocks and tiers, as the holder bits have them, and every
+// probe's Match are compared with the plain model of every worker.
 func TestRandomizedAgainstModel(t *testing.T) {
 	const (
 		workers = 130 // slots in three 64-slot chunks
@@ -246,7 +247,20 @@ func TestRandomizedAgainstModel(t *testing.T) {
 				key, m := wk(uint64(w)), models[w]
 				for i := range uint64(events) {
 					id := uint64(round)*events + i + 1
+					switch rngs[w].IntN(100) {
+					case 0:
+						// The engine restarted: the event below is the
+						// worker's new baseline.
+						ix.ResetWorker(key)
+						clear(m.blocks)
+					case 1:
+						// The worker leaves and comes back with the event
+						// below, in whatever slot is free then.
+						ix.RemoveWorker(key)
+						clear(m.blocks)
+					}
 					ev := randomEvent(rngs[w], key, id, m, &nexts[w])
+					ev.Tier = kvroute.Tier(rngs[w].IntN(int(kvroute.NumTiers)))
 					err := ix.Apply(ev)
 					if err != nil && !(ev.HasParent && ev.Parent == 1<<60) {
 						t.Errorf("worker %d event %d: %v", w, id, err)
@@ -269,8 +283,8 @@ func TestRandomizedAgainstModel(t *testing.T) {
 			return
 		}
 		checkAgainstModels(t, ix, models, probeSet)
+		checkDumpRoundTrip(t, ix, prompt(0, 1, 2, 0, 1, 2))
 	}
-	checkDumpRoundTrip(t, ix, prompt(0, 1, 2, 0, 1, 2))
 
 	// Removing every worker leaves nothing behind.
 	for w := range workers {
@@ -331,6 +345,7 @@ func checkAgainstModels(t *testing.T, ix *indexer.Index, models []*model, probeS
 		byKey[wk(uint64(w))] = m
 	}
 	require.NoError(t, heldMismatch(ix, byKey))
+	require.NoError(t, indexer.Recount(ix))
 	pairs := 0
 	for w, m := range models {
 		seqs := map[kvroute.SeqHash]bool{}
