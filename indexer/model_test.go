@@ -188,7 +188,8 @@ func probes() [][]kvroute.SeqHash {
 // holder chunks. During a round one reader also recounts the holder bits
 // against the index's pair count now and then; after each round every
 // worker's held blocks and tiers, as the holder bits have them, and every
-// probe's Match are compared with the plain model of every worker.
+// probe's Match are compared with the plain model of every worker, the
+// size counters are recounted, and the index is rebuilt from its dump.
 func TestRandomizedAgainstModel(t *testing.T) {
 	const (
 		workers = 130 // slots in three 64-slot chunks
