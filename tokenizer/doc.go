@@ -27,6 +27,13 @@
 //   - added tokens (special or not, lstrip, rstrip, normalized or not) and
 //     the TemplateProcessing post-processor.
 //
+// Unicode follows the reference's tables rather than Go's where they
+// differ: the normalizers leave whole the characters Hugging Face's older
+// normalization tables do not know, and the pre-tokenizers' \p{L} and
+// \p{N} include the Unicode 16 letters and numbers its regular
+// expressions match (both checked code point by code point against the
+// Python reference). Ill-formed UTF-8 reads as Python and Rust read it.
+//
 // Anything else (other regular expressions, WordPiece, Lowercase, single
 // word added tokens, truncation, dropout, ...) is refused at load with an
 // error wrapping ErrUnsupported, never approximated: ids that differ from

@@ -53,6 +53,14 @@ type LoadOptions struct {
 // files chat_template.jinja and additional_chat_templates/*.jinja, which
 // take priority over the config's templates as in transformers. Every
 // template is parsed here, so that unsupported ones fail at load.
+//
+// The tokenizer is tokenizer.json as written. transformers 5 rebuilds the
+// normalizer and pre-tokenizer of some tokenizer_class values from the
+// class's own definition (LlamaTokenizer: no normalizer and Metaspace,
+// whatever the file says); for a file that differs from its class, such
+// as a Llama 2 file with the Prepend and Replace normalizers, an engine on
+// transformers 5 encodes text after special tokens differently. Render
+// probes (render.Probe) catch such a mismatch at startup.
 func LoadModel(dir string, opts LoadOptions) (*Model, error) {
 	tok, err := FromFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
