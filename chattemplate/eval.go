@@ -532,6 +532,26 @@ func (r *renderer) evalExpr(e expr, sc *scope) (value, error) {
 			return nil, err
 		}
 		return binary(e.op, l, rv)
+	case *compareExpr:
+		l, err := r.eval(e.first, sc)
+		if err != nil {
+			return nil, err
+		}
+		var res value
+		for i, op := range e.ops {
+			rv, err := r.eval(e.rest[i], sc)
+			if err != nil {
+				return nil, err
+			}
+			if res, err = binary(op, l, rv); err != nil {
+				return nil, err
+			}
+			if !truthy(res) {
+				return res, nil
+			}
+			l = rv
+		}
+		return res, nil
 	}
 	return nil, fmt.Errorf("%w: unknown expression %T", ErrRender, e)
 }

@@ -215,6 +215,15 @@ type (
 		op   string
 		l, r expr
 	}
+	// compareExpr is a chain of comparisons, x op1 y op2 z ..., which
+	// holds when each holds, as in Python: x op1 y and y op2 z, each
+	// operand evaluated once and the chain stopping at the first that
+	// does not hold.
+	compareExpr struct {
+		first expr
+		ops   []string
+		rest  []expr
+	}
 	unaryExpr struct {
 		op string
 		x  expr
@@ -387,6 +396,7 @@ func (p *exprParser) parseCompare() (expr, error) {
 	if err != nil {
 		return nil, err
 	}
+	var chain *compareExpr
 	for {
 		var op string
 		t := p.peek()
@@ -402,13 +412,22 @@ func (p *exprParser) parseCompare() (expr, error) {
 			p.next()
 			p.next()
 		default:
+			if chain != nil && len(chain.ops) == 1 {
+				return &binExpr{chain.ops[0], chain.first, chain.rest[0]}, nil
+			}
+			if chain != nil {
+				return chain, nil
+			}
 			return l, nil
 		}
 		r, err := p.parseMath1()
 		if err != nil {
 			return nil, err
 		}
-		l = &binExpr{op, l, r}
+		if chain == nil {
+			chain = &compareExpr{first: l}
+		}
+		chain.ops, chain.rest = append(chain.ops, op), append(chain.rest, r)
 	}
 }
 

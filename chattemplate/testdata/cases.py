@@ -70,6 +70,9 @@ CASES = [
     "{{ messages[0]['role'] }} {{ messages[0].content | trim }} {{ messages[-1].role }} {{ messages[1:] | length }} {{ messages[2].tool_calls is defined }} {{ messages[0].tool_calls is defined }}",
     "{{ messages[0].content.content is defined }} {{ none.x is defined }} {{ messages[9] is defined }} {{ (messages | last).role }}",
     "{{ messages[0] == messages[0] }} {{ messages[0] == messages[1] }} {{ [1, 2] == [1, 2] }} {{ 1 == 1.0 }} {{ 1 == true }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }}",
+    # chained comparisons hold when each holds, each operand evaluated once
+    "{{ 3 > 2 == 2 }} {{ 1 != 2 != 1 }} {{ 1 < n < 10 }} {{ 1 < n > 10 }} {{ 0 <= 0 <= 0 < 1 }} {{ 'a' in 'abc' in ['abc'] }} {{ 2 not in l == false }} {{ (3 > 2) == 2 }}",
+    "{% if 0 < n <= 7 %}in{% else %}out{% endif %} {{ 1 < none < 2 if false else 'short' }} {{ 5 > 9 < undefined_thing }}",
     "{{ dict(a=1, b='x') }} {{ namespace(a=1).a }} {{ {'k': 1}.items() | list }}",
     "{% generation %}gen {{ n }}{% endgeneration %}",
     # errors
