@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // getAttr is Jinja's obj.name: Python attributes (methods) first, then
@@ -233,7 +234,7 @@ func intArg(args []value, kwargs *dict, i int, name string, def int64) (int64, e
 }
 
 func pyStrip(s, chars string, hasChars, left, right bool) string {
-	f := unicode.IsSpace
+	f := pyIsSpace
 	if hasChars {
 		f = func(r rune) bool { return strings.ContainsRune(chars, r) }
 	}
@@ -279,9 +280,9 @@ func strMethod(s string, name string) *callable {
 			return false, nil
 		})
 	case "upper":
-		return method(name, func([]value, *dict) (value, error) { return strings.ToUpper(s), nil })
+		return method(name, func([]value, *dict) (value, error) { return pyUpper(s), nil })
 	case "lower":
-		return method(name, func([]value, *dict) (value, error) { return strings.ToLower(s), nil })
+		return method(name, func([]value, *dict) (value, error) { return pyLower(s), nil })
 	case "title":
 		return method(name, func([]value, *dict) (value, error) { return pyTitle(s), nil })
 	case "capitalize":
@@ -302,7 +303,7 @@ func strMethod(s string, name string) *callable {
 			var parts []string
 			switch {
 			case !has && maxSplit < 0:
-				parts = strings.Fields(s)
+				parts = strings.FieldsFunc(s, pyIsSpace)
 			case !has:
 				parts = splitSpaceN(s, int(maxSplit), name == "rsplit")
 			case maxSplit < 0:
@@ -437,7 +438,7 @@ func strPredicate(s, name string) bool {
 				return false
 			}
 		case "isspace":
-			if !unicode.IsSpace(r) {
+			if !pyIsSpace(r) {
 				return false
 			}
 		case "islower":
@@ -459,7 +460,7 @@ func strPredicate(s, name string) bool {
 }
 
 func splitSpaceN(s string, n int, fromRight bool) []string {
-	fields := strings.Fields(s)
+	fields := strings.FieldsFunc(s, pyIsSpace)
 	if n >= len(fields)-1 || n < 0 {
 		return fields
 	}
@@ -468,22 +469,22 @@ func splitSpaceN(s string, n int, fromRight bool) []string {
 		rest := s
 		var out []string
 		for range n {
-			rest = strings.TrimLeftFunc(rest, unicode.IsSpace)
-			k := strings.IndexFunc(rest, unicode.IsSpace)
+			rest = strings.TrimLeftFunc(rest, pyIsSpace)
+			k := strings.IndexFunc(rest, pyIsSpace)
 			out = append(out, rest[:k])
 			rest = rest[k:]
 		}
-		return append(out, strings.TrimLeftFunc(rest, unicode.IsSpace))
+		return append(out, strings.TrimLeftFunc(rest, pyIsSpace))
 	}
 	rest := s
 	var out []string
 	for range n {
-		rest = strings.TrimRightFunc(rest, unicode.IsSpace)
-		k := strings.LastIndexFunc(rest, unicode.IsSpace)
+		rest = strings.TrimRightFunc(rest, pyIsSpace)
+		k := strings.LastIndexFunc(rest, pyIsSpace)
 		out = append([]string{rest[k+1:]}, out...)
 		rest = rest[:k+1]
 	}
-	return append([]string{strings.TrimRightFunc(rest, unicode.IsSpace)}, out...)
+	return append([]string{strings.TrimRightFunc(rest, pyIsSpace)}, out...)
 }
 
 func rsplitN(s, sep string, n int) []string {
@@ -497,32 +498,6 @@ func rsplitN(s, sep string, n int) []string {
 		s = s[:k]
 	}
 	return append([]string{s}, out...)
-}
-
-// pyTitle is str.title: a cased character after an uncased one starts a
-// word and is title-cased; the others are lower-cased.
-func pyTitle(s string) string {
-	var b strings.Builder
-	prevCased := false
-	for _, r := range s {
-		cased := unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r)
-		if cased && !prevCased {
-			b.WriteRune(unicode.ToTitle(r))
-		} else if cased {
-			b.WriteRune(unicode.ToLower(r))
-		} else {
-			b.WriteRune(r)
-		}
-		prevCased = cased
-	}
-	return b.String()
-}
-
-func pyCapitalize(s string) string {
-	for i, r := range s {
-		return string(unicode.ToTitle(r)) + strings.ToLower(s[i+len(string(r)):])
-	}
-	return s
 }
 
 // global returns a built-in global function.
@@ -689,8 +664,8 @@ func makeFilters() map[string]filterFunc {
 			}
 			return items[len(items)-1], nil
 		},
-		"upper":      func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return strings.ToUpper(toStr(v)), nil },
-		"lower":      func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return strings.ToLower(toStr(v)), nil },
+		"upper":      func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return pyUpper(toStr(v)), nil },
+		"lower":      func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return pyLower(toStr(v)), nil },
 		"capitalize": func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return pyCapitalize(toStr(v)), nil },
 		"safe":       func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return v, nil },
 		"escape": func(_ *renderer, v value, _ []value, _ *dict) (value, error) {
@@ -856,7 +831,7 @@ func makeFilters() map[string]filterFunc {
 					}
 				}
 				if s, ok := k.(string); ok && !cs {
-					k = strings.ToLower(s)
+					k = pyLower(s)
 				}
 				keys[i] = k
 			}
@@ -895,10 +870,10 @@ func makeFilters() map[string]filterFunc {
 				for _, o := range out.items {
 					a, b := it, o
 					if s, ok := a.(string); ok {
-						a = strings.ToLower(s)
+						a = pyLower(s)
 					}
 					if s, ok := b.(string); ok {
-						b = strings.ToLower(s)
+						b = pyLower(s)
 					}
 					seen = seen || equal(a, b)
 				}
@@ -940,7 +915,9 @@ func makeFilters() map[string]filterFunc {
 		},
 		"wordcount": func(_ *renderer, v value, _ []value, _ *dict) (value, error) {
 			return int64(len(strings.FieldsFunc(toStr(v), func(r rune) bool {
-				return !(unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_')
+				// Python's \w: str.isalnum (letters and every kind of
+				// number) and the underscore.
+				return !(unicode.IsLetter(r) || unicode.IsNumber(r) || r == '_')
 			}))), nil
 		},
 		"title": func(_ *renderer, v value, _ []value, _ *dict) (value, error) { return jinjaTitle(toStr(v)), nil },
@@ -985,23 +962,24 @@ func joinBounded(parts []string, sep string) (value, error) {
 	return strings.Join(parts, sep), nil
 }
 
-// jinjaTitle is Jinja's title filter: each word, split at white space and
-// ([{<-, starts upper-case and goes on lower-case.
+// jinjaTitle is Jinja's title filter: the text split before and after
+// runs of white space and -({[<, each part's first character upper-cased
+// and the rest of the part lower-cased, as str.upper and str.lower do.
 func jinjaTitle(s string) string {
 	var b strings.Builder
-	start := true
-	for _, r := range s {
-		if unicode.IsSpace(r) || strings.ContainsRune("-({[<", r) {
-			b.WriteRune(r)
-			start = true
-			continue
-		}
-		if start {
-			b.WriteRune(unicode.ToUpper(r))
+	b.Grow(len(s))
+	for s != "" {
+		sep := func(r rune) bool { return pyIsSpace(r) || strings.ContainsRune("-({[<", r) }
+		r, n := utf8.DecodeRuneInString(s)
+		end := strings.IndexFunc(s[n:], func(x rune) bool { return sep(x) != sep(r) })
+		if end < 0 {
+			end = len(s)
 		} else {
-			b.WriteRune(unicode.ToLower(r))
+			end += n
 		}
-		start = false
+		b.WriteString(pyUpper(s[:n]))
+		b.WriteString(pyLower(s[n:end]))
+		s = s[end:]
 	}
 	return b.String()
 }
@@ -1182,8 +1160,8 @@ func makeTests() map[string]testFunc {
 			}
 			return equal(r, int64(0)), nil
 		},
-		"lower":   func(v value, _ []value) (bool, error) { s, ok := v.(string); return ok && s == strings.ToLower(s), nil },
-		"upper":   func(v value, _ []value) (bool, error) { s, ok := v.(string); return ok && s == strings.ToUpper(s), nil },
+		"lower":   func(v value, _ []value) (bool, error) { return pyIsLower(toStr(v)), nil },
+		"upper":   func(v value, _ []value) (bool, error) { return pyIsUpper(toStr(v)), nil },
 		"escaped": func(value, []value) (bool, error) { return false, nil },
 	}
 	return t

@@ -45,6 +45,11 @@ CASES = [
     "{{ s.startswith('  He') }} {{ s.endswith(('x', '  ')) }} {{ s.replace('l', 'L') }} {{ s.replace('l', 'L', 1) }} {{ s.find('o') }} {{ s.count('l') }}",
     "{{ '-'.join(['a', 'b']) }} {{ 'abc'[1] }} {{ 'abc'[-1] }} {{ 'abcdef'[1:4] }} {{ 'abcdef'[::-1] }} {{ 'abcdef'[::2] }} {{ u8[1:3] }}",
     "{{ 'hello world'.capitalize() }} {{ 'hello-world foo' | title }} {{ 'ab' | upper }} {{ 'x' in 'xyz' }} {{ 'q' not in 'xyz' }}",
+    # case mapping as Python's: full mappings, final sigma, title and capitalize
+    "{{ 'straße ﬁne İstanbul ŉ ǰ'.upper() }}|{{ 'İSTANBUL ΣΑΣ ΟΔΟΣ. ΣΑ\u0301Σ Σ ₕΣ'.lower() }}|{{ \"ß ﬁne ǆemal they're ΣΑΣ ΣΑ'Σ\".title() }}|{{ 'ßΣA'.capitalize() }} {{ 'ǆΣ'.capitalize() }} {{ 'ₕΣ'.capitalize() }}",
+    "{{ 'straße ﬁ' | upper }}|{{ 'ΣΑΣ İ' | lower }}|{{ 'ß-ǆ (ﬁne) ΑΣ' | title }}|{{ 'ßx' | capitalize }}|{{ ['b', 'A', 'ä', 'Ä'] | sort | join }}|{{ ['Straße', 'STRASSE', 'a', 'A'] | unique | join(',') }}",
+    "{{ 'abc' is lower }} {{ 'a1' is lower }} {{ '12' is lower }} {{ '' is lower }} {{ 'ABC' is upper }} {{ 'ǅ' is upper }} {{ 'ª' is lower }} {{ 5 is lower }} {{ ['a'] is lower }} {{ 'Ⓐ' is upper }}",
+    "[{{ '\x1c a \x1f'.strip() }}] {{ 'a\x1db c'.split() | length }} {{ 'a\x1eb' | title }} {{ 'x½y ²z Ⅻ_w é́' | wordcount }}",
     "{{ '12'.isdigit() }} {{ 'ab'.isalpha() }} {{ 'Ab'.islower() }} {{ 'a\\nb'.splitlines() }}",
     # lists, dicts, slicing
     "{{ l[0] }} {{ l[-1] }} {{ l[1:] }} {{ l[:-1] }} {{ l[::-1] }} {{ l[5] }}| {{ l | length }} {{ l | first }} {{ l | last }} {{ l | sort }} {{ l | sort(reverse=true) }}",
