@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 )
 
 // getAttr is Jinja's obj.name: Python attributes (methods) first, then
@@ -960,28 +959,6 @@ func joinBounded(parts []string, sep string) (value, error) {
 		}
 	}
 	return strings.Join(parts, sep), nil
-}
-
-// jinjaTitle is Jinja's title filter: the text split before and after
-// runs of white space and -({[<, each part's first character upper-cased
-// and the rest of the part lower-cased, as str.upper and str.lower do.
-func jinjaTitle(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for s != "" {
-		sep := func(r rune) bool { return pyIsSpace(r) || strings.ContainsRune("-({[<", r) }
-		r, n := utf8.DecodeRuneInString(s)
-		end := strings.IndexFunc(s[n:], func(x rune) bool { return sep(x) != sep(r) })
-		if end < 0 {
-			end = len(s)
-		} else {
-			end += n
-		}
-		b.WriteString(pyUpper(s[:n]))
-		b.WriteString(pyLower(s[n:end]))
-		s = s[end:]
-	}
-	return b.String()
 }
 
 func filterLength(_ *renderer, v value, _ []value, _ *dict) (value, error) {

@@ -16,36 +16,77 @@ import (
 // independent casers of golang.org/x/text/cases map as Python does.
 
 // pyUpper is str.upper.
-func pyUpper(s string) string { return cases.Upper(language.Und).String(s) }
+func pyUpper(s string) string {
+	if isASCII(s) {
+		return strings.ToUpper(s)
+	}
+	return cases.Upper(language.Und).String(s)
+}
 
 // pyLower is str.lower.
 func pyLower(s string) string {
-	if !strings.ContainsRune(s, capitalSigma) {
+	switch {
+	case isASCII(s):
+		return strings.ToLower(s)
+	case !strings.ContainsRune(s, capitalSigma):
 		return cases.Lower(language.Und).String(s)
 	}
 	var b strings.Builder
 	b.Grow(len(s))
-	writeLower(&b, s, 0)
+	writeLower(&b, newRuneCaser(cases.Lower(language.Und)), s, 0)
 	return b.String()
 }
 
-// writeLower writes s[from:] lower-cased, as str.lower lower-cases it
-// within s: a capital sigma by the characters around it in s (x/text's
-// caser takes a cased case-ignorable character, such as U+2095, for the
-// cased character before a final sigma, which Python skips).
-func writeLower(b *strings.Builder, s string, from int) {
-	lower := cases.Lower(language.Und)
+// isASCII reports whether s is ASCII, whose case Go's strings package
+// maps as Python does.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// runeCaser maps one character at a time with a caser, without
+// allocating.
+type runeCaser struct {
+	c   cases.Caser
+	src [utf8.UTFMax]byte
+	dst [32]byte // a character's full mapping is at most three characters
+}
+
+func newRuneCaser(c cases.Caser) *runeCaser { return &runeCaser{c: c} }
+
+// write writes r mapped to b.
+func (rc *runeCaser) write(b *strings.Builder, r rune) {
+	n := utf8.EncodeRune(rc.src[:], r)
+	rc.c.Reset()
+	m, _, err := rc.c.Transform(rc.dst[:], rc.src[:n], true)
+	if err != nil { // not for one character into 32 bytes
+		b.WriteRune(r)
+		return
+	}
+	b.Write(rc.dst[:m])
+}
+
+// writeLower writes s[from:] lower-cased by lower, as str.lower
+// lower-cases it within s: a capital sigma by the characters around it in
+// s (x/text's caser takes a cased case-ignorable character, such as
+// U+2095, for the cased character before a final sigma, which Python
+// skips).
+func writeLower(b *strings.Builder, lower *runeCaser, s string, from int) {
 	for i, r := range s[from:] {
-		if r == capitalSigma {
+		switch {
+		case r < utf8.RuneSelf:
+			b.WriteByte(byte(unicode.ToLower(r)))
+		case r == capitalSigma:
 			b.WriteRune(sigmaAt(s, from+i))
-		} else {
-			b.WriteString(lower.String(string(r)))
+		default:
+			lower.write(b, r)
 		}
 	}
 }
-
-// titleRune is Python's full title-case mapping of one character.
-func titleRune(r rune) string { return cases.Title(language.Und).String(string(r)) }
 
 // pyCapitalize is str.capitalize: the first character title-cased, the
 // others lower-cased.
@@ -56,8 +97,8 @@ func pyCapitalize(s string) string {
 	}
 	var b strings.Builder
 	b.Grow(len(s))
-	b.WriteString(titleRune(r))
-	writeLower(&b, s, n)
+	newRuneCaser(cases.Title(language.Und)).write(&b, r)
+	writeLower(&b, newRuneCaser(cases.Lower(language.Und)), s, n)
 	return b.String()
 }
 
@@ -67,18 +108,51 @@ func pyCapitalize(s string) string {
 func pyTitle(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
-	title, lower := cases.Title(language.Und), cases.Lower(language.Und)
+	title, lower := newRuneCaser(cases.Title(language.Und)), newRuneCaser(cases.Lower(language.Und))
 	prevCased := false
 	for i, r := range s {
 		switch {
+		case r < utf8.RuneSelf && !prevCased:
+			b.WriteByte(byte(unicode.ToUpper(r)))
+		case r < utf8.RuneSelf:
+			b.WriteByte(byte(unicode.ToLower(r)))
 		case !prevCased:
-			b.WriteString(title.String(string(r)))
+			title.write(&b, r)
 		case r == capitalSigma:
 			b.WriteRune(sigmaAt(s, i))
 		default:
-			b.WriteString(lower.String(string(r)))
+			lower.write(&b, r)
 		}
 		prevCased = isCased(r)
+	}
+	return b.String()
+}
+
+// jinjaTitle is Jinja's title filter: the text split before and after
+// runs of white space and -({[<, each part's first character upper-cased
+// and the rest of the part lower-cased, as str.upper and str.lower do.
+func jinjaTitle(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	upper, lower := newRuneCaser(cases.Upper(language.Und)), newRuneCaser(cases.Lower(language.Und))
+	sep := func(r rune) bool { return pyIsSpace(r) || strings.ContainsRune("-({[<", r) }
+	for s != "" {
+		r, n := utf8.DecodeRuneInString(s)
+		end := strings.IndexFunc(s[n:], func(x rune) bool { return sep(x) != sep(r) })
+		if end < 0 {
+			end = len(s)
+		} else {
+			end += n
+		}
+		if r < utf8.RuneSelf {
+			b.WriteByte(byte(unicode.ToUpper(r)))
+		} else {
+			upper.write(&b, r)
+		}
+		// Jinja lower-cases item[1:], a string of its own: a capital
+		// sigma is final or not within it.
+		writeLower(&b, lower, s[n:end], 0)
+		s = s[end:]
 	}
 	return b.String()
 }
