@@ -271,11 +271,21 @@ func chat(t *testing.T, fe *dynamotest.Process, port int, text string) {
 	body, err := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 4, "messages": []map[string]string{
 		{"role": "user", "content": strings.Repeat(text, 8)}}})
 	require.NoError(t, err)
-	resp, err := http.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "%s\nfrontend log:\n%s", b, fe.Tail())
+	// The frontend may list the model a moment before it routes chats to
+	// it (it adds the worker set after): a 404 is retried for a while.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s\nfrontend log:\n%s", b, fe.Tail())
+		return
+	}
 }
 
 // A real mocker on Dynamo's NATS event plane: discovery finds its NATS
