@@ -52,6 +52,26 @@ type ExtraKeys struct {
 // of nil or arrays.
 func ParseExtraKeys(raw []byte, lora string, x *ExtraKeys) error {
 	x.Salt = ""
+	return x.readPerBlock(raw, "extra_keys", func(p []byte, blk int) ([]byte, error) {
+		m, p, err := readArrayHeader(p, 1)
+		if err != nil {
+			return p, err
+		}
+		loraSeen := lora == ""
+		for range m {
+			if p, err = readExtraKey(p, blk, lora, &loraSeen, x); err != nil {
+				return p, err
+			}
+		}
+		return p, nil
+	})
+}
+
+// readPerBlock empties x.MM and reads raw, a msgpack list with one entry
+// per block (named what in errors), giving each block a slot in x.MM:
+// nil entries leave it empty, others are read by entry, which returns
+// what follows the entry.
+func (x *ExtraKeys) readPerBlock(raw []byte, what string, entry func(p []byte, blk int) ([]byte, error)) error {
 	for i := range x.MM {
 		x.MM[i] = x.MM[i][:0]
 	}
@@ -61,7 +81,7 @@ func ParseExtraKeys(raw []byte, lora string, x *ExtraKeys) error {
 	}
 	n, p, err := readArrayHeader(raw, 1)
 	if err != nil {
-		return malformed("extra_keys", err)
+		return malformed(what, err)
 	}
 	for blk := range int(n) {
 		x.MM = growMM(x.MM)
@@ -69,19 +89,12 @@ func ParseExtraKeys(raw []byte, lora string, x *ExtraKeys) error {
 			p = p[1:]
 			continue
 		}
-		var m uint32
-		if m, p, err = readArrayHeader(p, 1); err != nil {
-			return malformed(fmt.Sprintf("extra_keys[%d]", blk), err)
-		}
-		loraSeen := lora == ""
-		for range m {
-			if p, err = readExtraKey(p, blk, lora, &loraSeen, x); err != nil {
-				return malformed(fmt.Sprintf("extra_keys[%d]", blk), err)
-			}
+		if p, err = entry(p, blk); err != nil {
+			return malformed(fmt.Sprintf("%s[%d]", what, blk), err)
 		}
 	}
 	if len(p) != 0 {
-		return fmt.Errorf("%w: %d bytes after extra_keys", ErrMalformed, len(p))
+		return fmt.Errorf("%w: %d bytes after %s", ErrMalformed, len(p), what)
 	}
 	return nil
 }
@@ -95,31 +108,9 @@ func ParseExtraKeys(raw []byte, lora string, x *ExtraKeys) error {
 // It returns an error wrapping ErrMalformed when block_mm_infos is not of
 // that shape or an mm_hash is not an unsigned 64-bit integer.
 func ParseBlockMMInfos(raw []byte, x *ExtraKeys) error {
-	for i := range x.MM {
-		x.MM[i] = x.MM[i][:0]
-	}
-	x.MM = x.MM[:0]
-	if len(raw) == 0 || msgp.IsNil(raw) {
-		return nil
-	}
-	n, p, err := readArrayHeader(raw, 1)
-	if err != nil {
-		return malformed("block_mm_infos", err)
-	}
-	for blk := range int(n) {
-		x.MM = growMM(x.MM)
-		if msgp.IsNil(p) {
-			p = p[1:]
-			continue
-		}
-		if p, err = readBlockMMInfo(p, &x.MM[len(x.MM)-1]); err != nil {
-			return malformed(fmt.Sprintf("block_mm_infos[%d]", blk), err)
-		}
-	}
-	if len(p) != 0 {
-		return fmt.Errorf("%w: %d bytes after block_mm_infos", ErrMalformed, len(p))
-	}
-	return nil
+	return x.readPerBlock(raw, "block_mm_infos", func(p []byte, _ int) ([]byte, error) {
+		return readBlockMMInfo(p, &x.MM[len(x.MM)-1])
+	})
 }
 
 // readBlockMMInfo appends the mm_hash values of one block's
