@@ -164,6 +164,18 @@ type PublisherStats struct {
 	Released      uint64 // buffers released (reset, removed, idle, or ReplayBytes reached); only grows
 }
 
+// replayLimit reads a replay bound of PublisherConfig: zero means def, a
+// negative value none (0).
+func replayLimit(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
 // NewPublisher returns a Publisher for cfg, or an error wrapping ErrConfig
 // when Conn is nil or a duration is negative.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
@@ -180,13 +192,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	keep := cfg.ReplayEvents
-	switch {
-	case keep == 0:
-		keep = DefaultReplayEvents
-	case keep < 0:
-		keep = 0
-	}
+	keep := replayLimit(cfg.ReplayEvents, DefaultReplayEvents)
 	idle, forget := cfg.ReplayIdle, cfg.ReplayIdle
 	switch {
 	case idle == 0:
@@ -194,19 +200,13 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	case idle < 0:
 		idle, forget = 0, DefaultReplayIdle
 	}
-	bound := cfg.ReplayBytes
-	switch {
-	case bound == 0:
-		bound = DefaultReplayBytes
-	case bound < 0:
-		bound = 0
-	}
+	maxBytes := replayLimit(cfg.ReplayBytes, DefaultReplayBytes)
 	every := cfg.HeadsInterval
 	if every == 0 {
 		every = DefaultHeadsInterval
 	}
 	return &Publisher{conn: cfg.Conn, prefix: cfg.Prefix, subject: eventsSubject(cfg.Prefix), hasher: cfg.Hasher,
-		keep: keep, idle: idle, forget: forget, bound: bound, every: every, epoch: uint64(time.Now().UnixNano()), log: log,
+		keep: keep, idle: idle, forget: forget, bound: maxBytes, every: every, epoch: uint64(time.Now().UnixNano()), log: log,
 		workers: map[kvroute.WorkerKey]*pubWorker{}}, nil
 }
 
