@@ -182,10 +182,7 @@ func sigmaAt(s string, i int) rune {
 
 // isCased reports whether r has Unicode's Cased property: lower-case,
 // upper-case or title-case.
-func isCased(r rune) bool {
-	return unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r) ||
-		unicode.Is(unicode.Other_Lowercase, r) || unicode.Is(unicode.Other_Uppercase, r)
-}
+func isCased(r rune) bool { return isLowercase(r) || isUppercase(r) || unicode.IsTitle(r) }
 
 // isCaseIgnorable reports whether r has Unicode's Case_Ignorable
 // property: a mark, format character, modifier, or a character that may
