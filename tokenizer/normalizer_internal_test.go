@@ -30,6 +30,9 @@ func TestUnicodeNormLongMarkRuns(t *testing.T) {
 		{norm.NFC, "a\u1abf\u0301", "a\u1abf\u0301"},
 		{norm.NFC, "a\u0301\u1abf", "\u00e1\u1abf"},
 		{norm.NFKC, strings.Repeat("\u0327\u0301", 20) + "\u034f", strings.Repeat("\u0327", 20) + acute[:40] + "\u034f"},
+		// x/text's norm.Iter panics on these (a nil flusher).
+		{norm.NFD, "a\uff9e\u0308\uff9e", "a\uff9e\u0308\uff9e"},
+		{norm.NFD, "caf\u00e97\uff9e\u0308\uff9e sp", "cafe\u03017\uff9e\u0308\uff9e sp"},
 	}
 	for _, tt := range tests {
 		n := unicodeNorm{tt.form}
