@@ -12,7 +12,9 @@
 //     order (package kvevents decodes and delivers them). Act on the
 //     errors: a *GapError asks for a replay from GapError.Want (or a
 //     ResetWorker), ErrDuplicate events are dropped, an
-//     *UnknownParentError means the worker's view is incomplete.
+//     *UnknownParentError means the worker's view is incomplete, and a
+//     *RepeatedBlockError that the engine sent a chain naming one block
+//     hash twice, of which the index kept the part before the repeat.
 //  3. For each request, hash the prompt with kvroute.Hasher.AppendSeqHashes
 //     into a reused slice and call Index.Match with a reused MatchResult.
 //  4. Call RemoveWorker when a worker leaves the pool and ResetWorker when

@@ -22,6 +22,13 @@ var (
 	// its blocks was attached; the worker's view may be incomplete, so the
 	// caller may request a replay or a resync of that worker.
 	ErrUnknownParent = errors.New("indexer: unknown parent block")
+	// ErrRepeatedBlock: a Stored event names one engine hash twice, as its
+	// parent or one of its blocks and again for a later block: that block
+	// would be its own ancestor, which no engine stores. The event was
+	// consumed: its blocks before the repeated one were stored, the
+	// repeated one and those after it were not, and the worker kept every
+	// block it held before.
+	ErrRepeatedBlock = errors.New("indexer: engine block hash repeated in a stored event")
 )
 
 // GapError reports a gap in a worker's event sequence. It matches ErrGap
@@ -53,3 +60,20 @@ func (e *UnknownParentError) Error() string {
 
 // Is reports whether target is ErrUnknownParent.
 func (e *UnknownParentError) Is(target error) bool { return target == ErrUnknownParent }
+
+// RepeatedBlockError reports a Stored event cut short at a block whose
+// engine hash the event named already. It matches ErrRepeatedBlock with
+// errors.Is.
+type RepeatedBlockError struct {
+	Worker  kvroute.WorkerKey
+	EventID uint64
+	Block   kvroute.ExternalHash // the repeated engine hash
+	Stored  int                  // the event's blocks stored, those before the repeated one
+}
+
+func (e *RepeatedBlockError) Error() string {
+	return fmt.Sprintf("indexer: stored event %d of worker %s names engine block %#x again (a block its own ancestor): %d blocks stored, the rest refused", e.EventID, e.Worker, uint64(e.Block), e.Stored)
+}
+
+// Is reports whether target is ErrRepeatedBlock.
+func (e *RepeatedBlockError) Is(target error) bool { return target == ErrRepeatedBlock }

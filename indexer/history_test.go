@@ -286,14 +286,22 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 			ev.Tier = kvroute.Tier(r.IntN(int(kvroute.NumTiers)))
 			want := w.seq.expect(ev)
 			unknownParent := ev.Kind == kvroute.EventStored && ev.HasParent && w.m.blocks[ev.Parent].tiers == 0
-			if want == nil && unknownParent {
+			switch {
+			case want == nil && unknownParent:
 				want = indexer.ErrUnknownParent
+			case want == nil && repeatsBlock(ev):
+				want = indexer.ErrRepeatedBlock
 			}
 			err := ix.Apply(ev)
 			if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
 				return fmt.Errorf("%s: %v: %v, want %v", at, ev, err, want)
 			}
 			switch want {
+			case indexer.ErrRepeatedBlock:
+				stats.Applied++
+				stats.Repeated++
+				w.updated = clock.Now()
+				w.m.apply(ev)
 			case indexer.ErrDuplicate:
 				stats.Duplicates++
 			case indexer.ErrGap:

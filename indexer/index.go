@@ -156,7 +156,7 @@ type slotKey struct {
 
 // counters are the event statistics, updated atomically.
 type counters struct {
-	applied, duplicates, gaps, unknownParents, unknownRemoved, invalid atomic.Uint64
+	applied, duplicates, gaps, unknownParents, repeated, unknownRemoved, invalid atomic.Uint64
 }
 
 // workerState is one cache domain's part of the index. Its fields but
@@ -272,7 +272,12 @@ func (ix *Index) freeSlot(slot int) {
 //   - a *GapError (matching ErrGap) when the ID skips events (not applied;
 //     replay from GapError.Want, or ResetWorker and go on);
 //   - an *UnknownParentError (matching ErrUnknownParent) when a Stored
-//     event's parent is unknown for its worker (consumed, nothing attached).
+//     event's parent is unknown for its worker (consumed, nothing attached);
+//   - a *RepeatedBlockError (matching ErrRepeatedBlock) when a Stored
+//     event's block names an engine hash the event named already, as its
+//     parent or an earlier block (consumed: the blocks before that one
+//     are stored, it and those after it are not; the worker keeps every
+//     block it held).
 //
 // A worker's first sequenced event (ID not 0), and its first after
 // ResetWorker, sets the baseline; IDs go on from there one at a time, and
@@ -329,6 +334,8 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 	if ev.LoRA != "" {
 		h = h.WithLoRA(ev.LoRA)
 	}
+	st.ev = ev
+	var err error
 	for i := 0; i < len(ev.Blocks); {
 		if st.hasPrev {
 			if i += st.appendNew(ev.Blocks[i:], h); i == len(ev.Blocks) {
@@ -340,11 +347,17 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 		if len(b.Tokens) > 0 {
 			local = h.HashBlock(b.Tokens)
 		}
-		st.store(b.External, local, len(ev.Blocks)-i)
+		st.cur = i
+		if !st.store(b.External, local, len(ev.Blocks)-i) {
+			ix.stats.repeated.Add(1)
+			err = &RepeatedBlockError{Worker: ws.key, EventID: ev.ID, Block: b.External, Stored: i}
+			ix.log.Debug("stored event cut short", "err", err)
+			break
+		}
 		i++
 	}
 	st.flush()
-	return nil
+	return err
 }
 
 // appendNew is store's fast path for the common case of an event's blocks
@@ -451,6 +464,11 @@ type storer struct {
 	// the worker is to hold.
 	pend     *run
 	from, to int
+
+	// ev is the Stored event being stored (nil for approximate inserts),
+	// cur the index of its block being stored.
+	ev  *kvroute.Event
+	cur int
 }
 
 // at sets the parent of the next block.
@@ -459,17 +477,26 @@ func (st *storer) at(seq kvroute.SeqHash, r *run, pos int) {
 }
 
 // store stores one block, known to the engine as ext; left is the number
-// of blocks of the event from this one on.
-func (st *storer) store(ext kvroute.ExternalHash, local kvroute.BlockHash, left int) {
+// of blocks of the event from this one on. It reports false, storing
+// nothing, when ext names the event's parent or one of its blocks before
+// this one (see place).
+func (st *storer) store(ext kvroute.ExternalHash, local kvroute.BlockHash, left int) bool {
 	seq := kvroute.SeqHash(local)
 	if st.hasPrev {
 		seq = kvroute.NextSeqHash(st.prev, local)
 	}
-	st.place(ext, seq, local, left)
+	return st.place(ext, seq, local, left)
 }
 
-// place stores the block seq and moves the storer past it.
-func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvroute.BlockHash, left int) {
+// place stores the block seq and moves the storer past it. It reports
+// false, storing nothing, when the worker's engine hash ext names another
+// block that is the event's parent or one of its blocks before this one:
+// the block would be its own ancestor, which no engine stores, and taking
+// ext over would drop a block the worker holds. Such a repeat can only
+// show here, where ext names a block other than seq (the same block at
+// two places of one chain would be a hash cycle), so the common path
+// pays nothing for the check.
+func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvroute.BlockHash, left int) bool {
 	ix, ws, t := st.ix, st.ws, st.tier
 	// One probe finds or inserts the entry; nothing below changes the map
 	// before the entry is set.
@@ -479,6 +506,9 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 	case !had:
 		ix.sz.entries += 1
 	case ix.seqOf(unpack(*p)) != seq:
+		if st.repeats(ext) {
+			return false
+		}
 		// The engine reused its hash for other content: forget the old block.
 		st.flush()
 		stale := unpack(*p)
@@ -493,12 +523,31 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 		if old.tiers&(1<<t) != 0 {
 			r, pos := ix.place(old)
 			st.at(seq, r, pos)
-			return
+			return true
 		}
 	}
 	r, pos := st.locate(seq, local, left)
 	*p = entry{id: r.id, pos: int32(pos), tiers: old.tiers | 1<<t}.pack()
 	st.at(seq, r, pos)
+	return true
+}
+
+// repeats reports whether ext names the parent of the event being stored
+// or one of its blocks before the current one.
+func (st *storer) repeats(ext kvroute.ExternalHash) bool {
+	ev := st.ev
+	if ev == nil {
+		return false
+	}
+	if ev.HasParent && ev.Parent == ext {
+		return true
+	}
+	for i := range st.cur {
+		if ev.Blocks[i].External == ext {
+			return true
+		}
+	}
+	return false
 }
 
 // locate finds the live place of block seq, a child of prev, and gives
@@ -1165,10 +1214,11 @@ func hasKey[K comparable, V any](m map[K]V, k K) bool {
 
 // Stats are the index's event counters since it was created.
 type Stats struct {
-	Applied        uint64 // events applied (including those with unknown parents)
+	Applied        uint64 // events applied (including those with unknown parents or cut short)
 	Duplicates     uint64 // events rejected as duplicates
 	Gaps           uint64 // events rejected for a gap
 	UnknownParents uint64 // Stored events whose parent was unknown
+	Repeated       uint64 // Stored events cut short at a block naming an engine hash the event named already
 	UnknownRemoved uint64 // removed blocks the worker did not hold
 	Invalid        uint64 // malformed events
 }
@@ -1180,6 +1230,7 @@ func (ix *Index) Stats() Stats {
 		Duplicates:     ix.stats.duplicates.Load(),
 		Gaps:           ix.stats.gaps.Load(),
 		UnknownParents: ix.stats.unknownParents.Load(),
+		Repeated:       ix.stats.repeated.Load(),
 		UnknownRemoved: ix.stats.unknownRemoved.Load(),
 		Invalid:        ix.stats.invalid.Load(),
 	}

@@ -2,6 +2,7 @@ package indexer_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -469,19 +470,19 @@ func TestLastUpdate(t *testing.T) {
 	require.Equal(t, time.Unix(500, 0), at)
 }
 
-// TestReusedHashInOneEventKeepsRunStart stores a chain whose engine hash
-// names its first block and then, in the same event, the second: the first
-// block dies and its child goes on the run right after it. The run's start
-// must stay findable, so that storing the chain again brings the first
+// TestDeadRunStartStaysFindable removes the first block of a chain while
+// its child stays held: the run's start dies and is swept from the table.
+// It must stay findable, so that storing the chain again brings the first
 // block back in place instead of indexing the second twice.
-func TestReusedHashInOneEventKeepsRunStart(t *testing.T) {
+func TestDeadRunStartStaysFindable(t *testing.T) {
 	ix := newIndex(t)
 	indexer.SetSweepMin(ix, 1) // sweep dead run starts at once
 	w := wk(1)
 	toks := prompt(1, 2)
-	require.NoError(t, ix.Apply(stored(w, 1, kvroute.TierDevice, 0, []H{5, 5}, toks)))
+	require.NoError(t, ix.Apply(stored(w, 1, kvroute.TierDevice, 0, []H{5, 6}, toks)))
+	require.NoError(t, ix.Apply(removed(w, 2, kvroute.TierDevice, 5)))
 	require.Equal(t, 1, ix.Size().Pairs)
-	require.NoError(t, ix.Apply(stored(w, 2, kvroute.TierDevice, 0, []H{7, 8}, toks)))
+	require.NoError(t, ix.Apply(stored(w, 3, kvroute.TierDevice, 0, []H{7, 8}, toks)))
 	size := ix.Size()
 	require.Equal(t, 2, size.Blocks)
 	require.Equal(t, 2, size.Pairs)
@@ -494,11 +495,90 @@ func TestReusedHashInOneEventKeepsRunStart(t *testing.T) {
 	require.Equal(t, 2, m.Blocks)
 
 	// Removing one engine hash of the second block keeps it held.
-	require.NoError(t, ix.Apply(removed(w, 3, kvroute.TierDevice, 8)))
+	require.NoError(t, ix.Apply(removed(w, 4, kvroute.TierDevice, 8)))
 	ix.Match(seqsOf(toks), &res)
 	m, _ = res.Find(w)
 	require.Equal(t, 2, m.Blocks)
 	require.Equal(t, 2, ix.Size().Pairs)
+}
+
+// TestRepeatedBlockCutsEventShort: a Stored event whose block names an
+// engine hash the event named already, as its parent or an earlier block
+// (a block its own ancestor), is cut short there: the blocks before it
+// are stored, it and those after it are not, the worker keeps every block
+// it held, and the event's ID is consumed.
+func TestRepeatedBlockCutsEventShort(t *testing.T) {
+	long := make([]H, 20)
+	for i := range long {
+		long[i] = H(100 + i)
+	}
+	repeatLong := slices.Clone(long)
+	repeatLong[17] = long[3]
+	zeros := slices.Clone(long)
+	zeros[2], zeros[11] = 0, 0
+	tests := []struct {
+		name   string
+		parent H
+		ext    []H
+		stored int
+	}{
+		{"parent again", 50, []H{50}, 0},
+		{"parent again later", 50, []H{60, 61, 50}, 2},
+		{"parent again, many blocks", 50, append(slices.Clone(long), 50, 62), 20},
+		{"a block twice", 0, []H{60, 61, 60}, 2},
+		{"a block twice, adjacent", 50, []H{60, 60}, 1},
+		{"a block twice, many blocks", 0, repeatLong, 17},
+		{"hash zero twice", 0, zeros, 11},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ix := newIndex(t)
+			w := wk(1)
+			parentToks := prompt(90)
+			require.NoError(t, ix.Apply(stored(w, 1, kvroute.TierDevice, 0, []H{50}, parentToks)))
+			toks := make([]uint32, 0, 4*len(tt.ext))
+			for i := range tt.ext {
+				toks = append(toks, prompt(uint32(i+1))...)
+			}
+			full := toks
+			if tt.parent != 0 {
+				full = append(slices.Clone(parentToks), toks...)
+			}
+			err := ix.Apply(stored(w, 2, kvroute.TierDevice, tt.parent, tt.ext, toks))
+			require.ErrorIs(t, err, indexer.ErrRepeatedBlock)
+			var re *indexer.RepeatedBlockError
+			require.ErrorAs(t, err, &re)
+			require.Equal(t, tt.stored, re.Stored)
+			require.Equal(t, uint64(1), ix.Stats().Repeated)
+
+			var res indexer.MatchResult
+			ix.Match(seqsOf(parentToks), &res)
+			m, ok := res.Find(w)
+			require.True(t, ok, "the parent block is gone")
+			require.Equal(t, 1, m.Blocks)
+			want := tt.stored
+			if tt.parent != 0 {
+				want++
+			}
+			ix.Match(seqsOf(full), &res)
+			m, _ = res.Find(w)
+			require.Equal(t, want, m.Blocks)
+			require.Equal(t, 1+tt.stored, ix.Size().Pairs)
+
+			// The event's ID was consumed: the next one applies.
+			require.NoError(t, ix.Apply(stored(w, 3, kvroute.TierDevice, 50, []H{70}, prompt(91))))
+		})
+	}
+	// Distinct hashes, the hash 0 among them once, are stored.
+	ix := newIndex(t)
+	ok := slices.Clone(long)
+	ok[5] = 0
+	toks := make([]uint32, 0, 4*len(ok))
+	for i := range ok {
+		toks = append(toks, prompt(uint32(i+1))...)
+	}
+	require.NoError(t, ix.Apply(stored(wk(1), 1, kvroute.TierDevice, 0, ok, toks)))
+	require.Equal(t, len(ok), ix.Size().Pairs)
 }
 
 // TestRemoveChainStretches removes stretches of one worker's chain in one
@@ -547,16 +627,12 @@ func TestRemoveChainStretches(t *testing.T) {
 	}
 }
 
-// TestNeighbourSegmentBeyondFirstChunk gives a worker whose slot is past
-// the first 64 part of a segment whose neighbour has the same holders in
-// the first chunk and no second chunk: the part must get a segment with
-// the worker in it, not that neighbour. The stretch is built so: h holds
-// three blocks, b takes and drops the first two one at a time (which
-// leaves them in a segment apart from the third's, with the same
-// holders), and the worker stores the first block and then, under the
-// same engine hash, the second, which drops the first again and leaves
-// the second to be added alone.
-func TestNeighbourSegmentBeyondFirstChunk(t *testing.T) {
+// TestWorkerBeyondFirstChunkAcrossTiers: a worker in slot 64 holds a
+// block in the host tier and its child in the device tier, inside a
+// stretch whose segments another worker's adds and drops left with the
+// same holders (see also TestHoldersDifferBeyondFirstChunk); what it holds
+// and the pair counts follow its events.
+func TestWorkerBeyondFirstChunkAcrossTiers(t *testing.T) {
 	h, b, w := wk(1), wk(2), wk(3)
 	ix := newIndex(t)
 	toks := prompt(1, 2, 3)
@@ -567,10 +643,12 @@ func TestNeighbourSegmentBeyondFirstChunk(t *testing.T) {
 	for i := range 62 { // fill the first chunk's slots: w gets slot 64
 		require.NoError(t, ix.Apply(cleared(wk(uint64(100+i)), 0)))
 	}
-	require.NoError(t, ix.Apply(stored(w, 0, 0, 0, []H{31, 31}, toks[:8])))
+	require.NoError(t, ix.Apply(stored(w, 0, kvroute.TierHost, 0, []H{31}, toks[:4])))
+	require.NoError(t, ix.Apply(stored(w, 0, kvroute.TierDevice, 31, []H{32}, toks[4:8])))
+	require.NoError(t, ix.Apply(removed(w, 0, kvroute.TierHost, 31)))
 	require.Equal(t, 3+1, ix.Size().Pairs)
 	// With the first block stored again, w holds the first two.
-	require.NoError(t, ix.Apply(stored(w, 0, 0, 0, []H{32}, toks[:4])))
+	require.NoError(t, ix.Apply(stored(w, 0, 0, 0, []H{33}, toks[:4])))
 	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{h: dev(3), w: dev(2)}, matchMap(ix, toks))
 	require.Equal(t, 3+2, ix.Size().Pairs)
 	require.NoError(t, ix.Apply(cleared(w, 0)))
