@@ -120,7 +120,9 @@ func NewPuller(cfg PullerConfig) (*Puller, error) {
 
 // AddPeer loads a prefill rank's metadata and prepares the descriptor
 // lists of the heads it shares with this rank. Adding an agent again
-// replaces it. Errors: ErrMismatch (incompatible layouts, or metadata of
+// replaces it. When AddPeer fails after the agent loaded the metadata, it
+// unloads it again, unless the metadata names a peer the Puller holds
+// already. Errors: ErrMismatch (incompatible layouts, or metadata of
 // another agent, or a layout of more than PullerConfig.MaxPeerDescs
 // descriptors), the agent's errors.
 func (p *Puller) AddPeer(info PeerInfo) error {
@@ -143,29 +145,50 @@ func (p *Puller) AddPeer(info PeerInfo) error {
 	if err != nil {
 		return err
 	}
-	if name != info.Agent {
-		return fmt.Errorf("%w: peer info names agent %q, its metadata %q", ErrMismatch, info.Agent, name)
-	}
-	peer := &pullPeer{info: info}
-	peer.slice, peer.ok = Overlap(local, &info.Layout)
-	if peer.ok {
-		ld, rd, err := SliceLists(local, &info.Layout)
-		if err != nil {
-			return err
+	peer, err := p.prepPeer(info, name)
+	if err != nil {
+		// The agent keeps no peer the puller does not know. A peer the
+		// puller holds already keeps the metadata just loaded: its
+		// transfers need the agent to know it.
+		if p.peers[name] == nil {
+			if uerr := p.cfg.Agent.InvalidateRemoteMetadata(name); uerr != nil {
+				return errors.Join(err, fmt.Errorf("transfer: puller: unload metadata of %q: %w", name, uerr))
+			}
 		}
-		if peer.local, err = p.cfg.Agent.PrepDescList("", ld); err != nil {
-			return err
-		}
-		if peer.remote, err = p.cfg.Agent.PrepDescList(info.Agent, rd); err != nil {
-			_ = peer.local.Release()
-			return err
-		}
+		return err
 	}
 	if old := p.peers[info.Agent]; old != nil {
 		old.release()
 	}
 	p.peers[info.Agent] = peer
 	return nil
+}
+
+// prepPeer checks that the metadata the agent loaded under name is info's
+// agent and prepares the lists of the heads info's rank shares with this
+// one.
+func (p *Puller) prepPeer(info PeerInfo, name string) (*pullPeer, error) {
+	if name != info.Agent {
+		return nil, fmt.Errorf("%w: peer info names agent %q, its metadata %q", ErrMismatch, info.Agent, name)
+	}
+	local := &p.cfg.Layout
+	peer := &pullPeer{info: info}
+	peer.slice, peer.ok = Overlap(local, &info.Layout)
+	if !peer.ok {
+		return peer, nil
+	}
+	ld, rd, err := SliceLists(local, &info.Layout)
+	if err != nil {
+		return nil, err
+	}
+	if peer.local, err = p.cfg.Agent.PrepDescList("", ld); err != nil {
+		return nil, err
+	}
+	if peer.remote, err = p.cfg.Agent.PrepDescList(info.Agent, rd); err != nil {
+		_ = peer.local.Release()
+		return nil, err
+	}
+	return peer, nil
 }
 
 func (pp *pullPeer) release() {

@@ -176,6 +176,71 @@ func TestPullerErrors(t *testing.T) {
 	require.ErrorIs(t, err, transfer.ErrRemoteDisconnect)
 }
 
+// TestAddPeerUnloadsOnFailure checks that an AddPeer failing after the
+// agent loaded the peer's metadata leaves the agent without it, so that the
+// agent holds no peer the Puller does not know.
+func TestAddPeerUnloadsOnFailure(t *testing.T) {
+	prefillW, decodeW := kvroute.WorkerKey{ID: 1}, kvroute.WorkerKey{ID: 2}
+	p0 := newAgentRank(t, prefillW, 1, 0, contiguousHND)
+
+	// bare is an agent that registered no memory, with a PeerInfo naming
+	// p0's layout: its metadata loads, but no list over it can be prepared.
+	bare, err := tcp.New(tcp.Config{Name: "bare"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bare.Close() })
+	bareInfo, err := transfer.NewPeerInfo(bare, prefillW, p0.layout)
+	require.NoError(t, err)
+	renamed := p0.info
+	renamed.Agent = "someone-else"
+
+	for _, tc := range []struct {
+		name string
+		// unregistered makes the decode agent register no memory of its
+		// own, so the local list cannot be prepared.
+		unregistered bool
+		info         transfer.PeerInfo
+		want         error
+		// loaded is the agent the failed AddPeer loaded metadata of.
+		loaded string
+	}{
+		{name: "metadata of another agent", info: renamed, want: transfer.ErrMismatch, loaded: p0.agent.Name()},
+		{name: "remote memory not registered", info: bareInfo, want: transfer.ErrNotRegistered, loaded: bare.Name()},
+		{name: "local memory not registered", unregistered: true, info: p0.info, want: transfer.ErrNotRegistered, loaded: p0.agent.Name()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rk := newRank(t, 1, 0, contiguousHND)
+			dec, err := tcp.New(tcp.Config{Name: "decode"})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = dec.Close() })
+			if !tc.unregistered {
+				require.NoError(t, dec.RegisterMem(rk.layout.RegList()))
+			}
+			puller, err := transfer.NewPuller(transfer.PullerConfig{Agent: dec, Worker: decodeW, Layout: rk.layout})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = puller.Close() })
+
+			require.ErrorIs(t, puller.AddPeer(tc.info), tc.want)
+			require.ErrorIs(t, dec.InvalidateRemoteMetadata(tc.loaded), transfer.ErrUnknownAgent,
+				"the agent still holds the metadata of %q", tc.loaded)
+		})
+	}
+
+	// A failed AddPeer whose metadata names a peer the Puller holds keeps
+	// that peer working.
+	dec := newAgentRank(t, decodeW, 1, 0, contiguousHND)
+	p0.fillModel()
+	puller, err := transfer.NewPuller(transfer.PullerConfig{Agent: dec.agent, Worker: decodeW, Layout: dec.layout})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, puller.Close()) }()
+	require.NoError(t, puller.AddPeer(p0.info))
+	require.ErrorIs(t, puller.AddPeer(renamed), transfer.ErrMismatch)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = puller.Pull(ctx, transfer.PullRequest{Prefill: prefillW, Decode: decodeW, PrefillBlocks: []int{2}, DecodeBlocks: []int{3}})
+	require.NoError(t, err)
+	dec.check(t, []int{3}, []int{2})
+}
+
 func TestPeerInfoUnmarshalErrors(t *testing.T) {
 	for _, in := range []string{
 		``, `{`, `{"v":2,"agent":"a","metadata":"AA=="}`,
