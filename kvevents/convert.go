@@ -198,6 +198,12 @@ type ConvertStats struct {
 	// (see Converter); their blocks that no device store described are
 	// counted in DroppedBlocks.
 	TierCopies uint64
+	// StateClears counts the times a bounded map of what the Converter
+	// learned from earlier events (the kinds of KV-cache groups per rank,
+	// the salts of salted blocks, re-chunking tails, device blocks'
+	// identities for tier copies) reached its bound and was emptied;
+	// what it held is learned again from later events.
+	StateClears uint64
 }
 
 // Converter turns decoded engine batches into kvroute.Events, computing
@@ -314,7 +320,8 @@ type chunkTail struct {
 }
 
 // Bounds of the Converter's maps; a map that reaches its bound is cleared
-// (hashers, salts, tails, identities) or stops growing (kinds).
+// (counted in ConvertStats.StateClears, but for the hashers, which only
+// cache what can be made again).
 const (
 	maxHashers = 64
 	maxSalts   = 1 << 20
@@ -588,6 +595,7 @@ func (c *Converter) tierCopy(dst []kvroute.Event, ev *EngineEvent, rank kvroute.
 func (c *Converter) remember(rank kvroute.DPRank, out *kvroute.Event) {
 	if len(c.ids)+len(out.Blocks) > maxIDs {
 		clear(c.ids)
+		c.stats.StateClears++
 	}
 	id := identity{parent: out.Parent, hasParent: out.HasParent}
 	for _, b := range out.Blocks {
@@ -603,7 +611,16 @@ func (c *Converter) reusable(ev *EngineEvent, rank kvroute.DPRank, store bool) b
 	kind := ev.SpecKind
 	if kind != "" && ev.GroupIdx.Valid && store {
 		k := groupKey{rank, ev.GroupIdx.Value}
-		if old, ok := c.kinds[k]; ok && old != kind || !ok && len(c.kinds) < maxKinds {
+		if old, ok := c.kinds[k]; !ok || old != kind {
+			if !ok && len(c.kinds) >= maxKinds {
+				// Past the bound (a producer naming ever new groups or
+				// ranks) start afresh, as the other bounded maps do:
+				// stopping would leave every later pair unknown for good,
+				// and its removals skipped. The cleared pairs are learned
+				// again from their next stores.
+				clear(c.kinds)
+				c.stats.StateClears++
+			}
 			c.kinds[k] = kind
 		}
 	}
@@ -715,6 +732,7 @@ func (c *Converter) stored(ev *EngineEvent, rank kvroute.DPRank, out *kvroute.Ev
 		// children without their salt for good.
 		if len(c.salts)+len(ev.BlockHashes) > maxSalts {
 			clear(c.salts)
+			c.stats.StateClears++
 		}
 		for _, hh := range ev.BlockHashes {
 			c.salts[chainKey{rank, hh.External()}] = salt
@@ -819,6 +837,7 @@ func (c *Converter) rechunk(ev *EngineEvent, rank kvroute.DPRank, h kvroute.Hash
 			for k, x := range c.tails {
 				c.freeTail(k, x)
 			}
+			c.stats.StateClears++
 		}
 		t = c.newTail()
 		c.tails[key] = t

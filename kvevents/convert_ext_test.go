@@ -663,3 +663,45 @@ func TestConvertInvalidEventsLogSparingly(t *testing.T) {
 	require.Contains(t, lines[0], "total=1 ")
 	require.Contains(t, lines[9], "total=512 ")
 }
+
+// TestConvertKindsBounded: the kinds learned per (rank, group) are bounded
+// by clearing, so a pair first seen after the bound is still learned and
+// the kind-less removals of its group are converted.
+func TestConvertKindsBounded(t *testing.T) {
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4})
+	require.NoError(t, err)
+	// A store in each of 1,024 sliding-window groups fills the map.
+	var fill kvevents.Batch
+	for g := range 1024 {
+		ev := stored([]uint64{uint64(g + 1)}, 0, seq(4, 0))
+		ev.GroupIdx, ev.SpecKind = kvevents.Some(int64(g+1)), kvevents.KindSlidingWindow
+		fill.Events = append(fill.Events, ev)
+	}
+	evs, err := c.Convert(nil, &fill)
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	require.Zero(t, c.Stats().StateClears)
+
+	// A new full-attention group stores, then evicts without its kind.
+	st := stored([]uint64{5000}, 0, seq(4, 0))
+	st.GroupIdx, st.SpecKind = kvevents.Some(2000), kvevents.KindFullAttention
+	rm := kvevents.EngineEvent{Type: kvevents.BlockRemoved, GroupIdx: kvevents.Some(2000),
+		BlockHashes: []kvevents.Hash{kvevents.UintHash(5000)}}
+	evs, err = c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{st, rm}})
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, kvroute.EventRemoved, evs[1].Kind)
+	require.Equal(t, []kvroute.ExternalHash{5000}, evs[1].Removed)
+	require.EqualValues(t, 1, c.Stats().StateClears)
+
+	// A cleared sliding-window group is learned again from its next store.
+	again := stored([]uint64{7}, 0, seq(4, 0))
+	again.GroupIdx, again.SpecKind = kvevents.Some(7), kvevents.KindSlidingWindow
+	rm7 := kvevents.EngineEvent{Type: kvevents.BlockRemoved, GroupIdx: kvevents.Some(7),
+		BlockHashes: []kvevents.Hash{kvevents.UintHash(7)}}
+	skipped := c.Stats().SkippedGroupEvents
+	evs, err = c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{again, rm7}})
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	require.Equal(t, skipped+2, c.Stats().SkippedGroupEvents)
+}
