@@ -17,7 +17,9 @@ import (
 // event per (block, tier). A block whose worker no longer holds its parent
 // (the engine evicted the parent first) is emitted under placeholder
 // ancestors that are removed again right after, so that it is restored
-// exactly as unreachable-until-its-parent-returns.
+// exactly as unreachable-until-its-parent-returns. A worker the index
+// knows that holds no block is emitted as one Cleared event, so that the
+// rebuilt index knows it too (Workers lists the same keys).
 //
 // Dump takes a snapshot of one worker at a time under the index's write
 // lock and calls fn after releasing it, so a slow fn never holds up
@@ -32,6 +34,14 @@ func (ix *Index) Dump(fn func(*kvroute.Event) error) error {
 	return nil
 }
 
+// DumpWorker is Dump for worker w alone: the events that rebuild its
+// blocks, in an index that has none of them (or a Cleared event when it is
+// known and holds none; nothing when it is not known). It costs the
+// worker's blocks, not the whole index's.
+func (ix *Index) DumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) error {
+	return ix.dumpWorker(w, fn)
+}
+
 // dumpBlock is one block a worker holds, as Dump emits it.
 type dumpBlock struct {
 	ext   kvroute.ExternalHash
@@ -41,9 +51,13 @@ type dumpBlock struct {
 }
 
 func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) error {
-	stored, placeholders := ix.snapshotWorker(w)
-	blk := make([]kvroute.StoredBlock, 1)
+	stored, placeholders, known := ix.snapshotWorker(w)
 	var ev kvroute.Event
+	if known && len(stored) == 0 && len(placeholders) == 0 {
+		ev = kvroute.Event{Kind: kvroute.EventCleared, Worker: w}
+		return fn(&ev)
+	}
+	blk := make([]kvroute.StoredBlock, 1)
 	for _, s := range stored {
 		blk[0] = kvroute.StoredBlock{External: s.ext, Hash: s.local}
 		ev = kvroute.Event{Kind: kvroute.EventStored, Worker: w, Tier: s.tier, Blocks: blk,
@@ -61,13 +75,13 @@ func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) 
 
 // snapshotWorker returns, under the write lock, the Stored events that
 // rebuild worker w's blocks in order and the placeholder engine hashes to
-// remove after them (deepest first).
-func (ix *Index) snapshotWorker(w kvroute.WorkerKey) ([]dumpStored, []kvroute.ExternalHash) {
+// remove after them (deepest first), and whether the index knows w.
+func (ix *Index) snapshotWorker(w kvroute.WorkerKey) ([]dumpStored, []kvroute.ExternalHash, bool) {
 	ix.mu.Lock()
 	defer ix.unlock()
 	ws := ix.worker(w, false)
 	if ws == nil {
-		return nil, nil
+		return nil, nil, false
 	}
 	blocks := make([]dumpBlock, 0, ws.blocks.len())
 	ws.blocks.all(func(ext kvroute.ExternalHash, e entry) {
@@ -149,7 +163,7 @@ func (ix *Index) snapshotWorker(w kvroute.WorkerKey) ([]dumpStored, []kvroute.Ex
 	}
 	// Remove the deepest placeholders first, as an engine evicts.
 	slices.Reverse(order)
-	return out, order
+	return out, order, true
 }
 
 // dumpStored is one Stored event of a worker's snapshot.

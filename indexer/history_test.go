@@ -239,15 +239,16 @@ func runHistory(seed uint64, ops int, probeSet [][]kvroute.SeqHash, concurrent b
 			ix = rebuilt
 			current.Store(ix)
 			for _, w := range workers {
-				w.seq.known = len(w.m.blocks) > 0
+				// Every known worker is restored, those holding no
+				// block by a Cleared event.
 				w.seq.last, w.seq.sequenced = 0, false
 				w.updated = time.Time{}
 				if w.seq.known {
 					w.updated = clock.Now()
 				}
 			}
-			// The restore applied only Stored and Removed events that
-			// name blocks the workers hold.
+			// The restore applied only Stored, Removed and Cleared
+			// events that name blocks and workers the index holds.
 			stats = rebuilt.Stats()
 			if stats.Applied == 0 && ix.Size().Pairs > 0 || stats != (indexer.Stats{Applied: stats.Applied}) {
 				return fmt.Errorf("%s: restored with stats %+v", at, stats)

@@ -354,9 +354,61 @@ func checkDumpRoundTrip(t *testing.T, ix *indexer.Index, tokens []uint32) {
 	require.Equal(t, orig.Blocks, again.Blocks)
 	require.Equal(t, orig.Pairs, again.Pairs)
 	require.Equal(t, orig.Entries, again.Entries)
+	require.Equal(t, ix.Workers(), rebuilt.Workers())
 	for _, w := range ix.Workers() {
 		require.ElementsMatch(t, ix.AppendWorkerBlocks(w, nil), rebuilt.AppendWorkerBlocks(w, nil))
 	}
+}
+
+// TestDumpKeepsEmptyWorkers: a worker the index knows that holds no block
+// (it cleared its cache, or evicted everything) is in the dump, so that the
+// rebuilt index lists the same workers.
+func TestDumpKeepsEmptyWorkers(t *testing.T) {
+	ix := newIndex(t)
+	a, b, c := wk(1), wk(2), wk(3)
+	require.NoError(t, ix.Apply(stored(a, 1, 0, 0, []H{11, 12}, prompt(1, 2))))
+	require.NoError(t, ix.Apply(stored(b, 1, 0, 0, []H{21}, prompt(1))))
+	require.NoError(t, ix.Apply(removed(b, 2, 0, 21)))
+	require.NoError(t, ix.Apply(cleared(c, 1)))
+	require.Equal(t, []kvroute.WorkerKey{a, b, c}, ix.Workers())
+	checkDumpRoundTrip(t, ix, prompt(1, 2))
+}
+
+// TestDumpWorker dumps one worker: its events alone, which rebuild its
+// blocks; a known worker without blocks gives one Cleared event, an
+// unknown one nothing.
+func TestDumpWorker(t *testing.T) {
+	ix := newIndex(t)
+	a, b, c := wk(1), wk(2), wk(3)
+	require.NoError(t, ix.Apply(stored(a, 1, 0, 0, []H{11, 12}, prompt(1, 2))))
+	require.NoError(t, ix.Apply(stored(b, 1, 0, 0, []H{21, 22, 23}, prompt(1, 2, 3))))
+	require.NoError(t, ix.Apply(removed(b, 2, 0, 21)))
+	require.NoError(t, ix.Apply(cleared(c, 1)))
+
+	rebuilt := newIndex(t)
+	var kinds []kvroute.EventKind
+	require.NoError(t, ix.DumpWorker(b, func(ev *kvroute.Event) error {
+		require.Equal(t, b, ev.Worker)
+		kinds = append(kinds, ev.Kind)
+		return rebuilt.Apply(ev)
+	}))
+	require.NotEmpty(t, kinds)
+	require.Equal(t, []kvroute.WorkerKey{b}, rebuilt.Workers())
+	require.ElementsMatch(t, ix.AppendWorkerBlocks(b, nil), rebuilt.AppendWorkerBlocks(b, nil))
+	require.Equal(t, matchMap(ix, prompt(1, 2, 3))[b], matchMap(rebuilt, prompt(1, 2, 3))[b])
+
+	kinds = nil
+	require.NoError(t, ix.DumpWorker(c, func(ev *kvroute.Event) error {
+		kinds = append(kinds, ev.Kind)
+		return rebuilt.Apply(ev)
+	}))
+	require.Equal(t, []kvroute.EventKind{kvroute.EventCleared}, kinds)
+	require.Equal(t, []kvroute.WorkerKey{b, c}, rebuilt.Workers())
+
+	require.NoError(t, ix.DumpWorker(wk(9), func(ev *kvroute.Event) error {
+		t.Fatalf("unknown worker dumped %v", ev)
+		return nil
+	}))
 }
 
 func TestDumpOrphanRoundTrip(t *testing.T) {

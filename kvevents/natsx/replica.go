@@ -1264,6 +1264,13 @@ func (l *loop) finishSync() {
 	}
 }
 
+// workerDumper is an Index that dumps one worker at the cost of its own
+// blocks (*indexer.Index does); serveDump uses it for one worker's dump,
+// where Index.Dump would walk every worker before it.
+type workerDumper interface {
+	DumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) error
+}
+
 // errStop ends a dump early.
 var errStop = errors.New("natsx: stop")
 
@@ -1327,8 +1334,12 @@ func (l *loop) serveDump(reply string, only *workerID) {
 		cs.add(len(scratch))
 		return nil
 	}
+	dump := r.cfg.Index.Dump
+	if wd, ok := r.cfg.Index.(workerDumper); ok && only != nil {
+		dump = func(fn func(*kvroute.Event) error) error { return wd.DumpWorker(onlyWorker, fn) }
+	}
 	seen := false
-	err := r.cfg.Index.Dump(func(ev *kvroute.Event) error {
+	err := dump(func(ev *kvroute.Event) error {
 		switch {
 		case only != nil && ev.Worker != onlyWorker:
 			if seen {

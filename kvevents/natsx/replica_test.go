@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,24 @@ func connect(t testing.TB, url string) *nats.Conn {
 type nodeConfig struct {
 	ttl, heartbeat, peerTimeout, syncTimeout time.Duration
 	removeGrace                              time.Duration // router.Config.RemoveGrace
+	// index, when set, wraps the node's index for its replica.
+	index func(*indexer.Index) natsx.Index
+}
+
+// dumpCounter is an index that counts the dumps it serves.
+type dumpCounter struct {
+	*indexer.Index
+	whole, oneWorker atomic.Int32
+}
+
+func (c *dumpCounter) Dump(fn func(*kvroute.Event) error) error {
+	c.whole.Add(1)
+	return c.Index.Dump(fn)
+}
+
+func (c *dumpCounter) DumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) error {
+	c.oneWorker.Add(1)
+	return c.Index.DumpWorker(w, fn)
 }
 
 func (c nodeConfig) withDefaults() nodeConfig {
@@ -87,7 +106,11 @@ func startNode(t testing.TB, url, id string, cfg nodeConfig, workers ...kvroute.
 	tr, err := scheduling.NewTracker(scheduling.TrackerConfig{TTL: cfg.ttl, BlockSize: bs})
 	require.NoError(t, err)
 	n := &node{id: id, nc: connect(t, url), ix: ix, tracker: tr, done: make(chan error, 1)}
-	n.rep, err = natsx.NewReplica(natsx.ReplicaConfig{Conn: n.nc, ID: id, Index: ix, Tracker: tr,
+	var repIndex natsx.Index = ix
+	if cfg.index != nil {
+		repIndex = cfg.index(ix)
+	}
+	n.rep, err = natsx.NewReplica(natsx.ReplicaConfig{Conn: n.nc, ID: id, Index: repIndex, Tracker: tr,
 		LoadHeartbeat: cfg.heartbeat, PeerTimeout: cfg.peerTimeout, SyncTimeout: cfg.syncTimeout,
 		OnPeerLoad: func() { n.rt.LoadChanged() }})
 	require.NoError(t, err)
@@ -331,8 +354,12 @@ func TestGapRepairsOnlyThatWorker(t *testing.T) {
 			proxy.setDrop(dropEvent(w1, 6))
 			x := startNode(t, proxy.URL(), "x", nodeConfig{syncTimeout: time.Second}, 1, 2)
 			var y *node
+			peerIndex := &dumpCounter{}
 			if tt.peer {
-				y = startNode(t, url, "y", nodeConfig{syncTimeout: time.Second}, 1, 2)
+				y = startNode(t, url, "y", nodeConfig{syncTimeout: time.Second, index: func(ix *indexer.Index) natsx.Index {
+					peerIndex.Index = ix
+					return peerIndex
+				}}, 1, 2)
 			}
 			pub, _ := startRelay(t, connect(t, url), tt.replay)
 			store := func(w kvroute.WorkerKey, i uint32) {
@@ -360,6 +387,9 @@ func TestGapRepairsOnlyThatWorker(t *testing.T) {
 			require.Positive(t, proxy.dropped.Load())
 			if y != nil {
 				require.Equal(t, y.blocks(w1), x.blocks(w1))
+				// The peer dumped worker 1 alone, not its whole index.
+				require.Zero(t, peerIndex.whole.Load())
+				require.Equal(t, int32(1), peerIndex.oneWorker.Load())
 			}
 		})
 	}
@@ -658,7 +688,9 @@ func TestLargeDumpFitsThePayloadLimit(t *testing.T) {
 	storeBlock(t, a.ix, w, 1) // a short chain beside it
 	require.Len(t, a.blocks(w), 2)
 
-	b := startNode(t, url, "b", nodeConfig{}, 1)
+	// The dump takes seconds under the race detector on a busy machine:
+	// b waits for it as long as it takes (not the default 2 s).
+	b := startNode(t, url, "b", nodeConfig{syncTimeout: time.Minute}, 1)
 	require.Equal(t, a.blocks(w), b.blocks(w))
 	require.Positive(t, a.rep.Stats().DumpsServed)
 }
