@@ -344,7 +344,7 @@ func (a *Agent) checkList(op, remoteName string, l transfer.DescList) error {
 		if r == nil {
 			return a.errorf(op, remoteName, transfer.ErrUnknownAgent, "")
 		}
-		i = coversAll(r.md.regions, l.Kind, l.Descs)
+		i = r.md.index.firstUncovered(l.Kind, l.Descs)
 	}
 	if i >= 0 {
 		side := "local"

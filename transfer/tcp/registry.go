@@ -17,7 +17,7 @@ import (
 // memory after its deregistration returned.
 type registry struct {
 	mu      sync.Mutex // protects regions and every entry's pins and drained
-	regions []*regEntry
+	regions regionIndex[*regEntry]
 }
 
 // regEntry is one registered region and the transfers using it.
@@ -60,39 +60,11 @@ func (p *pins) each(f func(*regEntry)) {
 	}
 }
 
-// holds reports whether g is of kind and holds all of d.
-func (g region) holds(kind transfer.MemKind, d transfer.Desc) bool {
-	return g.kind == kind && g.desc.Covers(d)
-}
-
-// covers reports whether one region of kind holds all of d.
-func covers(regions []region, kind transfer.MemKind, d transfer.Desc) bool {
-	for _, r := range regions {
-		if r.holds(kind, d) {
-			return true
-		}
-	}
-	return false
-}
-
-// coversAll returns the index of the first descriptor no region covers, or
-// -1 when all are covered.
-func coversAll(regions []region, kind transfer.MemKind, ds []transfer.Desc) int {
-	for i, d := range ds {
-		if !covers(regions, kind, d) {
-			return i
-		}
-	}
-	return -1
-}
-
 // find returns the region of kind holding all of d, or nil. The caller
 // holds mu.
 func (r *registry) find(kind transfer.MemKind, d transfer.Desc) *regEntry {
-	for _, e := range r.regions {
-		if e.holds(kind, d) {
-			return e
-		}
+	if i := r.regions.find(kind, d); i >= 0 {
+		return r.regions.vals[i]
 	}
 	return nil
 }
@@ -102,12 +74,7 @@ func (r *registry) find(kind transfer.MemKind, d transfer.Desc) *regEntry {
 func (r *registry) uncovered(kind transfer.MemKind, ds []transfer.Desc) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, d := range ds {
-		if r.find(kind, d) == nil {
-			return i
-		}
-	}
-	return -1
+	return r.regions.firstUncovered(kind, ds)
 }
 
 // pin pins the regions holding ds, so that they stay registered until
@@ -140,37 +107,33 @@ func (r *registry) unpin(p pins) {
 	})
 }
 
+// add registers one region per descriptor.
 func (r *registry) add(kind transfer.MemKind, ds []transfer.RegDesc) {
+	regs := make([]region, len(ds))
+	entries := make([]*regEntry, len(ds))
+	for i, d := range ds {
+		regs[i] = region{kind: kind, desc: d.Desc}
+		entries[i] = &regEntry{region: regs[i]}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, d := range ds {
-		r.regions = append(r.regions, &regEntry{region: region{kind: kind, desc: d.Desc}})
-	}
+	r.regions.add(regs, entries)
 }
 
 // remove deletes one region per descriptor and reports whether all were
 // found; it removes nothing otherwise. It returns once no transfer uses
 // the removed regions any more.
 func (r *registry) remove(kind transfer.MemKind, ds []transfer.RegDesc) bool {
-	r.mu.Lock()
-	keep := append([]*regEntry(nil), r.regions...)
-	var gone []*regEntry
-	for _, d := range ds {
-		found := false
-		for i, e := range keep {
-			if e.kind == kind && e.desc == d.Desc {
-				keep = append(keep[:i], keep[i+1:]...)
-				gone = append(gone, e)
-				found = true
-				break
-			}
-		}
-		if !found {
-			r.mu.Unlock()
-			return false
-		}
+	gs := make([]region, len(ds))
+	for i, d := range ds {
+		gs[i] = region{kind: kind, desc: d.Desc}
 	}
-	r.regions = keep
+	r.mu.Lock()
+	gone, found := r.regions.take(gs)
+	if !found {
+		r.mu.Unlock()
+		return false
+	}
 	var wait []chan struct{}
 	for _, e := range gone {
 		if e.pins > 0 {
@@ -189,16 +152,12 @@ func (r *registry) remove(kind transfer.MemKind, ds []transfer.RegDesc) bool {
 func (r *registry) snapshot() []region {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]region, len(r.regions))
-	for i, e := range r.regions {
-		out[i] = e.region
-	}
-	return out
+	return slices.Clone(r.regions.regs)
 }
 
 // count returns the number of registered regions.
 func (r *registry) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.regions)
+	return r.regions.len()
 }

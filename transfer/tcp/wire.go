@@ -97,6 +97,9 @@ type metadata struct {
 	// describes, at the same name and address.
 	incarnation uint64
 	regions     []region
+	// index finds the region holding a descriptor; unmarshalMetadata
+	// builds it, and regions is its sorted regions then.
+	index regionIndex[struct{}]
 }
 
 func appendString(b []byte, s string) []byte {
@@ -211,6 +214,8 @@ func unmarshalMetadata(b []byte) (*metadata, error) {
 		}
 		m.regions[i] = region{kind: kind, desc: d}
 	}
+	m.index.add(m.regions, make([]struct{}, n))
+	m.regions = m.index.regs
 	return m, nil
 }
 
