@@ -663,7 +663,7 @@ func (c *Converter) stored(ev *EngineEvent, rank kvroute.DPRank, out *kvroute.Ev
 		}
 		lora = name
 	}
-	if err := ParseExtraKeys(ev.ExtraKeys, lora, &c.extra); err != nil {
+	if err := ParseExtraKeys(ev.ExtraKeys, lora, !ev.ParentBlockHash.Valid(), &c.extra); err != nil {
 		c.stats.InvalidEvents++
 		c.skip(ev, err.Error())
 		return false

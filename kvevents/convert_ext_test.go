@@ -321,15 +321,20 @@ func TestConvertEagle(t *testing.T) {
 
 func TestParseExtraKeys(t *testing.T) {
 	digest := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	sha512 := digest + digest
 	dh, _ := kvroute.MMIdentifierHash(digest)
+	h512, _ := kvroute.MMIdentifierHash(sha512)
 	uh, _ := kvroute.MMIdentifierHash("user-uuid")
+	lh, _ := kvroute.MMIdentifierHash("a:" + digest)
+	sh, _ := kvroute.MMIdentifierHash("s")
 	tests := []struct {
-		name string
-		raw  []byte
-		lora string
-		salt string
-		mm   [][]uint64
-		err  bool
+		name  string
+		raw   []byte
+		lora  string
+		child bool // the event has a parent
+		salt  string
+		mm    [][]uint64
+		err   bool
 	}{
 		{name: "nil", raw: nil},
 		{name: "lora then salt", raw: extraKeys([]any{"a", "s"}), lora: "a", salt: "s", mm: [][]uint64{nil}},
@@ -338,6 +343,20 @@ func TestParseExtraKeys(t *testing.T) {
 		{name: "old bare digest and later bare identifiers", raw: extraKeys([]any{digest, "s"}, []any{"user-uuid"}, nil),
 			salt: "s", mm: [][]uint64{{dh}, {uh}, nil}},
 		{name: "pairs, numbers ignored", raw: extraKeys([]any{[]any{"user-uuid", 3}, int64(5), true}), mm: [][]uint64{{uh}}},
+		// vLLM before 0.19: bare identifiers, the salt after them.
+		{name: "old identifier before the salt", raw: extraKeys([]any{"user-uuid", "s"}, []any{"user-uuid"}),
+			salt: "s", mm: [][]uint64{{uh}, {uh}}},
+		{name: "old identifier running into the next block", raw: extraKeys([]any{"user-uuid"}, []any{"user-uuid"}),
+			mm: [][]uint64{{uh}, {uh}}},
+		{name: "old sha512 hash", raw: extraKeys([]any{sha512}), mm: [][]uint64{{h512}}},
+		{name: "old hash with LoRA prefix", raw: extraKeys([]any{"a", "a:" + digest}), lora: "a", mm: [][]uint64{{lh}}},
+		{name: "old identifier in a child event", raw: extraKeys([]any{"user-uuid"}, []any{"user-uuid"}), child: true,
+			mm: [][]uint64{{uh}, {uh}}},
+		{name: "bare string in a child event", raw: extraKeys([]any{"s"}), child: true, mm: [][]uint64{{sh}}},
+		// vLLM 0.19 on: pairs, the salt the one other bare string.
+		{name: "salt of hex digits after pairs", raw: extraKeys([]any{[]any{"user-uuid", 0}, digest}, []any{[]any{"user-uuid", -16}}),
+			salt: digest, mm: [][]uint64{{uh}, {uh}}},
+		{name: "Dynamo salt of hex digits", raw: extraKeys([]any{"dynamo-cache-salt:" + digest}), salt: digest, mm: [][]uint64{nil}},
 		{name: "not a list", raw: msgp.AppendString(nil, "x"), err: true},
 		{name: "block not a list", raw: extraKeys([]any{}), err: false, mm: [][]uint64{nil}},
 		{name: "truncated", raw: extraKeys([]any{"abc"})[:4], err: true},
@@ -345,7 +364,7 @@ func TestParseExtraKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var x kvevents.ExtraKeys
-			err := kvevents.ParseExtraKeys(tt.raw, tt.lora, &x)
+			err := kvevents.ParseExtraKeys(tt.raw, tt.lora, !tt.child, &x)
 			if tt.err {
 				require.ErrorIs(t, err, kvevents.ErrMalformed)
 				return
@@ -355,6 +374,47 @@ func TestParseExtraKeys(t *testing.T) {
 			require.Len(t, x.MM, len(tt.mm))
 			for i := range tt.mm {
 				require.ElementsMatch(t, tt.mm[i], x.MM[i])
+			}
+		})
+	}
+}
+
+// TestConvertOldExtraKeys: the bare multimodal identifiers of vLLM before
+// 0.19 are hashed as items, never as the cache salt, which is read only at
+// its place (the last bare string of a root event's first block).
+func TestConvertOldExtraKeys(t *testing.T) {
+	toks := seq(8, 100)
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	sha512 := strings.Repeat("0123456789abcdef", 8)
+	img, _ := kvroute.MMIdentifierHash("img-uuid")
+	big, _ := kvroute.MMIdentifierHash(sha512)
+	tests := []struct {
+		name   string
+		parent uint64
+		keys   []byte
+		salt   string
+		mm     [][]uint64 // per block
+	}{
+		{name: "identifier then salt", keys: extraKeys([]any{"img-uuid", "tenant-a"}, []any{"img-uuid"}),
+			salt: "tenant-a", mm: [][]uint64{{img}, {img}}},
+		{name: "identifier running on, no salt", keys: extraKeys([]any{"img-uuid"}, []any{"img-uuid"}),
+			mm: [][]uint64{{img}, {img}}},
+		{name: "sha512 hash, no salt", keys: extraKeys([]any{sha512}, nil), mm: [][]uint64{{big}, nil}},
+		{name: "child event", parent: 9, keys: extraKeys([]any{"img-uuid"}, nil), mm: [][]uint64{{img}, nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4})
+			require.NoError(t, err)
+			ev := stored([]uint64{1, 2}, tt.parent, toks)
+			ev.ExtraKeys = tt.keys
+			evs, err := c.Convert(nil, &kvevents.Batch{Events: []kvevents.EngineEvent{ev}})
+			require.NoError(t, err)
+			require.Len(t, evs, 1)
+			require.Len(t, evs[0].Blocks, 2)
+			hs := h.WithSalt(tt.salt)
+			for i, b := range evs[0].Blocks {
+				require.Equal(t, hs.HashBlockMM(toks[4*i:4*i+4], tt.mm[i]), b.Hash, "block %d", i)
 			}
 		})
 	}

@@ -30,41 +30,93 @@ type ExtraKeys struct {
 
 // ParseExtraKeys reads vLLM's extra_keys (the raw msgpack of
 // EngineEvent.ExtraKeys: one entry per block, nil or an array of keys) into
-// x, reusing its slices. lora is the event's LoRA name.
+// x, reusing its slices. lora is the event's LoRA name; root reports that
+// the event has no parent, so that its first block is the first block of
+// the request, the only block vLLM gives the cache salt (vLLM's
+// vllm/v1/core/block_pool.py passes start_token_idx 0, the salt's
+// condition, only for an event whose parent_block_hash is None).
 //
-// vLLM writes each block's keys untagged, in this order: the LoRA name (when
-// the request has an adapter), the multimodal items as [identifier, offset]
-// pairs, the cache salt (first block only) and prompt embedding digests as
-// byte strings. The rules, which also accept vLLM before 0.19 (multimodal
-// identifiers as bare strings):
+// vLLM writes each block's keys untagged (vllm/v1/core/kv_cache_utils.py
+// generate_block_hash_extra_keys; from 0.33 to_event_extra_keys untags
+// them), in this order: the LoRA name (when the request has an adapter),
+// the block's multimodal items, the cache salt (first block only) and
+// prompt embedding digests as byte strings. The items are
+// [identifier, offset] pairs from 0.19 on, bare identifier strings before
+// (_gen_mm_extra_hash_keys); an identifier is the item's hash (a hex
+// digest, "<lora>:"-prefixed with tower-connector LoRA) or the request's
+// own multimodal UUID. The rules:
 //   - the first bare string equal to lora is the LoRA name and is skipped;
-//   - an [identifier, offset] pair, and a bare 64-digit hex string, is a
-//     multimodal item, hashed with kvroute.MMIdentifierHash;
-//   - another bare string is the cache salt in the first block and a
-//     multimodal identifier in later ones; a salt tagged by Dynamo's vLLM
-//     worker ("dynamo-cache-salt:" and the salt) is untagged, so that it
-//     equals the salt Dynamo's frontend hashes requests with;
+//   - an [identifier, offset] pair is a multimodal item, hashed with
+//     kvroute.MMIdentifierHash;
+//   - in a root event's first block, the last other bare string is the
+//     place of the cache salt, and the bare strings before it are
+//     multimodal identifiers (vLLM before 0.19). It is the salt when the
+//     event has pairs (the layout of 0.19 on, whose only other bare string
+//     is the salt), or when it is tagged by Dynamo's vLLM worker
+//     ("dynamo-cache-salt:", untagged so that it equals the salt Dynamo's
+//     frontend hashes requests with), or else when it is not a multimodal
+//     identifier of vLLM before 0.19: not a hash (64 or 128 hex digits,
+//     after an optional "<lora>:") and not listed again by a later block
+//     (an item running into the next block). A request's own UUID of an
+//     item that ends in the first block of such an event, with no salt
+//     after it, cannot be told from a salt and is read as one;
+//   - other bare strings (of later blocks, or of an event with a parent)
+//     are multimodal identifiers of vLLM before 0.19;
 //   - a byte string (a prompt embedding digest) counts as an item with
 //     hash XXH3-64 of its bytes, so blocks of different embeddings differ;
 //   - numbers and booleans are ignored.
 //
 // It returns an error wrapping ErrMalformed when extra_keys is not a list
 // of nil or arrays.
-func ParseExtraKeys(raw []byte, lora string, x *ExtraKeys) error {
+func ParseExtraKeys(raw []byte, lora string, root bool, x *ExtraKeys) error {
 	x.Salt = ""
-	return x.readPerBlock(raw, "extra_keys", func(p []byte, blk int) ([]byte, error) {
+	sc := extraKeysScan{root: root}
+	err := x.readPerBlock(raw, "extra_keys", func(p []byte, blk int) ([]byte, error) {
 		m, p, err := readArrayHeader(p, 1)
 		if err != nil {
 			return p, err
 		}
 		loraSeen := lora == ""
 		for range m {
-			if p, err = readExtraKey(p, blk, lora, &loraSeen, x); err != nil {
+			if p, err = x.readExtraKey(p, blk, lora, &loraSeen, &sc); err != nil {
 				return p, err
 			}
 		}
 		return p, nil
 	})
+	if err != nil || sc.salt == nil {
+		return err
+	}
+	s := sc.salt
+	if !bytes.HasPrefix(s, []byte(DynamoSaltPrefix)) && !sc.pairs && (sc.again || isMMHashID(s)) {
+		addMM(&x.MM[0], s)
+		return nil
+	}
+	s = bytes.TrimPrefix(s, []byte(DynamoSaltPrefix))
+	if string(s) != x.last {
+		x.last = string(s)
+	}
+	x.Salt = x.last
+	return nil
+}
+
+// extraKeysScan is what ParseExtraKeys learns of an event's extra_keys
+// while it reads them.
+type extraKeysScan struct {
+	root  bool   // the event has no parent
+	salt  []byte // the bare string at the salt's place, nil when none
+	again bool   // a later block lists salt as well
+	pairs bool   // some block has an [identifier, offset] pair
+}
+
+// isMMHashID reports whether a bare extra key has the form of vLLM's
+// multimodal hashes: the hex digest of MultiModalHasher (64 digits for
+// blake3 or sha256, 128 for sha512), after an optional "<lora>:" prefix.
+func isMMHashID(s []byte) bool {
+	if i := bytes.LastIndexByte(s, ':'); i >= 0 {
+		s = s[i+1:]
+	}
+	return (len(s) == 64 || len(s) == 128) && isHexDigest(s)
 }
 
 // readPerBlock empties x.MM and reads raw, a msgpack list with one entry
@@ -170,7 +222,7 @@ func growMM(mm [][]uint64) [][]uint64 {
 	return append(mm, nil)
 }
 
-func readExtraKey(p []byte, blk int, lora string, loraSeen *bool, x *ExtraKeys) ([]byte, error) {
+func (x *ExtraKeys) readExtraKey(p []byte, blk int, lora string, loraSeen *bool, sc *extraKeysScan) ([]byte, error) {
 	cur := &x.MM[len(x.MM)-1]
 	switch msgp.NextType(p) {
 	case msgp.StrType:
@@ -181,15 +233,13 @@ func readExtraKey(p []byte, blk int, lora string, loraSeen *bool, x *ExtraKeys) 
 		switch {
 		case !*loraSeen && string(s) == lora:
 			*loraSeen = true
-		case len(s) == 64 && isHexDigest(s):
-			addMM(cur, s)
-		case blk == 0 && x.Salt == "":
-			s = bytes.TrimPrefix(s, []byte(DynamoSaltPrefix))
-			if string(s) != x.last {
-				x.last = string(s)
-			}
-			x.Salt = x.last
+		case sc.root && blk == 0:
+			// The salt's place is the last bare string: one before it is
+			// a multimodal identifier.
+			addMM(cur, sc.salt)
+			sc.salt = s
 		default:
+			sc.again = sc.again || sc.salt != nil && bytes.Equal(s, sc.salt)
 			addMM(cur, s)
 		}
 		return rest, nil
@@ -209,6 +259,7 @@ func readExtraKey(p []byte, blk int, lora string, loraSeen *bool, x *ExtraKeys) 
 		if err != nil {
 			return rest, err
 		}
+		sc.pairs = true
 		addMM(cur, id)
 		for range m - 1 {
 			if rest, err = msgp.Skip(rest); err != nil {

@@ -223,14 +223,15 @@ func FuzzParseExtraKeys(f *testing.F) {
 		}
 		for _, ev := range b.Events {
 			if ev.ExtraKeys != nil {
-				f.Add(append([]byte(nil), ev.ExtraKeys...), ev.LoRAName)
+				f.Add(append([]byte(nil), ev.ExtraKeys...), ev.LoRAName, !ev.ParentBlockHash.Valid())
 			}
 		}
 	}
-	f.Add([]byte{0x91, 0x92, 0xa1, 'a', 0xc4, 0x01, 0x00}, "a")
+	f.Add([]byte{0x91, 0x92, 0xa1, 'a', 0xc4, 0x01, 0x00}, "a", true)
+	f.Add([]byte{0x92, 0x92, 0xa1, 'm', 0xa1, 's', 0x91, 0xa1, 'm'}, "", true)
 	var x kvevents.ExtraKeys
-	f.Fuzz(func(t *testing.T, raw []byte, lora string) {
-		if err := kvevents.ParseExtraKeys(raw, lora, &x); err != nil {
+	f.Fuzz(func(t *testing.T, raw []byte, lora string, root bool) {
+		if err := kvevents.ParseExtraKeys(raw, lora, root, &x); err != nil {
 			return
 		}
 		if len(x.MM) > len(raw) {
