@@ -117,3 +117,40 @@ func BenchmarkIngest(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseExtraKeys reads the extra_keys of a 64-block root event
+// with a LoRA adapter, a cache salt and an image over blocks 2 to 40, in
+// vLLM's layouts from 0.19 on ([identifier, offset] pairs) and before
+// (bare identifiers).
+func BenchmarkParseExtraKeys(b *testing.B) {
+	const blocks = 64
+	id := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, layout := range []string{"pairs", "bare"} {
+		keys := make([][]any, blocks)
+		for i := range keys {
+			keys[i] = []any{"adapter-a"}
+			if i >= 2 && i <= 40 {
+				if layout == "pairs" {
+					keys[i] = append(keys[i], []any{id, 32 - 16*i})
+				} else {
+					keys[i] = append(keys[i], id)
+				}
+			}
+		}
+		keys[0] = append(keys[0], "tenant-a")
+		raw := extraKeys(keys...)
+		b.Run("layout="+layout, func(b *testing.B) {
+			var x kvevents.ExtraKeys
+			b.SetBytes(int64(len(raw)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := kvevents.ParseExtraKeys(raw, "adapter-a", true, &x); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if x.Salt != "tenant-a" {
+				b.Fatalf("salt %q", x.Salt)
+			}
+		})
+	}
+}
