@@ -188,9 +188,9 @@ type ConvertStats struct {
 	// blocks hashed with multimodal items.
 	Salted, MMBlocks uint64
 	// NotLocal are events skipped because they are about blocks the
-	// engine does not hold itself: a locality other than "LOCAL" or an
-	// ownership other than the engine's own (vLLM's locality and
-	// ownership fields), as Dynamo skips them.
+	// engine does not hold itself: a locality other than "LOCAL", or an
+	// ownership (vLLM's locality and ownership fields), as Dynamo skips
+	// them. See Converter for what vLLM's ownership values mean.
 	NotLocal uint64
 	// TierCopies are stored events of a tier other than the device that
 	// carried block hashes without tokens (vLLM's CPU offloading), whose
@@ -237,9 +237,20 @@ type ConvertStats struct {
 //     block. A later event whose parent is another engine block of an
 //     incomplete block cannot be aligned: its blocks refer to a parent
 //     the index does not know, and the index rejects them;
-//   - events with a locality other than "LOCAL" or with an ownership
-//     (blocks of a remote or secondary tier the engine does not hold
-//     itself) are skipped and counted;
+//   - events with a locality other than "LOCAL" (a remote tier) or with
+//     an ownership are skipped and counted (ConvertStats.NotLocal). vLLM
+//     sets ownership only on the events of a secondary offloading tier
+//     that holds blocks on its own behalf ("Secondary offloading tier
+//     identifier", vllm/distributed/kv_events.py; OffloadingEvent in
+//     vllm/v1/kv_offload/base.py); the engine's own tiers (the device, its
+//     CPU offloading tier, its file-system and object tiers) publish none.
+//     Up to vLLM 0.33 its one value is "kvcr" (vllm/v1/kv_offload/tiering/
+//     kvcr/manager.py, _record_inventory): the inventory KVCR reports of
+//     the DRAM it manages (medium "CPU": memory of its own service, or a
+//     region it maps) and of its storage ("STORAGE"), held by KVCR rather
+//     than by the engine's cache, which Dynamo takes as a cache owner's
+//     blocks (residency domain "cache_owner"), not the worker's. Their
+//     removals leave the engine's copies of the same blocks alone;
 //   - a stored event whose block hashes repeat one another or its parent
 //     (a block its own ancestor) is skipped and counted, as Dynamo skips
 //     it;

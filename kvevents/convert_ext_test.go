@@ -765,3 +765,50 @@ func TestConvertKindsBounded(t *testing.T) {
 	require.Empty(t, evs)
 	require.Equal(t, skipped+2, c.Stats().SkippedGroupEvents)
 }
+
+// TestConvertOwnership follows vLLM 0.33's publishers of the ownership
+// field: the engine's own tiers (the device, its CPU offloading tier, a
+// local file-system tier) publish none and are converted; KVCR's
+// inventory ("kvcr": blocks its own DRAM or storage holds, which it serves
+// to peers) is skipped and counted, its removals taking nothing from the
+// engine's copies of the same blocks.
+func TestConvertOwnership(t *testing.T) {
+	toks := seq(4, 0)
+	own := func(ev kvevents.EngineEvent, medium, locality, ownership string) kvevents.EngineEvent {
+		ev.Medium, ev.Locality, ev.Ownership = medium, locality, ownership
+		ev.GroupIdx = kvevents.Some(0)
+		return ev
+	}
+	placeholder := kvevents.EngineEvent{Type: kvevents.BlockStored, Layout: kvevents.LayoutMap,
+		BlockHashes: []kvevents.Hash{kvevents.UintHash(1)}, TokenIDs: []uint32{}}
+	removed := kvevents.EngineEvent{Type: kvevents.BlockRemoved, Layout: kvevents.LayoutMap,
+		BlockHashes: []kvevents.Hash{kvevents.UintHash(1)}}
+	batch := kvevents.Batch{Timestamp: 1, RankSlot: true, DPRank: kvevents.Some(0), Events: []kvevents.EngineEvent{
+		own(stored([]uint64{1}, 0, toks), kvevents.MediumGPU, "", ""),
+		own(stored([]uint64{1}, 0, toks), kvevents.MediumCPU, "", ""),           // self-describing CPU offload
+		own(placeholder, kvevents.MediumCPU, "", ""),                            // placeholder CPU offload
+		own(stored([]uint64{1}, 0, toks), kvevents.MediumStorage, "LOCAL", ""),  // local file-system tier
+		own(stored([]uint64{1}, 0, toks), kvevents.MediumCPU, "", "kvcr"),       // KVCR's DRAM
+		own(stored([]uint64{1}, 0, toks), kvevents.MediumStorage, "", "kvcr"),   // KVCR's storage
+		own(placeholder, kvevents.MediumCPU, "", "kvcr"),                        // KVCR placeholder
+		own(removed, kvevents.MediumCPU, "", "kvcr"),                            // KVCR eviction
+		own(stored([]uint64{1}, 0, toks), kvevents.MediumStorage, "REMOTE", ""), // a remote tier
+	}}
+	payload, err := kvevents.AppendBatch(nil, &batch)
+	require.NoError(t, err)
+	var got kvevents.Batch
+	require.NoError(t, kvevents.DecodeBatch(payload, &got))
+	c, err := kvevents.NewConverter(kvevents.ConverterConfig{BlockSize: 4, ExpectTierCopies: true})
+	require.NoError(t, err)
+	evs, err := c.Convert(nil, &got)
+	require.NoError(t, err)
+	var tiers []kvroute.Tier
+	for _, ev := range evs {
+		require.Equal(t, kvroute.EventStored, ev.Kind)
+		require.Equal(t, []kvroute.ExternalHash{1}, []kvroute.ExternalHash{ev.Blocks[0].External})
+		tiers = append(tiers, ev.Tier)
+	}
+	require.Equal(t, []kvroute.Tier{kvroute.TierDevice, kvroute.TierHost, kvroute.TierHost, kvroute.TierExternal}, tiers)
+	require.EqualValues(t, 5, c.Stats().NotLocal)
+	require.EqualValues(t, 1, c.Stats().TierCopies)
+}
