@@ -252,7 +252,7 @@ func randomDifferentialText(rng *rand.Rand, n int) string {
 }
 
 // variantFile returns v's tokenizer.json.
-func variantFile(t *testing.T, v variant) []byte {
+func variantFile(t testing.TB, v variant) []byte {
 	t.Helper()
 	var file map[string]any
 	if err := json.Unmarshal(readFile(t, filepath.Join("testdata", v.base, "tokenizer.json")), &file); err != nil {

@@ -69,3 +69,34 @@ func FuzzEncode(f *testing.F) {
 		mis.Encode(nil, s, true)
 	})
 }
+
+// FuzzEncodeVariants: Encode and Decode never panic, whatever the text,
+// with any of the differential test's tokenizers (every normalizer,
+// pre-tokenizer and added-token option the package supports), which the
+// fuzzer picks by its first argument.
+func FuzzEncodeVariants(f *testing.F) {
+	var toks []*tokenizer.Tokenizer
+	for _, v := range differentialVariants {
+		if tok, err := tokenizer.Parse(variantFile(f, v)); err == nil {
+			toks = append(toks, tok)
+		}
+	}
+	if len(toks) == 0 {
+		f.Fatal("no variant parses")
+	}
+	for i, s := range edgeTexts {
+		f.Add(uint8(i), s)
+	}
+	for i := range toks {
+		// Texts that once crashed a variant, with every variant.
+		f.Add(uint8(i), "caf\u00e97\uff9e\u0308\uff9e sp (cache?\u00ad@<|eot_id|>3.14Zrouter\t\n123456<|im_end|>\u6771\u4eac12345678")
+	}
+	f.Fuzz(func(t *testing.T, pick uint8, s string) {
+		tok := toks[int(pick)%len(toks)]
+		for _, special := range []bool{false, true} {
+			ids := tok.Encode(nil, s, special)
+			_ = tok.Decode(ids, false)
+			_ = tok.Decode(ids, true)
+		}
+	})
+}
