@@ -9,6 +9,7 @@
 static inline kv_status cgoCreateNotifMap(const kv_nixl *l, kv_notif_map *m) { return l->create_notif_map(m); }
 static inline kv_status cgoDestroyNotifMap(const kv_nixl *l, kv_notif_map m) { return l->destroy_notif_map(m); }
 static inline kv_status cgoDestroyAgent(const kv_nixl *l, kv_agent a) { return l->destroy_agent(a); }
+static inline kv_status cgoDestroyBackend(const kv_nixl *l, kv_backend b) { return l->destroy_backend(b); }
 static inline kv_status cgoGetLocalMD(const kv_nixl *l, kv_agent a, void **d, size_t *n) { return l->get_local_md(a, d, n); }
 static inline kv_status cgoLoadRemoteMD(const kv_nixl *l, kv_agent a, const void *d, size_t n, char **name) { return l->load_remote_md(a, d, n, name); }
 static inline kv_status cgoInvalidateRemoteMD(const kv_nixl *l, kv_agent a, const char *r) { return l->invalidate_remote_md(a, r); }

@@ -13,6 +13,7 @@ import "C"
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -68,6 +69,8 @@ type Agent struct {
 type region struct {
 	kind transfer.MemKind
 	desc transfer.Desc
+	// meta is the descriptor's backend bytes, to deregister it on Close.
+	meta []byte
 	id   uint64
 }
 
@@ -253,6 +256,8 @@ func (a *Agent) Plugins() ([]string, error) {
 
 // backend is a NIXL backend handle.
 type backend struct {
+	// a is the agent that created the backend; h is valid until a's Close.
+	a      *Agent
 	plugin string
 	h      C.kv_backend
 	mems   []transfer.MemKind
@@ -307,7 +312,7 @@ func (a *Agent) CreateBackend(plugin string, params map[string]string) (transfer
 	defer C.free(unsafe.Pointer(cplugin))
 	ckvs := C.CBytes(kvs)
 	defer C.free(ckvs)
-	b := &backend{plugin: plugin}
+	b := &backend{a: a, plugin: plugin}
 	if st := C.kv_create_backend(a.lib, a.h, cplugin, (*C.char)(ckvs), C.size_t(len(keys)), &b.h); st != C.KV_CAPI_SUCCESS {
 		return nil, a.fail("create backend "+plugin, "", st, transfer.ErrBackend, transfer.ErrNotSupported)
 	}
@@ -419,9 +424,9 @@ func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
 		return a.fail(op, "", st, transfer.ErrBackend, transfer.ErrNotSupported)
 	}
 	if reg {
-		for _, d := range descs {
+		for i, d := range descs {
 			a.regionSeq++
-			a.regions = append(a.regions, region{kind: l.Kind, desc: d, id: a.regionSeq})
+			a.regions = append(a.regions, region{kind: l.Kind, desc: d, meta: slices.Clone(l.Descs[i].Meta), id: a.regionSeq})
 		}
 	}
 	return nil
@@ -534,6 +539,7 @@ func (a *Agent) InvalidateRemoteMetadata(remote string) error {
 // local memory, a known remote agent. NIXL checks remote memory itself.
 // For a local list it returns the ids of the regions holding it, sorted
 // and distinct, and the deregistration generation they were found in.
+// The caller holds a.mu for reading (see enter).
 func (a *Agent) checkList(op, remote string, l transfer.DescList) ([]uint64, uint64, error) {
 	if !l.Kind.Valid() || len(l.Descs) == 0 {
 		return nil, 0, a.errorf(op, remote, transfer.ErrInvalidParam, "%s list of %d descriptors", l.Kind, len(l.Descs))
@@ -605,14 +611,15 @@ func (p *prepped) release() error {
 // one call into NIXL however long the list.
 func (a *Agent) PrepDescList(remote string, l transfer.DescList) (transfer.PreppedList, error) {
 	const op = "prepare list"
-	regs, gen, err := a.checkList(op, remote, l)
-	if err != nil {
-		return nil, err
-	}
+	// Entered first: Close forgets the registrations.
 	if err := a.enter(op); err != nil {
 		return nil, err
 	}
 	defer a.leave()
+	regs, gen, err := a.checkList(op, remote, l)
+	if err != nil {
+		return nil, err
+	}
 	flat := flatten(l.Descs)
 	cr := C.CString(remote)
 	defer C.free(unsafe.Pointer(cr))
@@ -640,6 +647,11 @@ func (a *Agent) opts(o *transfer.RequestOptions) (C.kv_opt_args, error) {
 			nb, ok := b.(*backend)
 			if !ok {
 				return nil, a.errorf("request options", "", transfer.ErrInvalidParam, "backend %s is not a NIXL backend", b.Plugin())
+			}
+			if nb.a != a {
+				// Its handle belongs to another agent and is freed by
+				// that agent's Close.
+				return nil, a.errorf("request options", "", transfer.ErrInvalidParam, "backend %s was created by agent %q", b.Plugin(), nb.a.name)
 			}
 			bs = append(bs, nb.h)
 		}
@@ -718,6 +730,11 @@ func (a *Agent) CreateRequest(op transfer.Op, local, remote transfer.DescList, r
 	if remoteAgent == "" || !op.Valid() || len(local.Descs) != len(remote.Descs) {
 		return nil, a.errorf(name, remoteAgent, transfer.ErrInvalidParam, "%s of %d local and %d remote descriptors to %q", op, len(local.Descs), len(remote.Descs), remoteAgent)
 	}
+	// Entered first: Close forgets the registrations.
+	if err := a.enter(name); err != nil {
+		return nil, err
+	}
+	defer a.leave()
 	regs, gen, err := a.checkList(name, "", local)
 	if err != nil {
 		return nil, err
@@ -730,10 +747,6 @@ func (a *Agent) CreateRequest(op transfer.Op, local, remote transfer.DescList, r
 			return nil, a.errorf(name, remoteAgent, transfer.ErrInvalidParam, "pair %d: %d local bytes, %d remote bytes", i, local.Descs[i].Len, remote.Descs[i].Len)
 		}
 	}
-	if err := a.enter(name); err != nil {
-		return nil, err
-	}
-	defer a.leave()
 	opt, err := a.opts(o)
 	if err != nil {
 		return nil, err
@@ -828,8 +841,11 @@ func (a *Agent) Notifs() ([]transfer.Notif, error) {
 	return out, nil
 }
 
-// Close releases every live handle and destroys the NIXL agent. A second
-// Close returns transfer.ErrClosed.
+// Close releases every live handle, deregisters the memory still
+// registered, destroys the backends and then the NIXL agent, in the order
+// NIXL requires: memory goes before the backends it is registered with. It
+// carries on past a failed step and returns every failure. A second Close
+// returns transfer.ErrClosed.
 func (a *Agent) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -845,13 +861,53 @@ func (a *Agent) Close() error {
 		}
 	}
 	a.handles = nil
-	C.cgoDestroyNotifMap(a.lib, a.nmap)
-	st := C.cgoDestroyAgent(a.lib, a.h)
-	C.free(unsafe.Pointer(a.lib))
-	if st != C.KV_CAPI_SUCCESS {
-		return a.fail("close", "", st, transfer.ErrBackend, transfer.ErrBackend)
+	errs := []error{a.deregisterAll()}
+	for _, b := range a.backends {
+		if st := C.cgoDestroyBackend(a.lib, b.h); st != C.KV_CAPI_SUCCESS {
+			errs = append(errs, a.fail("close: destroy backend "+b.plugin, "", st, transfer.ErrBackend, transfer.ErrBackend))
+		}
+		b.h = nil
 	}
-	return nil
+	C.cgoDestroyNotifMap(a.lib, a.nmap)
+	if st := C.cgoDestroyAgent(a.lib, a.h); st != C.KV_CAPI_SUCCESS {
+		errs = append(errs, a.fail("close", "", st, transfer.ErrBackend, transfer.ErrBackend))
+	}
+	C.free(unsafe.Pointer(a.lib))
+	return errors.Join(errs...)
+}
+
+// deregisterAll deregisters every registered region, one NIXL call per
+// memory kind, for Close. The caller holds a.mu for writing and a.state.
+func (a *Agent) deregisterAll() error {
+	var errs []error
+	for kind := transfer.DRAM; kind.Valid(); kind++ {
+		var (
+			flat []C.uint64_t
+			meta []byte
+			lens []C.uint64_t
+		)
+		for _, g := range a.regions {
+			if g.kind == kind {
+				flat = append(flat, C.uint64_t(g.desc.Addr), C.uint64_t(g.desc.Len), C.uint64_t(g.desc.DevID))
+				meta = append(meta, g.meta...)
+				lens = append(lens, C.uint64_t(len(g.meta)))
+			}
+		}
+		if len(lens) == 0 {
+			continue
+		}
+		var cmeta unsafe.Pointer
+		if len(meta) > 0 {
+			cmeta = C.CBytes(meta)
+		}
+		st := C.kv_register(a.lib, a.h, false, C.kv_mem(kind), &flat[0], C.size_t(len(lens)), (*C.char)(cmeta), &lens[0])
+		C.free(cmeta)
+		if st != C.KV_CAPI_SUCCESS {
+			errs = append(errs, a.fail("close: deregister "+kind.String()+" memory", "", st, transfer.ErrBackend, transfer.ErrBackend))
+		}
+	}
+	a.regions = nil
+	return errors.Join(errs...)
 }
 
 // request is a NIXL transfer request (nixlXferReqH).
