@@ -20,8 +20,10 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvroute/kvroute"
@@ -29,6 +31,7 @@ import (
 	"github.com/kvroute/kvroute/internal/fakeengine"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/zmq"
+	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/render"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
@@ -950,4 +953,41 @@ func TestResponseTrailersEndTheBody(t *testing.T) {
 			require.Equal(t, tt.wantCached, st.ActualCachedTokens)
 		})
 	}
+}
+
+// TestPanicEndsOnlyItsStream: a Tokenizer that panics on one prompt ends
+// that request's stream with codes.Internal and is counted; the server
+// goes on routing the next requests.
+func TestPanicEndsOnlyItsStream(t *testing.T) {
+	c := newCluster(t, clusterOpts{engines: 2, cfg: epp.Config{Tokenizer: epp.TokenizerFunc(
+		func(ctx context.Context, req *openai.Request, dst []uint32) ([]uint32, error) {
+			if strings.Contains(req.Prompt, "boom") {
+				panic("tokenizer bug")
+			}
+			return fakeengine.Words(ctx, req, dst)
+		})}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := c.client.Process(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				header(":method", "POST"), header(":path", "/v1/completions"), header("content-type", "application/json"),
+			}},
+		}},
+		ProtocolConfig: protocolConfig(""),
+	}))
+	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"boom boom"}`), EndOfStream: true}}}))
+	_, err = stream.Recv()
+	require.Equal(t, codes.Internal, status.Code(err), "%v", err)
+	require.EqualValues(t, 1, c.srv.Stats().Panics)
+
+	for i := range 3 {
+		ex := c.do(envoyOpts{body: prompt(0, i, false)})
+		require.NotEmpty(t, ex.endpoints)
+	}
+	c.balanced()
+	require.EqualValues(t, 1, c.srv.Stats().Panics)
 }

@@ -600,6 +600,17 @@ func (e *exchange) finish() {
 	e.d.Done(o)
 }
 
+// abandon balances the decision of an exchange that a panic ended, as a
+// cancellation; a panic on the way is logged and ends there.
+func (e *exchange) abandon() {
+	defer func() {
+		if p := recover(); p != nil {
+			e.s.log.Error("epp: panic while balancing an abandoned request", "panic", p)
+		}
+	}()
+	e.finishCanceled()
+}
+
 // finishCanceled balances the decision of an exchange that ended before
 // its response did.
 func (e *exchange) finishCanceled() {

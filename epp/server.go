@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync/atomic"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/render"
@@ -208,7 +211,21 @@ func (s *Server) Ready() bool { return s.ready.Load() }
 // Process implements extprocv3.ExternalProcessorServer: it handles one
 // HTTP request's stream of ext_proc messages (see the package doc for the
 // sequence) and returns when Envoy closes it.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+//
+// A panic while handling the stream (in the picker or in the host's
+// Tokenizer) ends that stream alone with codes.Internal, is logged with
+// its stack and counted in Stats.Panics, and balances the routing
+// decision if one was made; the server goes on serving the others, where
+// gRPC would let the panic take the whole process down.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	st := &exchange{s: s, stream: stream, ctx: stream.Context()}
+	defer func() {
+		if p := recover(); p != nil {
+			s.stats.panics.Add(1)
+			s.log.Error("epp: panic while handling a request", "panic", p, "stack", string(debug.Stack()))
+			st.abandon()
+			err = status.Errorf(codes.Internal, "epp: internal error handling the request")
+		}
+	}()
 	return st.run()
 }

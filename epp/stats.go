@@ -30,6 +30,9 @@ type Stats struct {
 	ActualCachedBlocks    uint64
 	// PromptTokens adds up the prompt tokens of those requests.
 	PromptTokens uint64
+	// Panics counts streams a panic ended (in the picker or the host's
+	// Tokenizer), answered with codes.Internal; see Server.Process.
+	Panics uint64
 }
 
 // counters are the Server's live counts.
@@ -37,7 +40,7 @@ type counters struct {
 	streams, routed, badRequests, unavailable, shed, tokenizeErrors atomic.Uint64
 	servedElsewhere, completed, engineErrors, canceled              atomic.Uint64
 	predictedTokens, predictedBlocks, actualTokens, actualBlocks    atomic.Uint64
-	promptTokens                                                    atomic.Uint64
+	promptTokens, panics                                            atomic.Uint64
 }
 
 // Stats returns a snapshot of the server's counters.
@@ -50,6 +53,6 @@ func (s *Server) Stats() Stats {
 		EngineErrors: c.engineErrors.Load(), Canceled: c.canceled.Load(),
 		PredictedCachedTokens: c.predictedTokens.Load(), PredictedCachedBlocks: c.predictedBlocks.Load(),
 		ActualCachedTokens: c.actualTokens.Load(), ActualCachedBlocks: c.actualBlocks.Load(),
-		PromptTokens: c.promptTokens.Load(),
+		PromptTokens: c.promptTokens.Load(), Panics: c.panics.Load(),
 	}
 }

@@ -29,6 +29,7 @@ var counterNames = []struct{ name, help string }{
 	{"predicted_cached_blocks_total", "Cached blocks the index predicted on the serving engine."},
 	{"actual_cached_blocks_total", "Cached full blocks the engines reported."},
 	{"prompt_tokens_total", "Prompt tokens of the requests whose engine reported its cached tokens."},
+	{"panics_total", "Requests ended by a panic while routing them (answered with an internal error)."},
 }
 
 func newCollector(p *epp.Server) *collector {
@@ -56,7 +57,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		"engine_errors_total": s.EngineErrors, "canceled_total": s.Canceled,
 		"predicted_cached_tokens_total": s.PredictedCachedTokens, "actual_cached_tokens_total": s.ActualCachedTokens,
 		"predicted_cached_blocks_total": s.PredictedCachedBlocks, "actual_cached_blocks_total": s.ActualCachedBlocks,
-		"prompt_tokens_total": s.PromptTokens,
+		"prompt_tokens_total": s.PromptTokens, "panics_total": s.Panics,
 	}
 	for name, v := range values {
 		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.CounterValue, float64(v))
