@@ -50,7 +50,7 @@ type Collector struct {
 	skippedEvents, droppedBlocks, skippedGroups            *prometheus.Desc
 	skippedGroupBlocks, blockSizeRejects, rechunked        *prometheus.Desc
 	unknownLoRA, invalid, salted, mmBlocks, notLocal       *prometheus.Desc
-	unknownTypes, tierCopies                               *prometheus.Desc
+	unknownTypes, tierCopies, stateClears                  *prometheus.Desc
 }
 
 // New returns a Collector whose metric names start with namespace (for
@@ -87,6 +87,7 @@ func New(namespace string) *Collector {
 		salted:             d("salted_events_total", "Stored events hashed under a cache salt."),
 		mmBlocks:           d("multimodal_blocks_total", "Blocks hashed with multimodal items."),
 		notLocal:           d("not_local_events_total", "Events about blocks the engine does not hold itself (locality, ownership)."),
+		stateClears:        d("converter_state_clears_total", "Times one of the converter's bounded memories (salts, kinds, re-chunking tails, tier copies) filled up and was cleared."),
 	}
 }
 
@@ -121,7 +122,7 @@ func (c *Collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.received, c.replayed, c.applied, c.gaps, c.dropped, c.duplicates,
 		c.malformed, c.applyErrs, c.unknownParents, c.restarts, c.resets, c.reconnects,
 		c.skippedEvents, c.droppedBlocks, c.skippedGroups, c.skippedGroupBlocks, c.blockSizeRejects,
-		c.rechunked, c.unknownLoRA, c.invalid, c.salted, c.mmBlocks, c.notLocal, c.unknownTypes, c.tierCopies}
+		c.rechunked, c.unknownLoRA, c.invalid, c.salted, c.mmBlocks, c.notLocal, c.unknownTypes, c.tierCopies, c.stateClears}
 }
 
 // Collect implements prometheus.Collector.
@@ -138,7 +139,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			st.Convert.SkippedEvents, st.Convert.DroppedBlocks, st.Convert.SkippedGroupEvents,
 			st.Convert.SkippedGroupBlocks, st.Convert.BlockSizeRejects, st.Convert.Rechunked,
 			st.Convert.UnknownLoRA, st.Convert.InvalidEvents, st.Convert.Salted, st.Convert.MMBlocks,
-			st.Convert.NotLocal, st.Convert.UnknownTypes, st.Convert.TierCopies}
+			st.Convert.NotLocal, st.Convert.UnknownTypes, st.Convert.TierCopies, st.Convert.StateClears}
 		for i, d := range c.descs() {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(values[i]), name)
 		}

@@ -22,7 +22,7 @@ func TestCollectorExportsEveryCounter(t *testing.T) {
 	c.Add("e1", fixed{Received: 10, Malformed: 3, Resets: 1, UnknownParents: 2, Gaps: 4, Replayed: 5,
 		AppliedStored: 7, AppliedRemoved: 2, AppliedCleared: 1,
 		Convert: kvevents.ConvertStats{SkippedGroupEvents: 6, SkippedGroupBlocks: 60, BlockSizeRejects: 8, Rechunked: 9,
-			InvalidEvents: 4, UnknownTypes: 5, TierCopies: 6}})
+			InvalidEvents: 4, UnknownTypes: 5, TierCopies: 6, StateClears: 11}})
 	c.Add("e2", fixed{})
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
@@ -59,6 +59,10 @@ kvroute_kvevents_unknown_type_events_total{engine="e2"} 0
 # TYPE kvroute_kvevents_tier_copy_events_total counter
 kvroute_kvevents_tier_copy_events_total{engine="e1"} 6
 kvroute_kvevents_tier_copy_events_total{engine="e2"} 0
+# HELP kvroute_kvevents_converter_state_clears_total Times one of the converter's bounded memories (salts, kinds, re-chunking tails, tier copies) filled up and was cleared.
+# TYPE kvroute_kvevents_converter_state_clears_total counter
+kvroute_kvevents_converter_state_clears_total{engine="e1"} 11
+kvroute_kvevents_converter_state_clears_total{engine="e2"} 0
 # HELP kvroute_kvevents_gaps_total Sequence gaps seen.
 # TYPE kvroute_kvevents_gaps_total counter
 kvroute_kvevents_gaps_total{engine="e1"} 4
@@ -75,14 +79,14 @@ kvroute_kvevents_worker_resets_total{engine="e2"} 0
 		"kvroute_kvevents_group_blocks_skipped_total", "kvroute_kvevents_block_size_rejects_total",
 		"kvroute_kvevents_gaps_total", "kvroute_kvevents_unknown_parents_total", "kvroute_kvevents_worker_resets_total",
 		"kvroute_kvevents_events_invalid_total", "kvroute_kvevents_unknown_type_events_total",
-		"kvroute_kvevents_tier_copy_events_total"))
+		"kvroute_kvevents_tier_copy_events_total", "kvroute_kvevents_converter_state_clears_total"))
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 2*(25+3), n)
+	require.Equal(t, 2*(26+3), n)
 	c.Remove("e2")
 	n, err = testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 25+3, n)
+	require.Equal(t, 26+3, n)
 }
 
 // TestCollectorLabelNotUTF8: a source name that is not valid UTF-8 (an
