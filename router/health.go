@@ -134,11 +134,11 @@ func (c *HealthConfig) judge(d *domain, now int64) Health {
 // (every second or so), or starts RunHealthChecks to have it called on a
 // timer.
 func (r *Router) CheckHealth() {
-	now := r.clock.Now().UnixNano()
 	s := r.snap.Load()
 	for _, d := range s.domains {
-		r.setHealth(d, r.health.judge(d, now))
+		r.rejudge(d)
 	}
+	now := r.clock.Now().UnixNano()
 	if n := r.tracker.Expire(); n > 0 {
 		r.log.Debug("expired tracked requests", "count", n)
 	}
@@ -156,21 +156,35 @@ func (r *Router) CheckHealth() {
 	}
 }
 
-// setHealth sets d's health and, when it changed, republishes the snapshot
-// (Select reads health from there) and reports whether it did.
-func (r *Router) setHealth(d *domain, h Health) bool {
-	if Health(d.health.Load()) == h {
-		return false
+// rejudge judges d's health at the clock's time and stores it; when it
+// changed, it republishes the snapshot (Select reads health from there)
+// and reports that it did.
+//
+// Judgements of one domain may overlap (a heartbeat, an error, an outcome,
+// CheckHealth). A judgement stores its result only if no other one stored
+// a result since it began; else it judges again, at the clock's time then,
+// so that the result left standing is that of the newest inputs and time,
+// never an earlier judgement's put back over a later one's.
+func (r *Router) rejudge(d *domain) bool {
+	for {
+		cur := d.health.Load()
+		h := r.health.judge(d, r.clock.Now().UnixNano())
+		if !d.health.CompareAndSwap(cur, (cur>>32+1)<<32|uint64(h)) {
+			continue
+		}
+		old := Health(uint32(cur))
+		if old == h {
+			return false
+		}
+		r.log.Info("worker health changed", "worker", d.key.String(), "from", old.String(), "to", h.String())
+		r.republish()
+		r.releaseAll()
+		return true
 	}
-	old := Health(d.health.Swap(uint32(h)))
-	if old == h {
-		return false
-	}
-	r.log.Info("worker health changed", "worker", d.key.String(), "from", old.String(), "to", h.String())
-	r.republish()
-	r.releaseAll()
-	return true
 }
+
+// currentHealth returns the domain's health as last judged.
+func (s *domainState) currentHealth() Health { return Health(uint32(s.health.Load())) }
 
 // RunHealthChecks calls CheckHealth every interval until ctx ends, then
 // returns ctx's error. It is the optional health goroutine: the host starts

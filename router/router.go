@@ -276,10 +276,12 @@ type domainState struct {
 
 	reported      atomic.Pointer[scheduling.Load] // last heartbeat report
 	lastHeartbeat atomic.Int64                    // unix ns, 0 = never
-	health        atomic.Uint32
-	errors        atomic.Int32
-	lastError     atomic.Int64 // unix ns of the last error, 0 = none
-	decisions     atomic.Uint64
+	// health holds the Health in its low 32 bits and, above them, the
+	// number of judgements stored (see Router.rejudge).
+	health    atomic.Uint64
+	errors    atomic.Int32
+	lastError atomic.Int64 // unix ns of the last error, 0 = none
+	decisions atomic.Uint64
 }
 
 // snapshot is the immutable worker set Select reads. It is rebuilt when
@@ -653,7 +655,7 @@ func (r *Router) publish() {
 		ps.pos = newKeyIndex(len(s.domains))
 		for _, want := range []Health{Healthy, Degraded} {
 			for _, d := range s.domains {
-				if !phase(ph).accepts(d.role) || Health(d.health.Load()) != want {
+				if !phase(ph).accepts(d.role) || d.currentHealth() != want {
 					continue
 				}
 				ps.pos.put(d.key, len(ps.cands))
@@ -705,7 +707,7 @@ func (r *Router) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
 	l := load
 	first := d.reported.Swap(&l) == nil
 	d.lastHeartbeat.Store(r.clock.Now().UnixNano())
-	if !r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano())) && first {
+	if !r.rejudge(d) && first {
 		r.republish()
 	}
 	// The report may show capacity freed by traffic this router does not
@@ -733,7 +735,7 @@ func (r *Router) noteError(d *domain) {
 	now := r.clock.Now().UnixNano()
 	d.lastError.Store(now)
 	d.errors.Add(1)
-	r.setHealth(d, r.health.judge(d, now))
+	r.rejudge(d)
 }
 
 // noteSuccess clears d's errors and re-judges it.
@@ -742,7 +744,7 @@ func (r *Router) noteSuccess(d *domain) {
 		return
 	}
 	d.errors.Store(0)
-	r.setHealth(d, r.health.judge(d, r.clock.Now().UnixNano()))
+	r.rejudge(d)
 }
 
 // Health returns the health of a cache domain, and false when it is not
@@ -752,7 +754,7 @@ func (r *Router) Health(w kvroute.WorkerKey) (Health, bool) {
 	if d == nil {
 		return Unhealthy, false
 	}
-	return Health(d.health.Load()), true
+	return d.currentHealth(), true
 }
 
 func (r *Router) domain(w kvroute.WorkerKey) *domain {

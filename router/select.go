@@ -504,7 +504,7 @@ func (r *Router) explain(cands []scheduling.Candidate, sc *scratch, d *Decision)
 		c := &cands[i]
 		hl := Healthy
 		if dm := r.domain(c.Worker); dm != nil {
-			hl = Health(dm.health.Load())
+			hl = dm.currentHealth()
 		}
 		d.Candidates = append(d.Candidates, CandidateCost{Worker: c.Worker, Cached: c.Cached, Load: c.Load, Health: hl, Cost: sc.costs[i]})
 	}

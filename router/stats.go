@@ -299,7 +299,7 @@ func (r *Router) Stats() Stats {
 		st.QueueDepth = r.queue.Len()
 	}
 	for _, d := range r.snap.Load().domains {
-		ws := WorkerStats{Worker: d.key, Role: d.role, Health: Health(d.health.Load()),
+		ws := WorkerStats{Worker: d.key, Role: d.role, Health: d.currentHealth(),
 			Tracked: r.tracker.Load(d.key), Decisions: d.decisions.Load()}
 		if rep := d.reported.Load(); rep != nil {
 			ws.Reported = *rep
