@@ -282,6 +282,22 @@ type domainState struct {
 	errors    atomic.Int32
 	lastError atomic.Int64 // unix ns of the last error, 0 = none
 	decisions atomic.Uint64
+
+	// leaving orders the domain's departure (its removal, or its rank
+	// dropped by an update) after the approximate-index records of the
+	// decisions made for it: a decision records its blocks holding it for
+	// reading, and only while left is unset (see recordApprox).
+	leaving sync.RWMutex
+	left    bool // guarded by leaving
+}
+
+// leave marks the domain as gone, once the approximate-index records of
+// decisions made for it that are under way have ended; any later one
+// records nothing.
+func (s *domainState) leave() {
+	s.leaving.Lock()
+	s.left = true
+	s.leaving.Unlock()
 }
 
 // snapshot is the immutable worker set Select reads. It is rebuilt when
@@ -488,7 +504,7 @@ func (r *Router) UpdateWorker(w Worker) error {
 	r.workers[w.ID()] = e
 	r.publish() // first, so that no new decision picks a dropped rank
 	for _, d := range old.domains[min(len(old.domains), len(e.domains)):] {
-		r.dropDomain(d.key, false)
+		r.dropDomain(d, false)
 	}
 	r.releaseAll()
 	return nil
@@ -539,15 +555,18 @@ func (r *Router) remove(id kvroute.WorkerID, purge bool) bool {
 	delete(r.workers, id)
 	r.publish()
 	for _, d := range e.domains {
-		r.dropDomain(d.key, purge)
+		r.dropDomain(d, purge)
 	}
 	return true
 }
 
 // dropDomain drops the tracked requests of a cache domain that left the
 // router, and its blocks: at once when now is set or there is no grace,
-// else when the grace has passed. r.mu is held.
-func (r *Router) dropDomain(k kvroute.WorkerKey, now bool) {
+// else when the grace has passed. Decisions made for it record no more
+// blocks in the approximate index. r.mu is held.
+func (r *Router) dropDomain(d *domain, now bool) {
+	k := d.key
+	d.leave()
 	r.tracker.RemoveWorker(k)
 	if now || r.grace <= 0 {
 		r.dropIndex(k)

@@ -152,11 +152,9 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 	// Track the request's load on the chosen worker(s).
 	d.id = r.newID(sc)
 	d.serving = s.state(d.Worker)
-	serving := d.Worker
 	if d.Disaggregated {
 		d.prefillID = r.newID(sc)
 		d.prefill = s.state(d.Prefill)
-		serving = d.Prefill
 		r.track(d.prefillID, d.Prefill, sc.seqs, max(len(req.Tokens)-d.CachedTokens, 0))
 		r.track(d.id, d.Worker, sc.seqs, 0)
 	} else {
@@ -170,10 +168,10 @@ func (r *Router) SelectInto(ctx context.Context, req *Request, d *Decision) erro
 		r.release()
 	}
 	if r.approx != nil {
-		_ = r.approx.Insert(serving, sc.blocks, sc.seqs)
 		if d.Disaggregated {
-			_ = r.approx.Insert(d.Worker, sc.blocks, sc.seqs)
+			r.recordApprox(d.Prefill, d.prefill, sc)
 		}
+		r.recordApprox(d.Worker, d.serving, sc)
 	}
 	if req.SessionKey != "" {
 		ttl := req.SessionTTL
@@ -204,6 +202,20 @@ func (r *Router) untrackLeft(cur *snapshot, d *Decision) {
 	if d.Disaggregated && cur.state(d.Prefill) != d.prefill {
 		r.untrack(d.prefillID)
 		d.prefillID = 0
+	}
+}
+
+// recordApprox records in the approximate index that cache domain k, in
+// the incarnation whose state is st, now holds the prompt's blocks, unless
+// that incarnation has left the router: its removal cleared its blocks
+// from the index, or will when its grace passes, and blocks recorded
+// after that would stay for a worker that is gone or be taken for the
+// cache of one added under its id since.
+func (r *Router) recordApprox(k kvroute.WorkerKey, st *domainState, sc *scratch) {
+	st.leaving.RLock()
+	defer st.leaving.RUnlock()
+	if !st.left {
+		_ = r.approx.Insert(k, sc.blocks, sc.seqs)
 	}
 }
 
