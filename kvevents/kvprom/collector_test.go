@@ -149,5 +149,5 @@ kvroute_dynamo_events_messages_received_total{subscriber="sub-�"} 6
 	dc.Remove("sub-\xfe")
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
-	require.Equal(t, 25+3, n, "only e2 is left")
+	require.Equal(t, 26+3, n, "only e2 is left")
 }
