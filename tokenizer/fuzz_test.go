@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/kvroute/kvroute/openai"
 	"github.com/kvroute/kvroute/tokenizer"
 )
 
@@ -98,5 +99,44 @@ func FuzzEncodeVariants(f *testing.F) {
 			_ = tok.Decode(ids, false)
 			_ = tok.Decode(ids, true)
 		}
+	})
+}
+
+// FuzzEncodeRequest: whatever body a client sends, parsing it and encoding
+// it with any test model's tokenizer and chat template answers ids or an
+// error, never a panic (the gateway and the picker run this on every
+// request).
+func FuzzEncodeRequest(f *testing.F) {
+	var models []*tokenizer.Model
+	for _, fam := range families {
+		m, err := tokenizer.LoadModel(filepath.Join("testdata", fam), tokenizer.LoadOptions{})
+		if err != nil {
+			f.Fatal(err)
+		}
+		models = append(models, m)
+	}
+	seeds := []string{
+		`{"model":"m","messages":[{"role":"system","content":"You are kind."},{"role":"user","content":"Hi <|eot_id|> there"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"add_generation_prompt":false}`,
+		`{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"get","arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","content":"sunny","tool_call_id":"1"}],"tools":[{"type":"function","function":{"name":"get","parameters":{"type":"object"}}}]}`,
+		`{"messages":[{"role":"assistant","content":"x"},{"role":"user","content":"caf\u00e97\uff9e\u0308\uff9e"}],"chat_template_kwargs":{"enable_thinking":true}}`,
+		`{"messages":[{"role":"weird","content":{"nested":[1,2,{"a":null}]}}]}`,
+		`{"prompt":"hello world","add_special_tokens":false}`,
+		`{"prompt":[1,2,3]}`,
+	}
+	for i, s := range seeds {
+		f.Add(uint8(i), []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, pick uint8, body []byte) {
+		m := models[int(pick)%len(models)]
+		kind := openai.KindChat
+		if pick&0x80 != 0 {
+			kind = openai.KindCompletion
+		}
+		req, err := openai.ParseRequest(body, kind)
+		if err != nil {
+			return
+		}
+		_, _ = m.EncodeRequest(nil, req)
 	})
 }
