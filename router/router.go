@@ -723,8 +723,14 @@ func (r *Router) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
 	if d == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownWorker, w)
 	}
-	l := load
-	first := d.reported.Swap(&l) == nil
+	r.heartbeat(d, &load)
+	return nil
+}
+
+// heartbeat marks d alive and, when load is not nil, records it as d's
+// load report.
+func (r *Router) heartbeat(d *domain, load *scheduling.Load) {
+	first := load != nil && d.reported.Swap(load) == nil
 	d.lastHeartbeat.Store(r.clock.Now().UnixNano())
 	if !r.rejudge(d) && first {
 		r.republish()
@@ -732,7 +738,6 @@ func (r *Router) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
 	// The report may show capacity freed by traffic this router does not
 	// see: let waiting requests look again.
 	r.releaseAll()
-	return nil
 }
 
 // ReportError records a failure talking to a cache domain (a connection
