@@ -20,7 +20,11 @@
 //     (also on errors and cancellations), with the engine's actual cached
 //     tokens when known.
 //  5. Report engine metrics with Heartbeat and failures with ReportError,
-//     and call CheckHealth periodically (or start RunHealthChecks).
+//     and call CheckHealth periodically (or start RunHealthChecks). A
+//     host that probes its engines itself takes a Probe (Router.Probe)
+//     as each probe starts and reports the result through it, so that a
+//     late result of a worker removed meanwhile does not reach one added
+//     under its id since.
 //
 // A complete integration:
 //

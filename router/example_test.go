@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/kvroute/kvroute"
@@ -45,4 +46,26 @@ func ExampleRouter_Stats() {
 	st := r.Stats()
 	fmt.Println(st.Decisions, st.PromptTokens, st.RecommendedSyncInterval)
 	// Output: 1 40 5s
+}
+
+// A host that probes its engines takes a Probe as each probe starts: the
+// result reaches the worker that was probed, not one added under its id
+// while the probe was out.
+func ExampleRouter_Probe() {
+	r, _ := router.New(router.Config{})
+	_ = r.AddWorker(router.StaticWorker{WorkerID: 1})
+	w := kvroute.WorkerKey{ID: 1}
+	p, _ := r.Probe(w)
+
+	// While the probe is out, the engine is replaced under the same id.
+	r.RemoveWorker(1)
+	_ = r.AddWorker(router.StaticWorker{WorkerID: 1})
+
+	err := p.Failed(errors.New("connection refused"))
+	fmt.Println(errors.Is(err, router.ErrUnknownWorker))
+	h, _ := r.Health(w)
+	fmt.Println(h)
+	// Output:
+	// true
+	// healthy
 }
