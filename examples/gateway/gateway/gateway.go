@@ -165,10 +165,6 @@ type Gateway struct {
 	active  bool            // Run runs, until its subscribers have stopped
 
 	requests, retries, failed atomic.Uint64
-
-	// loads holds each cache domain's last load report (Heartbeat), which
-	// health probes repeat: kvroute.WorkerKey to *scheduling.Load.
-	loads sync.Map
 }
 
 // engine is an added engine and its event subscribers.
@@ -337,9 +333,16 @@ func (g *Gateway) start(eng *engine) {
 // router with its blocks. Requests in flight on it finish (or fail) on
 // their own. It reports whether the engine was added.
 func (g *Gateway) RemoveEngine(id kvroute.WorkerID) bool {
+	return g.removeEngine(id, nil)
+}
+
+// removeEngine removes engine id, when it is expect (any engine of that id
+// when expect is nil): a removal decided on an engine's state does not
+// take away an engine added under its id since.
+func (g *Gateway) removeEngine(id kvroute.WorkerID, expect *engine) bool {
 	g.mu.Lock()
 	eng, ok := g.engines[id]
-	if !ok {
+	if !ok || expect != nil && eng != expect {
 		g.mu.Unlock()
 		return false
 	}
@@ -359,9 +362,6 @@ func (g *Gateway) RemoveEngine(id kvroute.WorkerID) bool {
 	// blocks, or a late event would register it in the index again.
 	eng.running.Wait()
 	g.r.RemoveWorker(id)
-	for rank := range max(eng.cfg.Ranks, 1) {
-		g.loads.Delete(kvroute.WorkerKey{ID: id, Rank: kvroute.DPRank(rank)})
-	}
 	g.log.Info("engine removed", "engine", uint64(id))
 	return true
 }
@@ -435,7 +435,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 const housekeepingInterval = time.Second
 
 // probe checks every engine's health endpoint once, reports the results
-// to the router and removes engines unhealthy for RemoveAfter.
+// to the router and removes engines unhealthy for RemoveAfter. Each
+// result goes to the worker probed (a router.Probe taken before the
+// request): an engine removed and added again under its id meanwhile is
+// not judged by its predecessor's answer.
 func (g *Gateway) probe(ctx context.Context) {
 	g.mu.RLock()
 	engines := make([]*engine, 0, len(g.engines))
@@ -460,14 +463,23 @@ func (g *Gateway) probe(ctx context.Context) {
 	}
 	var wg sync.WaitGroup
 	for u, keys := range byURL {
+		probes := make([]router.Probe, 0, len(keys))
+		for _, key := range keys {
+			if p, err := g.r.Probe(key); err == nil {
+				probes = append(probes, p)
+			}
+		}
+		if len(probes) == 0 {
+			continue
+		}
 		wg.Go(func() {
 			err := g.probeURL(ctx, u)
-			for _, key := range keys {
+			for _, p := range probes {
 				if err == nil {
 					// Alive: the load stays what its source last said.
-					_ = g.r.Heartbeat(key, g.lastLoad(key))
+					_ = p.Alive()
 				} else if ctx.Err() == nil {
-					_ = g.r.ReportError(key, err)
+					_ = p.Failed(err)
 				}
 			}
 			if err != nil && ctx.Err() == nil {
@@ -481,7 +493,7 @@ func (g *Gateway) probe(ctx context.Context) {
 		return
 	}
 	now := g.clock.Now()
-	var remove []kvroute.WorkerID
+	var remove []*engine
 	g.mu.Lock()
 	for _, eng := range engines {
 		if g.engines[eng.cfg.ID] != eng {
@@ -495,34 +507,28 @@ func (g *Gateway) probe(ctx context.Context) {
 			eng.unhealthySince = now
 		}
 		if now.Sub(eng.unhealthySince) >= g.removeAfter {
-			remove = append(remove, eng.cfg.ID)
+			remove = append(remove, eng)
 		}
 	}
 	g.mu.Unlock()
-	for _, id := range remove {
+	for _, eng := range remove {
+		id := eng.cfg.ID
 		g.log.Warn("removing engine unhealthy for too long", "engine", uint64(id), "after", g.removeAfter)
-		g.RemoveEngine(id)
+		if !g.removeEngine(id, eng) {
+			g.log.Info("engine unhealthy for too long was removed or replaced meanwhile", "engine", uint64(id))
+		}
 	}
 }
 
 // frontendWorkers returns the router's cache domains whose worker was not
-// added to the gateway (added holds those that were): the Frontend's. It
-// also forgets the load reports of domains the router no longer has.
+// added to the gateway (added holds those that were): the Frontend's.
 func (g *Gateway) frontendWorkers(added map[kvroute.WorkerID]bool) []kvroute.WorkerKey {
 	var keys []kvroute.WorkerKey
-	known := map[kvroute.WorkerKey]bool{}
 	for _, k := range g.r.Workers() {
-		known[k] = true
 		if !added[k.ID] {
 			keys = append(keys, k)
 		}
 	}
-	g.loads.Range(func(k, _ any) bool {
-		if key := k.(kvroute.WorkerKey); !known[key] && !added[key.ID] {
-			g.loads.Delete(key)
-		}
-		return true
-	})
 	return keys
 }
 
@@ -556,30 +562,18 @@ func (g *Gateway) probeURL(ctx context.Context, u string) error {
 	return nil
 }
 
-// Heartbeat records a load report of one cache domain from a load source
-// (an enginemetrics.Scraper, Dynamo's load events) and passes it to the
-// router. The gateway's health probes repeat the last report: a probe says
-// an engine is alive, never what it carries. With Hasher, it makes the
-// Gateway an enginemetrics.Reporter. It returns the router's
+// Heartbeat passes a load report of one cache domain from a load source
+// (an enginemetrics.Scraper, Dynamo's load events) to the router, which
+// keeps it: the gateway's health probes say an engine is alive, never
+// what it carries, and leave the last report as it is. With Hasher, it
+// makes the Gateway an enginemetrics.Reporter. It returns the router's
 // ErrUnknownWorker for a domain not added.
 func (g *Gateway) Heartbeat(w kvroute.WorkerKey, load scheduling.Load) error {
-	if err := g.r.Heartbeat(w, load); err != nil {
-		return err
-	}
-	g.loads.Store(w, &load)
-	return nil
+	return g.r.Heartbeat(w, load)
 }
 
 // Hasher returns the router's hasher.
 func (g *Gateway) Hasher() kvroute.Hasher { return g.r.Hasher() }
-
-// lastLoad returns the last load reported for w, zero when none was.
-func (g *Gateway) lastLoad(w kvroute.WorkerKey) scheduling.Load {
-	if l, ok := g.loads.Load(w); ok {
-		return *l.(*scheduling.Load)
-	}
-	return scheduling.Load{}
-}
 
 // EngineStats is one engine's state in Stats.
 type EngineStats struct {
