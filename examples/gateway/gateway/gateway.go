@@ -158,11 +158,14 @@ type Gateway struct {
 	frontend        *engine                 // Config.Frontend, nil without
 	frontendDPStart func(worker uint64) int // Config.FrontendDPStart
 
-	// mu protects engines, runCtx and active.
+	// mu protects engines, removing, runCtx and active.
 	mu      sync.RWMutex
 	engines map[kvroute.WorkerID]*engine
-	runCtx  context.Context // Run's context, nil when Run is not running or stopping
-	active  bool            // Run runs, until its subscribers have stopped
+	// removing holds, for each engine being removed (out of engines, not
+	// yet out of the router), a channel closed when its removal is done.
+	removing map[kvroute.WorkerID]chan struct{}
+	runCtx   context.Context // Run's context, nil when Run is not running or stopping
+	active   bool            // Run runs, until its subscribers have stopped
 
 	requests, retries, failed atomic.Uint64
 }
@@ -263,7 +266,8 @@ func New(cfg Config) (*Gateway, error) {
 func (g *Gateway) Router() *router.Router { return g.r }
 
 // AddEngine registers e in the router and, while Run runs, starts its
-// event subscribers. It returns an error wrapping ErrEngineConfig for an
+// event subscribers. An engine of the same id being removed is removed
+// first (AddEngine waits for it). It returns an error wrapping ErrEngineConfig for an
 // invalid description, ErrDuplicateEngine for an id already added, and the
 // router's error when it rejects the worker.
 func (g *Gateway) AddEngine(e Engine) error {
@@ -297,6 +301,17 @@ func (g *Gateway) AddEngine(e Engine) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	for {
+		// An engine of this id on its way out is out first: the router
+		// still has its worker until then.
+		done, ok := g.removing[e.ID]
+		if !ok {
+			break
+		}
+		g.mu.Unlock()
+		<-done
+		g.mu.Lock()
+	}
 	if _, ok := g.engines[e.ID]; ok {
 		return fmt.Errorf("%w: %d", ErrDuplicateEngine, e.ID)
 	}
@@ -347,6 +362,11 @@ func (g *Gateway) removeEngine(id kvroute.WorkerID, expect *engine) bool {
 		return false
 	}
 	delete(g.engines, id)
+	done := make(chan struct{})
+	if g.removing == nil {
+		g.removing = map[kvroute.WorkerID]chan struct{}{}
+	}
+	g.removing[id] = done
 	if g.subscribers != nil {
 		for rank := range eng.subs {
 			g.subscribers.Remove(SubscriberName(id, rank))
@@ -362,6 +382,10 @@ func (g *Gateway) removeEngine(id kvroute.WorkerID, expect *engine) bool {
 	// blocks, or a late event would register it in the index again.
 	eng.running.Wait()
 	g.r.RemoveWorker(id)
+	g.mu.Lock()
+	delete(g.removing, id)
+	g.mu.Unlock()
+	close(done)
 	g.log.Info("engine removed", "engine", uint64(id))
 	return true
 }

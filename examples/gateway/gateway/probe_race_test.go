@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -148,4 +149,43 @@ func TestRemoveAfterSparesAReplacedEngine(t *testing.T) {
 	require.True(t, slices.Contains(r.Workers(), kvroute.WorkerKey{ID: 1}), "the replacement was removed")
 	h, _ := r.Health(kvroute.WorkerKey{ID: 1})
 	require.Equal(t, router.Healthy, h)
+}
+
+// TestAddEngineDuringItsRemoval: an engine added again under the id of one
+// being removed (its event subscribers stopping) waits for that removal,
+// where the router, still holding the old worker, refused it.
+func TestAddEngineDuringItsRemoval(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := router.New(router.Config{})
+	require.NoError(t, err)
+	// The events endpoint listens nowhere: the subscriber dials until it
+	// is stopped, which RemoveEngine waits for.
+	e := gateway.Engine{ID: 1, URL: "http://127.0.0.1:9", Events: "tcp://127.0.0.1:9"}
+	gw, err := gateway.New(gateway.Config{Router: r, Engines: []gateway.Engine{e}})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- gw.Run(runCtx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-ran)
+	}()
+	for i := range 50 {
+		removed := make(chan bool)
+		go func() { removed <- gw.RemoveEngine(1) }()
+		for {
+			err := gw.AddEngine(e)
+			if errors.Is(err, gateway.ErrDuplicateEngine) {
+				continue // the removal has not begun
+			}
+			require.NoError(t, err, "round %d", i)
+			break
+		}
+		require.True(t, <-removed)
+		require.Equal(t, []kvroute.WorkerKey{{ID: 1}}, r.Workers())
+		if ctx.Err() != nil {
+			t.Fatal(ctx.Err())
+		}
+	}
 }
