@@ -11,6 +11,7 @@ package nixl
 import "C"
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -381,11 +382,17 @@ func (a *Agent) RegisterMem(l transfer.RegList) error {
 }
 
 // DeregisterMem deregisters memory registered with exactly these
-// descriptors. While a posted request using the memory has not finished it
+// descriptors. A list naming one range twice is refused with
+// transfer.ErrInvalidParam, also when it was registered twice. While a posted request using the memory has not finished it
 // returns transfer.ErrInProgress and keeps the memory registered: wait for
 // the request or release it first.
 func (a *Agent) DeregisterMem(l transfer.RegList) error {
 	return a.register("deregister", false, l)
+}
+
+// compareDescs orders descriptors by device, address and length.
+func compareDescs(a, b transfer.Desc) int {
+	return cmp.Or(cmp.Compare(a.DevID, b.DevID), cmp.Compare(a.Addr, b.Addr), cmp.Compare(a.Len, b.Len))
 }
 
 func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
@@ -399,6 +406,15 @@ func (a *Agent) register(op string, reg bool, l transfer.RegList) error {
 	}
 	if !l.Kind.Valid() || len(descs) == 0 || checkDescs(descs) >= 0 {
 		return a.errorf(op, "", transfer.ErrInvalidParam, "%s list of %d descriptors", l.Kind, len(descs))
+	}
+	if !reg {
+		// NIXL would remove one registration twice and crash.
+		sorted := slices.SortedFunc(slices.Values(descs), compareDescs)
+		for i := 1; i < len(sorted); i++ {
+			if sorted[i] == sorted[i-1] {
+				return a.errorf(op, "", transfer.ErrInvalidParam, "%#x+%d named twice; deregister each registration of it in a call of its own", sorted[i].Addr, sorted[i].Len)
+			}
+		}
 	}
 	if err := a.enter(op); err != nil {
 		return err
@@ -876,34 +892,23 @@ func (a *Agent) Close() error {
 	return errors.Join(errs...)
 }
 
-// deregisterAll deregisters every registered region, one NIXL call per
-// memory kind, for Close. The caller holds a.mu for writing and a.state.
+// deregisterAll deregisters every registered region, for Close. It
+// deregisters one region per NIXL call, the last registered first: a list
+// naming a range registered twice would have NIXL remove one registration
+// twice. The caller holds a.mu for writing and a.state.
 func (a *Agent) deregisterAll() error {
 	var errs []error
-	for kind := transfer.DRAM; kind.Valid(); kind++ {
-		var (
-			flat []C.uint64_t
-			meta []byte
-			lens []C.uint64_t
-		)
-		for _, g := range a.regions {
-			if g.kind == kind {
-				flat = append(flat, C.uint64_t(g.desc.Addr), C.uint64_t(g.desc.Len), C.uint64_t(g.desc.DevID))
-				meta = append(meta, g.meta...)
-				lens = append(lens, C.uint64_t(len(g.meta)))
-			}
-		}
-		if len(lens) == 0 {
-			continue
-		}
+	for _, g := range slices.Backward(a.regions) {
+		flat := flatten([]transfer.Desc{g.desc})
+		lens := []C.uint64_t{C.uint64_t(len(g.meta))}
 		var cmeta unsafe.Pointer
-		if len(meta) > 0 {
-			cmeta = C.CBytes(meta)
+		if len(g.meta) > 0 {
+			cmeta = C.CBytes(g.meta)
 		}
-		st := C.kv_register(a.lib, a.h, false, C.kv_mem(kind), &flat[0], C.size_t(len(lens)), (*C.char)(cmeta), &lens[0])
+		st := C.kv_register(a.lib, a.h, false, C.kv_mem(g.kind), &flat[0], 1, (*C.char)(cmeta), &lens[0])
 		C.free(cmeta)
 		if st != C.KV_CAPI_SUCCESS {
-			errs = append(errs, a.fail("close: deregister "+kind.String()+" memory", "", st, transfer.ErrBackend, transfer.ErrBackend))
+			errs = append(errs, a.fail(fmt.Sprintf("close: deregister %s %#x+%d", g.kind, g.desc.Addr, g.desc.Len), "", st, transfer.ErrBackend, transfer.ErrBackend))
 		}
 	}
 	a.regions = nil

@@ -248,3 +248,40 @@ func TestDeregisterMemInUse(t *testing.T) {
 	require.NoError(t, req.Wait(t.Context()))
 	require.NoError(t, a.DeregisterMem(bufA.RegList()))
 }
+
+// TestDeregisterNamedTwice checks that a deregistration naming one range
+// twice is refused, also when the range was registered twice, and that
+// each registration then goes in a call of its own, and at Close.
+func TestDeregisterNamedTwice(t *testing.T) {
+	requireNIXL(t)
+	buf, err := transfer.AllocBuffer(8192)
+	require.NoError(t, err)
+	defer buf.Free()
+	d := transfer.RegDesc{Desc: buf.Desc(0, 4096)}
+	once := transfer.RegList{Kind: transfer.DRAM, Descs: []transfer.RegDesc{d}}
+	twice := transfer.RegList{Kind: transfer.DRAM, Descs: []transfer.RegDesc{d, d}}
+	for _, tc := range []struct {
+		name string
+		// deregister is the number of single deregistrations before Close.
+		deregister int
+	}{
+		{"deregistered one by one", 2},
+		{"one left for Close", 1},
+		{"both left for Close", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := nixl.New(nixl.Config{Name: "twice"})
+			require.NoError(t, err)
+			require.NoError(t, a.RegisterMem(once))
+			require.NoError(t, a.RegisterMem(once))
+			require.ErrorIs(t, a.DeregisterMem(twice), transfer.ErrInvalidParam)
+			for range tc.deregister {
+				require.NoError(t, a.DeregisterMem(once))
+			}
+			if tc.deregister == 2 {
+				require.ErrorIs(t, a.DeregisterMem(once), transfer.ErrNotRegistered)
+			}
+			require.NoError(t, a.Close())
+		})
+	}
+}
