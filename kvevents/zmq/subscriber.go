@@ -294,7 +294,15 @@ func (s *Subscriber) session(ctx context.Context) (bool, error) {
 		case <-idle.C:
 			// Nothing for a while: fetch anything dropped at the end of the
 			// last burst, then reconnect in case the publisher is gone.
-			if s.started && s.cfg.ReplayEndpoint != "" {
+			// Before the first message, fetch what the engine published
+			// before the subscription took effect (a PUB socket drops what
+			// it sends before it has the subscription): an engine that
+			// goes quiet after its first burst would otherwise be heard
+			// only at its next batch.
+			if s.cfg.ReplayEndpoint != "" {
+				if !s.started {
+					s.next, s.started = 0, true
+				}
 				s.replay(ctx, s.next, 0)
 			}
 			return true, nil
@@ -341,10 +349,11 @@ func (s *Subscriber) handleLive(ctx context.Context, frames [][]byte) {
 	seq := binary.BigEndian.Uint64(frames[1])
 	payload := frames[2]
 	s.stats.received.Add(1)
-	if s.haveLive && (seq <= s.lastLive || s.started && seq < s.next) {
+	if s.haveLive && seq <= s.lastLive || s.started && seq < s.next {
 		// The live stream only moves forward: the publisher restarted and
-		// counts from 0 again. (A replay after an idle spell may have
-		// taken s.next past the last live message: a live message below
+		// counts from 0 again. (A replay after an idle spell, which ends
+		// the connection, may have taken s.next past the last live
+		// message, or started the stream before any: a live message below
 		// it is no duplicate then, since replays follow the live stream.)
 		s.stats.restarts.Add(1)
 		s.log.Info("zmq: publisher restarted", "seq", seq, "last", s.lastLive)

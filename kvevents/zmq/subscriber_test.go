@@ -365,3 +365,48 @@ func TestSubscriberSilentPeers(t *testing.T) {
 		require.Zero(t, sub.Stats().Reconnects, "a silent peer is no connection")
 	})
 }
+
+// TestSubscriberIdleReplayBeforeAnyMessage: batches an engine published
+// before the subscription took effect, after which it went quiet, are
+// fetched from its replay buffer once the subscriber has heard nothing
+// for IdleTimeout; and an engine that restarts after that is followed.
+func TestSubscriberIdleReplayBeforeAnyMessage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	e, pubEP, replayEP := newEngine(t, ctx, false)
+	// Published before anyone subscribed: in the replay buffer only.
+	e.publish(0, 100, false, true)
+	e.publish(1, 101, false, true)
+	rec := &recorder{held: map[kvroute.ExternalHash]bool{}}
+	sub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Topic: "kv",
+		Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: rec,
+		IdleTimeout: 300 * time.Millisecond, ReplayTimeout: time.Second, MaxBackoff: 100 * time.Millisecond})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, ctx, func() bool {
+		held, _ := rec.snapshot()
+		return held[100] && held[101]
+	}, "the blocks published before the subscription")
+	require.Zero(t, sub.Stats().Received)
+
+	// The engine restarts and counts from 0 again, live this time.
+	e.mu.Lock()
+	clear(e.buffer)
+	e.mu.Unlock()
+	seq := uint64(0)
+	for held, _ := rec.snapshot(); !held[200]; held, _ = rec.snapshot() {
+		e.publish(seq, 200+seq, true, true) // until the connection hears one
+		seq++
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the restarted engine is not followed; stats %+v", sub.Stats())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	held, resets := rec.snapshot()
+	require.False(t, held[100] || held[101], "the old engine's blocks are still held")
+	require.Positive(t, resets)
+	require.Equal(t, uint64(1), sub.Stats().Restarts)
+}
