@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/internal/cputime"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -154,7 +155,7 @@ func benchSelect(b *testing.B, ctx context.Context, workers int, name string, to
 				defer runtime.UnlockOSThread()
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0, cpuOK := cpuTime(rusageThread)
+				cpu0, cpuOK := cputime.Thread()
 				for b.Loop() {
 					req := router.Request{Tokens: c.prompt[next()][:p.tokens]}
 					t0 := time.Now()
@@ -167,7 +168,7 @@ func benchSelect(b *testing.B, ctx context.Context, workers int, name string, to
 					d.PrefillDone()
 					d.Done(router.Outcome{})
 				}
-				cpu1, _ := cpuTime(rusageThread)
+				cpu1, _ := cputime.Thread()
 				reportSelect(b, samples, cpuOK, cpu1-cpu0)
 			})
 			b.Run(fmt.Sprintf("workers=%d/prompt=%s/dist=%s/parallel", workers, p.name, dist), func(b *testing.B) {
@@ -177,7 +178,7 @@ func benchSelect(b *testing.B, ctx context.Context, workers int, name string, to
 				var seed uint64
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0, cpuOK := cpuTime(rusageSelf)
+				cpu0, cpuOK := cputime.Process()
 				b.RunParallel(func(pb *testing.PB) {
 					mu.Lock()
 					seed++
@@ -202,7 +203,7 @@ func benchSelect(b *testing.B, ctx context.Context, workers int, name string, to
 					all = append(all, samples...)
 					mu.Unlock()
 				})
-				cpu1, _ := cpuTime(rusageSelf)
+				cpu1, _ := cputime.Process()
 				reportSelect(b, all, cpuOK, cpu1-cpu0)
 			})
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute"
+	"github.com/kvroute/kvroute/internal/cputime"
 )
 
 // BenchmarkPublisherApply times the relay's path of one event: numbering,
@@ -48,7 +49,7 @@ func BenchmarkPublisherApply(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0, cpuOK := processCPU()
+	cpu0, cpuOK := cputime.Process()
 	for i := range b.N {
 		if err := pub.Apply(&evs[i%workers]); err != nil {
 			b.Fatal(err)
@@ -57,7 +58,7 @@ func BenchmarkPublisherApply(b *testing.B) {
 	if err := nc.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	if cpu1, ok := processCPU(); cpuOK && ok {
+	if cpu1, ok := cputime.Process(); cpuOK && ok {
 		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/event")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/cputime"
 	"github.com/kvroute/kvroute/transfer"
 	"github.com/kvroute/kvroute/transfer/transfertest"
 )
@@ -128,7 +129,7 @@ func BenchmarkRegionLookup(b *testing.B) {
 				b.ReportAllocs()
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
-				cpu0, cpuOK := threadCPU()
+				cpu0, cpuOK := cputime.Thread()
 				start := time.Now()
 				for b.Loop() {
 					l, err := side.agent.PrepDescList(side.remote, list)
@@ -141,7 +142,7 @@ func BenchmarkRegionLookup(b *testing.B) {
 				}
 				descs := float64(b.N * listLen)
 				b.ReportMetric(float64(time.Since(start).Nanoseconds())/descs, "ns/desc")
-				if cpu1, ok := threadCPU(); ok && cpuOK {
+				if cpu1, ok := cputime.Thread(); ok && cpuOK {
 					b.ReportMetric(float64(cpu1-cpu0)/descs, "cpu-ns/desc")
 				}
 			})

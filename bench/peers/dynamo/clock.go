@@ -1,6 +1,10 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvroute/kvroute/internal/cputime"
+)
 
 // The clocks the ratios can compare (-clock).
 const (
@@ -33,4 +37,11 @@ func useCPUTime(res *sideResult) error {
 		r.NS = r.CPUNS
 	}
 	return nil
+}
+
+// processCPU returns the CPU time this process has used, user and system,
+// in nanoseconds (microsecond resolution), or 0 when it is unavailable.
+func processCPU() int64 {
+	ns, _ := cputime.Process()
+	return ns
 }
