@@ -124,6 +124,26 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	return c
 }
 
+// sendCompletion opens an ext_proc stream and sends it the request
+// headers of a POST to /v1/completions and body, whole; the caller reads
+// the picker's answers.
+func (c *cluster) sendCompletion(ctx context.Context, body string) extprocv3.ExternalProcessor_ProcessClient {
+	c.t.Helper()
+	stream, err := c.client.Process(ctx)
+	require.NoError(c.t, err)
+	require.NoError(c.t, stream.Send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				header(":method", "POST"), header(":path", "/v1/completions"), header("content-type", "application/json"),
+			}},
+		}},
+		ProtocolConfig: protocolConfig(""),
+	}))
+	require.NoError(c.t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}}))
+	return stream
+}
+
 // engineAt returns the engine serving addr.
 func (c *cluster) engineAt(addr string) *fakeengine.Engine {
 	for _, e := range c.engines {
@@ -895,18 +915,7 @@ func TestResponseTrailersEndTheBody(t *testing.T) {
 			c := newCluster(t, clusterOpts{engines: 1, cfg: epp.Config{InjectUsage: tt.inject}})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			stream, err := c.client.Process(ctx)
-			require.NoError(t, err)
-			require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{
-				Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-					Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-						header(":method", "POST"), header(":path", "/v1/completions"), header("content-type", "application/json"),
-					}},
-				}},
-				ProtocolConfig: protocolConfig(""),
-			}))
-			require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-				RequestBody: &extprocv3.HttpBody{Body: []byte(tt.request), EndOfStream: true}}}))
+			stream := c.sendCompletion(ctx, tt.request)
 			first, err := stream.Recv()
 			require.NoError(t, err)
 			require.NotNil(t, first.GetRequestHeaders(), "first answer: %v", first)
@@ -968,19 +977,8 @@ func TestPanicEndsOnlyItsStream(t *testing.T) {
 		})}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := c.client.Process(ctx)
-	require.NoError(t, err)
-	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-				header(":method", "POST"), header(":path", "/v1/completions"), header("content-type", "application/json"),
-			}},
-		}},
-		ProtocolConfig: protocolConfig(""),
-	}))
-	require.NoError(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-		RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"m","prompt":"boom boom"}`), EndOfStream: true}}}))
-	_, err = stream.Recv()
+	stream := c.sendCompletion(ctx, `{"model":"m","prompt":"boom boom"}`)
+	_, err := stream.Recv()
 	require.Equal(t, codes.Internal, status.Code(err), "%v", err)
 	require.EqualValues(t, 1, c.srv.Stats().Panics)
 

@@ -265,18 +265,28 @@ func TestNewValidates(t *testing.T) {
 // already fetched the end of its last burst, is seen to restart: its new
 // batches are applied and its old blocks forgotten, although their
 // sequence numbers sit below the replayed ones.
+// runSubscriber runs a subscriber of worker 1's batches on pubEP, with the
+// replay socket replayEP and idle timeout idle, into rec until the test
+// ends.
+func runSubscriber(t *testing.T, ctx context.Context, pubEP, replayEP string, rec *recorder, idle time.Duration) *kvzmq.Subscriber {
+	t.Helper()
+	sub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Topic: "kv",
+		Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: rec,
+		IdleTimeout: idle, ReplayTimeout: time.Second, MaxBackoff: 100 * time.Millisecond})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return sub
+}
+
 func TestSubscriberRestartAfterIdleReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	e, pubEP, replayEP := newEngine(t, ctx, false)
 	rec := &recorder{held: map[kvroute.ExternalHash]bool{}}
-	sub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Topic: "kv",
-		Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: rec,
-		IdleTimeout: 400 * time.Millisecond, ReplayTimeout: time.Second, MaxBackoff: 100 * time.Millisecond})
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	sub := runSubscriber(t, ctx, pubEP, replayEP, rec, 400*time.Millisecond)
 	for sub.Stats().Received == 0 {
 		e.publish(0, 100, true, true)
 		time.Sleep(20 * time.Millisecond)
@@ -378,13 +388,7 @@ func TestSubscriberIdleReplayBeforeAnyMessage(t *testing.T) {
 	e.publish(0, 100, false, true)
 	e.publish(1, 101, false, true)
 	rec := &recorder{held: map[kvroute.ExternalHash]bool{}}
-	sub, err := kvzmq.New(kvzmq.Config{Endpoint: pubEP, ReplayEndpoint: replayEP, Topic: "kv",
-		Converter: kvevents.ConverterConfig{Worker: 1, BlockSize: 4}, Sink: rec,
-		IdleTimeout: 300 * time.Millisecond, ReplayTimeout: time.Second, MaxBackoff: 100 * time.Millisecond})
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	sub := runSubscriber(t, ctx, pubEP, replayEP, rec, 300*time.Millisecond)
 	waitFor(t, ctx, func() bool {
 		held, _ := rec.snapshot()
 		return held[100] && held[101]

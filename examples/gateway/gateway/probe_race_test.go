@@ -18,6 +18,20 @@ import (
 	"github.com/kvroute/kvroute/router"
 )
 
+// runGateway runs gw until the test ends and checks that Run returns nil.
+// Servers the gateway talks to are closed in cleanups registered before
+// it, so that they close after the gateway stopped.
+func runGateway(t *testing.T, ctx context.Context, gw *gateway.Gateway) {
+	t.Helper()
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- gw.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-ran)
+	})
+}
+
 // TestProbeOfAReplacedEngineIsDropped: an engine removed and added again
 // under its id while a health probe of it is under way is not judged by
 // that probe's failure, which concerns the engine it replaced.
@@ -34,7 +48,7 @@ func TestProbeOfAReplacedEngineIsDropped(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
-	defer old.Close()
+	t.Cleanup(old.Close)
 	newProbed := make(chan struct{}, 1)
 	replacement := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -43,7 +57,7 @@ func TestProbeOfAReplacedEngineIsDropped(t *testing.T) {
 		}
 		<-r.Context().Done() // answers only when the gateway gives up
 	}))
-	defer replacement.Close()
+	t.Cleanup(replacement.Close)
 
 	// One failed probe makes a worker degraded.
 	r, err := router.New(router.Config{Health: router.HealthConfig{DegradedErrors: 1}})
@@ -51,13 +65,7 @@ func TestProbeOfAReplacedEngineIsDropped(t *testing.T) {
 	gw, err := gateway.New(gateway.Config{Router: r, HealthInterval: 5 * time.Millisecond, HealthTimeout: 10 * time.Second,
 		Engines: []gateway.Engine{{ID: 1, URL: old.URL, Preset: gateway.PresetDynamo}}})
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- gw.Run(runCtx) }()
-	defer func() {
-		stop()
-		require.NoError(t, <-ran)
-	}()
+	runGateway(t, ctx, gw)
 
 	select {
 	case <-started:
@@ -95,7 +103,7 @@ func TestRemoveAfterSparesAReplacedEngine(t *testing.T) {
 	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
-	defer dead.Close()
+	t.Cleanup(dead.Close)
 	var mu sync.Mutex
 	healthyProbes := 0
 	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -103,7 +111,7 @@ func TestRemoveAfterSparesAReplacedEngine(t *testing.T) {
 		healthyProbes++
 		mu.Unlock()
 	}))
-	defer healthy.Close()
+	t.Cleanup(healthy.Close)
 
 	r, err := router.New(router.Config{})
 	require.NoError(t, err)
@@ -124,13 +132,7 @@ func TestRemoveAfterSparesAReplacedEngine(t *testing.T) {
 		RemoveAfter: 20 * time.Millisecond, Logger: slog.New(hook),
 		Engines: []gateway.Engine{{ID: 1, URL: dead.URL, Preset: gateway.PresetDynamo}}})
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- gw.Run(runCtx) }()
-	defer func() {
-		stop()
-		require.NoError(t, <-ran)
-	}()
+	runGateway(t, ctx, gw)
 
 	// A few rounds after the replacement, it is still there.
 	for {
@@ -164,13 +166,7 @@ func TestAddEngineDuringItsRemoval(t *testing.T) {
 	e := gateway.Engine{ID: 1, URL: "http://127.0.0.1:9", Events: "tcp://127.0.0.1:9"}
 	gw, err := gateway.New(gateway.Config{Router: r, Engines: []gateway.Engine{e}})
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- gw.Run(runCtx) }()
-	defer func() {
-		stop()
-		require.NoError(t, <-ran)
-	}()
+	runGateway(t, ctx, gw)
 	for i := range 50 {
 		removed := make(chan bool)
 		go func() { removed <- gw.RemoveEngine(1) }()
