@@ -1,14 +1,12 @@
 package tokenizer_test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -287,22 +285,8 @@ func referenceEncode(t *testing.T, py string, files [][]byte, texts []string) []
 	for i, s := range texts {
 		enc[i] = base64.StdEncoding.EncodeToString([]byte(s))
 	}
-	req, err := json.Marshal(map[string]any{"tokenizers": docs, "texts": enc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), "encode")
-	cmd.Stdin = bytes.NewReader(req)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("reference: %v: %s", err, stderr.String())
-	}
 	var res []referenceResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatal(err)
-	}
+	runReference(t, py, "encode", map[string]any{"tokenizers": docs, "texts": enc}, &res)
 	if len(res) != len(files) {
 		t.Fatalf("reference answered for %d tokenizers of %d", len(res), len(files))
 	}
@@ -421,25 +405,11 @@ func TestUnknownToReferenceTable(t *testing.T) {
 			cps = append(cps, r)
 		}
 	}
-	req, err := json.Marshal(map[string]any{"cps": cps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), "unicode")
-	cmd.Stdin = bytes.NewReader(req)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("reference: %v: %s", err, stderr.String())
-	}
 	var ref struct {
 		NFD, NFKD []string
 		Reorders  []bool
 	}
-	if err := json.Unmarshal(out, &ref); err != nil {
-		t.Fatal(err)
-	}
+	runReference(t, py, "unicode", map[string]any{"cps": cps}, &ref)
 	if len(ref.NFD) != len(cps) || len(ref.NFKD) != len(cps) || len(ref.Reorders) != len(cps) {
 		t.Fatalf("reference answered for %d, %d, %d code points of %d", len(ref.NFD), len(ref.NFKD), len(ref.Reorders), len(cps))
 	}
@@ -462,17 +432,8 @@ func TestUnknownToReferenceTable(t *testing.T) {
 // tables' newer characters.
 func TestNewerCharacterClasses(t *testing.T) {
 	py := referencePython(t)
-	cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), "classes")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("reference: %v: %s", err, stderr.String())
-	}
 	var ref struct{ L, N []rune }
-	if err := json.Unmarshal(out, &ref); err != nil {
-		t.Fatal(err)
-	}
+	runReference(t, py, "classes", nil, &ref)
 	for _, c := range []struct {
 		name string
 		ref  []rune

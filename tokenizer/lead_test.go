@@ -1,10 +1,8 @@
 package tokenizer_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"math/rand/v2"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -88,21 +86,7 @@ func TestMetaspaceFirstAfterNormalizerLive(t *testing.T) {
 	for range 100 {
 		g.Texts = append(g.Texts, randomText(rng, 12))
 	}
-	req, err := json.Marshal(map[string]any{"tokenizer": filepath.Join("testdata", "mistral", "tokenizer.json"), "variants": g.Variants, "texts": g.Texts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), "variants")
-	cmd.Stdin = bytes.NewReader(req)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("reference: %v: %s", err, stderr.String())
-	}
 	var ref leadVariants
-	if err := json.Unmarshal(out, &ref); err != nil {
-		t.Fatal(err)
-	}
+	runReference(t, py, "variants", map[string]any{"tokenizer": filepath.Join("testdata", "mistral", "tokenizer.json"), "variants": g.Variants, "texts": g.Texts}, &ref)
 	checkLeadVariants(t, &ref)
 }

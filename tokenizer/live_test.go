@@ -36,6 +36,29 @@ func referencePython(t *testing.T) string {
 	return py
 }
 
+// runReference runs `reference.py command` with req, when not nil, as its
+// JSON input, and decodes its JSON output into res.
+func runReference(t *testing.T, py, command string, req, res any) {
+	t.Helper()
+	cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), command)
+	if req != nil {
+		in, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdin = bytes.NewReader(in)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reference: %v: %s", err, stderr.String())
+	}
+	if err := json.Unmarshal(out, res); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]
@@ -112,22 +135,11 @@ func TestLiveReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req, _ := json.Marshal(map[string]any{"dir": dir, "texts": texts, "chats": chats})
-			cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), "ref")
-			cmd.Stdin = bytes.NewReader(req)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("reference: %v: %s", err, stderr.String())
-			}
 			var ref struct {
 				Texts []goldenText `json:"texts"`
 				Chats []rawChat    `json:"chats"`
 			}
-			if err := json.Unmarshal(out, &ref); err != nil {
-				t.Fatal(err)
-			}
+			runReference(t, py, "ref", map[string]any{"dir": dir, "texts": texts, "chats": chats}, &ref)
 			m, err := tokenizer.LoadModel(dir, tokenizer.LoadOptions{})
 			if err != nil {
 				t.Fatal(err)
