@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -79,19 +78,8 @@ func TestDynamoStartRank(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-log-level", "error", "-block-size", "16", "-model-dir", model,
-			"-dynamo-store", "file:" + store, "-dynamo-frontend", front.URL}, io.Discard, ready)
-	}()
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	addr, stop := startCommand(t, ctx, "-block-size", "16", "-model-dir", model,
+		"-dynamo-store", "file:"+store, "-dynamo-frontend", front.URL)
 	gw := "http://" + addr.String()
 	sent := 0
 	require.Eventually(t, func() bool {
@@ -107,8 +95,7 @@ func TestDynamoStartRank(t *testing.T) {
 		}
 		return sent == 16
 	}, 15*time.Second, 20*time.Millisecond, "the worker is discovered and served")
-	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 
 	mu.Lock()
 	defer mu.Unlock()

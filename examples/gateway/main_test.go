@@ -93,18 +93,7 @@ func TestRun(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-log-level", "error", "-engine", "1=http://" + engineLn.Addr().String()}, io.Discard, ready)
-	}()
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	addr, stop := startCommand(t, ctx, "-engine", "1=http://"+engineLn.Addr().String())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr.String()+"/v1/completions", strings.NewReader(`{"prompt":"hi"}`))
 	require.NoError(t, err)
 	resp, err := http.DefaultClient.Do(req)
@@ -113,6 +102,28 @@ func TestRun(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	require.Equal(t, "1/0", resp.Header.Get(gateway.HeaderWorker))
-	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
+}
+
+// startCommand runs the gateway command on a free loopback port with args
+// (errors logged only) until stop is called, and returns its address once
+// it serves; stop returns what run returned.
+func startCommand(t *testing.T, ctx context.Context, args ...string) (addr net.Addr, stop func() error) {
+	t.Helper()
+	runCtx, cancel := context.WithCancel(ctx)
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, append([]string{"-listen", "127.0.0.1:0", "-log-level", "error"}, args...), io.Discard, ready)
+	}()
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatal(err)
+	}
+	return addr, func() error {
+		cancel()
+		return <-done
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -30,23 +29,8 @@ func TestRunExportsIngestionCounters(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-log-level", "error",
-			"-engine", "1=http://127.0.0.1:1,events=" + events + ",topic=kv"}, io.Discard, ready)
-	}()
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
-	defer func() {
-		stop()
-		require.NoError(t, <-done)
-	}()
+	addr, stop := startCommand(t, ctx, "-engine", "1=http://127.0.0.1:1,events="+events+",topic=kv")
+	defer func() { require.NoError(t, stop()) }()
 
 	tokens := make([]uint32, 16)
 	for i := range tokens {

@@ -130,20 +130,8 @@ func TestShutdownStopsWhatStarted(t *testing.T) {
 			before := startedBy(packages...)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			runCtx, stop := context.WithCancel(ctx)
-			ready := make(chan net.Addr, 1)
-			done := make(chan error, 1)
-			go func() {
-				done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-log-level", "error", "-model-dir", model,
-					"-dynamo-store", store, "-dynamo-frontend", "http://127.0.0.1:1"}, io.Discard, ready)
-			}()
-			select {
-			case <-ready:
-			case err := <-done:
-				t.Fatal(err)
-			}
-			stop()
-			require.NoError(t, <-done)
+			_, stop := startCommand(t, ctx, "-model-dir", model, "-dynamo-store", store, "-dynamo-frontend", "http://127.0.0.1:1")
+			require.NoError(t, stop())
 			requireNoneLeft(t, before, packages...)
 		})
 	}
