@@ -142,13 +142,7 @@ func TestAddedTokenStripOverlap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := func(s string) uint32 {
-		v, ok := tok.TokenID(s)
-		if !ok {
-			t.Fatalf("no token %q", s)
-		}
-		return v
-	}
+	id := tokenIDs(t, tok)
 	x, space := tok.Encode(nil, "x", false), tok.Encode(nil, " ", false)
 	for _, tt := range []struct {
 		text string

@@ -91,18 +91,25 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
-func TestTinyTokenizer(t *testing.T) {
-	tok, err := tokenizer.Parse(tiny(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := func(s string) uint32 {
+// tokenIDs returns a function giving the id of a token tok has, failing
+// t for one it has not.
+func tokenIDs(t *testing.T, tok *tokenizer.Tokenizer) func(string) uint32 {
+	return func(s string) uint32 {
+		t.Helper()
 		v, ok := tok.TokenID(s)
 		if !ok {
 			t.Fatalf("no token %q", s)
 		}
 		return v
 	}
+}
+
+func TestTinyTokenizer(t *testing.T) {
+	tok, err := tokenizer.Parse(tiny(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tokenIDs(t, tok)
 	tests := []struct {
 		text string
 		want []uint32
