@@ -100,13 +100,20 @@ func (n unicodeNorm) segments(s string) []normSegment {
 	}
 	start := 0
 	for i, r := range s {
-		if i > start && (unknownToRef(r) || n.form.PropertiesString(s[i:i+utf8.RuneLen(r)]).BoundaryBefore()) {
+		if i > start && n.splitsAt(s, i, r) {
 			flush(start, i)
 			start = i
 		}
 	}
 	flush(start, len(s))
 	return segs
+}
+
+// splitsAt reports whether a segment of s starts at i, where r begins: at
+// a character that never combines with what precedes it, or one of
+// unknownToReference.
+func (n unicodeNorm) splitsAt(s string, i int, r rune) bool {
+	return unknownToRef(r) || n.form.PropertiesString(s[i:i+utf8.RuneLen(r)]).BoundaryBefore()
 }
 
 // decompose returns the decomposition of r (canonical for NFC and NFD,
@@ -189,23 +196,33 @@ func composePair(a, b rune) (rune, bool) {
 // segments coming from characters that begin in the lead make the new
 // lead.
 //
-// It reads s through segments, never x/text's norm.Iter: the iterator
-// dereferences a nil flusher on some inputs (NFD of "a\uff9e\u0308\uff9e"
-// in x/text v0.43.0), where Form.String, which the segments use for
-// single characters and pairs, does not.
+// It reads the segments that begin in the lead one at a time, never with
+// x/text's norm.Iter: the iterator dereferences a nil flusher on some
+// inputs (NFD of "a\uff9e\u0308\uff9e" in x/text v0.43.0), where
+// Form.String, which the segments use for single characters and pairs,
+// does not. The text from the first segment past the lead on normalizes
+// on its own, as normalize does.
 func (n unicodeNorm) normalizeLead(s string, lead int) (string, int) {
 	if lead == 0 || n.form.IsNormalString(s) {
 		return n.normalize(s), lead
 	}
+	cut := len(s)
+	for i, r := range s {
+		if i >= lead && n.splitsAt(s, i, r) {
+			cut = i
+			break
+		}
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	out := 0
-	for _, sg := range n.segments(s) {
-		if sg.start < lead && out == b.Len() {
+	for _, sg := range n.segments(s[:cut]) {
+		if out == b.Len() {
 			out += n.leadBytes(s[sg.start:sg.end], lead-sg.start, sg.out)
 		}
 		b.Write(sg.out)
 	}
+	b.WriteString(n.normalize(s[cut:]))
 	return b.String(), out
 }
 
