@@ -130,19 +130,19 @@ func (ix *Index) unlock() {
 		ix.sweepDeadHeads()
 	}
 	for _, r := range ix.unpub {
-		r.pub.Store(r.written)
+		publishInt32(&r.pub, r.written)
 	}
 	clear(ix.unpub)
 	ix.unpub = ix.unpub[:0]
 	if p := &ix.pub; p.last != ix.sz {
 		z := ix.sz
-		p.runs.Store(z.runs)
-		p.runBytes.Store(z.runBytes)
-		p.segs.Store(z.segs)
-		p.blocks.Store(z.blocks)
-		p.pairs.Store(z.pairs)
-		p.chunks.Store(z.chunks)
-		p.entries.Store(z.entries)
+		publishInt64(&p.runs, z.runs)
+		publishInt64(&p.runBytes, z.runBytes)
+		publishInt64(&p.segs, z.segs)
+		publishInt64(&p.blocks, z.blocks)
+		publishInt64(&p.pairs, z.pairs)
+		publishInt64(&p.chunks, z.chunks)
+		publishInt64(&p.entries, z.entries)
 		p.last = z
 	}
 	ix.mu.Unlock()

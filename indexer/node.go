@@ -148,11 +148,7 @@ func (r *run) liveNeighbour(i int, s *segment) *segment {
 // setSeg sets the segment of position i: with a plain store when readers
 // cannot see the position yet (i at or after pub), atomically otherwise.
 func (r *run) setSeg(i int, s *segment) {
-	if i >= int(r.pub.Load()) {
-		*(*unsafe.Pointer)(unsafe.Pointer(&r.segs[i])) = unsafe.Pointer(s)
-		return
-	}
-	r.segs[i].Store(s)
+	publishPointer(&r.segs[i], s)
 }
 
 // alive reports whether someone holds position i.
@@ -175,7 +171,7 @@ func (s *segment) growChunkFor(slot int) (*chunk, int) {
 		next := c.next.Load()
 		if next == nil {
 			next = new(chunk)
-			c.next.Store(next)
+			publishPointer(&c.next, next)
 			added++
 		}
 		c = next
@@ -211,11 +207,11 @@ func (s *segment) copyHolders(m *segment) int {
 	dst := &s.holder
 	for src := &m.holder; src != nil; src = src.next.Load() {
 		for t := range kvroute.NumTiers {
-			dst.tiers[t].Store(src.tiers[t].Load())
+			publishUint64(&dst.tiers[t], src.tiers[t].Load())
 		}
 		if src.next.Load() != nil {
 			fresh := new(chunk)
-			dst.next.Store(fresh)
+			publishPointer(&dst.next, fresh)
 			dst = fresh
 			added++
 		}
@@ -234,7 +230,7 @@ func (s *segment) setTier(slot int, t kvroute.Tier) (newHolder bool, added int) 
 		return false, added
 	}
 	newHolder = c.any()&bit == 0
-	c.tiers[t].Store(w | bit)
+	publishUint64(&c.tiers[t], w|bit)
 	if newHolder {
 		s.holders++
 	}
@@ -253,7 +249,7 @@ func (s *segment) clearTier(slot int, t kvroute.Tier) (gone bool) {
 	if w&bit == 0 {
 		return false
 	}
-	c.tiers[t].Store(w &^ bit)
+	publishUint64(&c.tiers[t], w&^bit)
 	gone = c.any()&bit == 0
 	if gone {
 		s.holders--

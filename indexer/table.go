@@ -137,10 +137,10 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 	if k <= keyDead {
 		s := &t.low[k]
 		if s.run.Load() == nil {
-			t.count.Store(t.count.Load() + 1)
+			publishInt64(&t.count, t.count.Load()+1)
 		}
-		s.pos.Store(int32(off))
-		s.run.Store(n)
+		publishInt32(&s.pos, int32(off))
+		publishPointer(&s.run, n)
 		return
 	}
 	a := t.cur.Load()
@@ -149,8 +149,8 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 		s := &a.slots[i]
 		switch s.key.Load() {
 		case uint64(k):
-			s.run.Store(n)
-			s.pos.Store(int32(off))
+			publishPointer(&s.run, n)
+			publishInt32(&s.pos, int32(off))
 			return
 		case keyDead:
 			if dead == nil {
@@ -167,10 +167,10 @@ func (t *blockTable) put(k kvroute.SeqHash, n *run, off int) {
 				dead = s
 			}
 			a.live++
-			t.count.Store(t.count.Load() + 1)
-			dead.run.Store(n)
-			dead.pos.Store(int32(off))
-			dead.key.Store(uint64(k))
+			publishInt64(&t.count, t.count.Load()+1)
+			publishPointer(&dead.run, n)
+			publishInt32(&dead.pos, int32(off))
+			publishUint64(&dead.key, uint64(k))
 			return
 		}
 		if i++; i == len(a.slots) {
@@ -189,8 +189,8 @@ func (t *blockTable) del(k kvroute.SeqHash) {
 // delSlot removes k, found in slot s. As in extMap.delAt, the slot and
 // the tombstones before it become empty when the slot after it is empty.
 func (t *blockTable) delSlot(k kvroute.SeqHash, s *tableSlot) {
-	s.run.Store(nil)
-	t.count.Store(t.count.Load() - 1)
+	publishPointer(&s.run, nil)
+	publishInt64(&t.count, t.count.Load()-1)
 	if k <= keyDead {
 		return
 	}
@@ -198,13 +198,13 @@ func (t *blockTable) delSlot(k kvroute.SeqHash, s *tableSlot) {
 	a.live--
 	i := int((uintptr(unsafe.Pointer(s)) - uintptr(unsafe.Pointer(&a.slots[0]))) / unsafe.Sizeof(*s))
 	if a.slots[(i+1)%len(a.slots)].key.Load() != keyEmpty {
-		s.key.Store(keyDead)
+		publishUint64(&s.key, keyDead)
 		return
 	}
-	s.key.Store(keyEmpty)
+	publishUint64(&s.key, keyEmpty)
 	a.used--
 	for j := (i + len(a.slots) - 1) % len(a.slots); a.slots[j].key.Load() == keyDead; j = (j + len(a.slots) - 1) % len(a.slots) {
-		a.slots[j].key.Store(keyEmpty)
+		publishUint64(&a.slots[j].key, keyEmpty)
 		a.used--
 	}
 }
@@ -230,9 +230,9 @@ func (t *blockTable) rebuild(a *tableArray) {
 		for j := b.home(k); ; {
 			d := &b.slots[j]
 			if d.key.Load() == keyEmpty {
-				d.run.Store(s.run.Load())
-				d.pos.Store(s.pos.Load())
-				d.key.Store(k)
+				publishPointer(&d.run, s.run.Load())
+				publishInt32(&d.pos, s.pos.Load())
+				publishUint64(&d.key, k)
 				break
 			}
 			if j++; j == len(b.slots) {
@@ -241,7 +241,7 @@ func (t *blockTable) rebuild(a *tableArray) {
 		}
 	}
 	b.live, b.used = a.live, a.live
-	t.cur.Store(b)
+	publishPointer(&t.cur, b)
 }
 
 // each calls fn with the place of every key. Writer only.
