@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"math"
 	"net"
 	"runtime"
 	"testing"
@@ -63,7 +64,11 @@ func TestReadDescsAllocatesWhatArrived(t *testing.T) {
 // TestReadBytesAllocatesWhatArrived reads notification messages as a
 // target does: a message reads whole however long, and a header that
 // announces a long message its peer does not send costs memory for the
-// bytes that arrived only.
+// bytes that arrived only. The bytes allocated are the process's, which
+// the runtime and goroutines left by other tests add to now and then, so
+// each case reads its message a few times and the least any read took
+// is held to the bound: a read that allocated for what was announced
+// exceeds it every time.
 func TestReadBytesAllocatesWhatArrived(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -82,24 +87,31 @@ func TestReadBytesAllocatesWhatArrived(t *testing.T) {
 			for i := range want {
 				want[i] = byte(i*13 + 5)
 			}
-			client, conn := net.Pipe()
-			defer conn.Close()
-			go func() {
-				_, _ = client.Write(want)
-				_ = client.Close()
-			}()
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			got, err := readBytes(conn, tc.announced)
-			runtime.ReadMemStats(&after)
-			if tc.announced == tc.sent {
-				require.NoError(t, err)
-				require.Equal(t, want, got)
-			} else {
-				require.Error(t, err)
+			least := uint64(math.MaxUint64)
+			for range readAllocTrials {
+				client, conn := net.Pipe()
+				go func() {
+					_, _ = client.Write(want)
+					_ = client.Close()
+				}()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				got, err := readBytes(conn, tc.announced)
+				runtime.ReadMemStats(&after)
+				_ = conn.Close()
+				if tc.announced == tc.sent {
+					require.NoError(t, err)
+					require.Equal(t, want, got)
+				} else {
+					require.Error(t, err)
+				}
+				least = min(least, after.TotalAlloc-before.TotalAlloc)
 			}
-			alloc := after.TotalAlloc - before.TotalAlloc
-			require.LessOrEqual(t, alloc, tc.maxAlloc, "bytes allocated reading %d of %d bytes", tc.sent, tc.announced)
+			require.LessOrEqual(t, least, tc.maxAlloc, "bytes allocated reading %d of %d bytes", tc.sent, tc.announced)
 		})
 	}
 }
+
+// readAllocTrials is the number of reads of each case of
+// TestReadBytesAllocatesWhatArrived.
+const readAllocTrials = 5
