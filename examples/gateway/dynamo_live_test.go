@@ -36,6 +36,23 @@ func grepMetrics(metrics, prefix string) string {
 	return strings.Join(out, "; ")
 }
 
+// sumMetric returns the sum of the samples of metric name (over all its
+// labels) in a Prometheus text exposition.
+func sumMetric(t *testing.T, metrics, name string) float64 {
+	t.Helper()
+	var sum float64
+	for _, line := range strings.Split(metrics, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+		require.NoError(t, err, line)
+		sum += v
+	}
+	return sum
+}
+
 // liveAnswer is what the live test reads of one answer.
 type liveAnswer struct {
 	status            int
@@ -234,8 +251,9 @@ func testDynamoLive(t *testing.T, backend string) {
 		{"role": "system", "content": system}, {"role": "user", "content": "And on the day after?"}}}
 	// A worker's cache is dumped when the gateway first hears from it:
 	// wake both with a request of their own (straight to the frontend),
-	// then give the dumps a moment. A request routed before they arrive
-	// would be routed blind and cache the prompt elsewhere.
+	// then wait until the gateway has restored both from their dumps. A
+	// request routed before they arrive would be routed blind and cache
+	// the prompt elsewhere.
 	for _, id := range ids {
 		ping := map[string]any{"model": "tiny", "max_tokens": 1, "messages": []map[string]string{{"role": "user", "content": fmt.Sprint("ping ", id)}}}
 		a, err := chat(ctx, front, ping, http.Header{gateway.HeaderDynamoWorker: {strconv.FormatUint(id, 10)}})
@@ -243,7 +261,20 @@ func testDynamoLive(t *testing.T, backend string) {
 		require.Equal(t, http.StatusOK, a.status, a.body)
 	}
 	require.Contains(t, frontend.Log(), noTokens, "a request without token ids makes the frontend tokenize")
-	time.Sleep(time.Second)
+	woken := time.Now()
+	for restored := 0.0; restored < 2; {
+		resp, err := http.Get(late + "/metrics")
+		require.NoError(t, err)
+		metrics, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		restored = sumMetric(t, string(metrics), "kvroute_dynamo_events_workers_restored_total")
+		if time.Since(woken) > time.Minute {
+			t.Fatalf("the late gateway restored %v of 2 workers in a minute: %s\n%s", restored,
+				grepMetrics(string(metrics), "kvroute_dynamo_events_"), logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("late gateway: both workers restored %v after the pings", time.Since(woken).Round(time.Millisecond))
 	a, err := chat(ctx, late, body, nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, a.status, a.body)
