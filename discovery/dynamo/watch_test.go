@@ -434,9 +434,26 @@ func (c *counts) snapshot() []int {
 
 // A bucket that cannot be listed for a while (here it is a file, not a
 // directory) leaves the store's state unknown, not empty: the workers
-// stay until a listing succeeds.
+// stay until a listing succeeds. A missing bucket is an empty one, so the
+// bucket must never be missing while the test swaps it: it is a symbolic
+// link, to the real directory and then to a file, each replaced in one
+// rename, which no listing can fall between.
 func TestFileWatcherKeepsDeploymentWhileUnreadable(t *testing.T) {
 	dir := copyStore(t)
+	bucket := filepath.Join(dir, "v1", "instances")
+	real := filepath.Join(dir, "instances.real")
+	require.NoError(t, os.Rename(bucket, real))
+	notDir := filepath.Join(dir, "not-a-directory")
+	require.NoError(t, os.WriteFile(notDir, []byte("not a directory"), 0o644))
+	// pointAt makes bucket a link to target in one rename.
+	pointAt := func(target string) {
+		t.Helper()
+		link := filepath.Join(dir, "instances.link")
+		require.NoError(t, os.Symlink(target, link))
+		require.NoError(t, os.Rename(link, bucket))
+	}
+	pointAt(real)
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sink := &counts{}
@@ -445,13 +462,9 @@ func TestFileWatcherKeepsDeploymentWhileUnreadable(t *testing.T) {
 	go func() { done <- w.Run(ctx, sink) }()
 	require.Eventually(t, func() bool { c := sink.snapshot(); return len(c) > 0 && c[len(c)-1] == 1 }, 5*time.Second, 5*time.Millisecond)
 
-	bucket := filepath.Join(dir, "v1", "instances")
-	aside := filepath.Join(dir, "instances.aside")
-	require.NoError(t, os.Rename(bucket, aside))
-	require.NoError(t, os.WriteFile(bucket, []byte("not a directory"), 0o644))
+	pointAt(notDir)
 	time.Sleep(200 * time.Millisecond) // ten listings
-	require.NoError(t, os.Remove(bucket))
-	require.NoError(t, os.Rename(aside, bucket))
+	pointAt(real)
 	time.Sleep(100 * time.Millisecond)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
