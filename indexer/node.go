@@ -145,8 +145,8 @@ func (r *run) liveNeighbour(i int, s *segment) *segment {
 	return nil
 }
 
-// setSeg sets the segment of position i: with a plain store when readers
-// cannot see the position yet (i at or after pub), atomically otherwise.
+// setSeg sets the segment of position i, with a release store for the
+// readers (see publishPointer).
 func (r *run) setSeg(i int, s *segment) {
 	publishPointer(&r.segs[i], s)
 }
