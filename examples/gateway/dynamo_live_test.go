@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvroute/kvroute"
@@ -40,15 +42,12 @@ func grepMetrics(metrics, prefix string) string {
 // labels) in a Prometheus text exposition.
 func sumMetric(t *testing.T, metrics, name string) float64 {
 	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(metrics))
+	require.NoError(t, err)
 	var sum float64
-	for _, line := range strings.Split(metrics, "\n") {
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
-			continue
-		}
-		v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
-		require.NoError(t, err, line)
-		sum += v
+	for _, m := range fams[name].GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
 	}
 	return sum
 }
