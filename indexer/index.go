@@ -693,6 +693,12 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 		ix.dropSegment(s)
 		return nil
 	}
+	if !add && s.holders == 1 && s.tiersOf(slot) == 1<<t {
+		// The positions lose their last holder. No live neighbour can
+		// take them (it would have to hold nothing), so none is read.
+		ix.repoint(r, a, b, s, nil)
+		return nil
+	}
 	for _, nb := range [2]*segment{r.liveNeighbour(a-1, s), r.liveNeighbour(b, s)} {
 		if nb != nil && holdersDiffer(nb, s, slot, t, add) {
 			target = nb
@@ -700,10 +706,6 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 		}
 	}
 	if target == nil {
-		if !add && s.holders == 1 && s.tiersOf(slot) == 1<<t {
-			ix.repoint(r, a, b, s, nil)
-			return nil
-		}
 		target = &segment{}
 		ix.sz.segs += 1
 		ix.sz.chunks += int64(target.copyHolders(s))
