@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"math/rand/v2"
+	"unsafe"
 
 	"github.com/kvroute/kvroute"
 )
@@ -36,7 +37,6 @@ import (
 // An extMap is not safe for concurrent use; the index's write lock
 // protects it.
 type extMap struct {
-	sink  uint64 // keeps prefetch loads from being optimised away
 	ctrl  []uint8
 	slots []extSlot
 	count int // live entries
@@ -153,41 +153,49 @@ func matchEmpty(w uint64) uint64 { return (w - lsbs) &^ w & msbs }
 // deleted slot's.
 func matchFree(w uint64) uint64 { return ^w & msbs }
 
-// prefetch touches the start of the home group's slots of each key of
-// keys[i] for i in [0, min(n, prefetchAhead)), where key returns keys[i]
-// (keys fill a group from its start, so most sit in its first cache
-// line); the loop that then looks the keys up touches key
-// i+prefetchAhead as it reaches key i (touch). The loads are independent
-// of one another, so the CPU overlaps their cache misses, and each lookup
-// finds its slot's line in the cache instead of missing one by one.
-// Touching a window ahead rather than every key first keeps the lines in
-// the fastest cache until they are used, however many keys an event
-// names.
+// prefetch asks the CPU for the lines that looking up keys[i] reads, for
+// i in [0, min(n, prefetchAhead)), where key returns keys[i]: the key's
+// control byte and the start of its home group's slots (keys fill a group
+// from its start, so most sit in its first cache line). The loop that then
+// looks the keys up asks for key i+prefetchAhead as it reaches key i
+// (touch). A prefetch instruction does not wait for its line, so the
+// misses of many keys overlap, and each lookup finds its lines in the
+// cache instead of missing one by one. Asking a window ahead rather than
+// for every key first keeps the lines in the fastest cache until they are
+// used, however many keys an event names.
 func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 	if !m.prefetching() {
 		return // the table stays in the CPU caches anyway
 	}
-	var sum uint64
 	for i := range min(n, prefetchAhead) {
-		sum += m.slots[m.hash(key(i))&^(groupWidth-1)].val
+		m.touch(key(i))
 	}
-	m.sink += sum
 }
 
-// prefetching reports whether the table is large enough for prefetch and
-// touch to pay.
+// prefetching reports whether the table is large enough for prefetch,
+// touch and touchHome to pay.
 func (m *extMap) prefetching() bool { return len(m.slots) >= prefetchSlots }
 
-// touch loads the start of k's home group's slots into the cache (see
-// prefetch).
+// touch asks for the lines a lookup of k reads: its control byte and the
+// start of its home group's slots (see prefetch).
 func (m *extMap) touch(k kvroute.ExternalHash) {
-	m.sink += m.slots[m.hash(k)&^(groupWidth-1)].val
+	h := m.hash(k)
+	prefetchLine(unsafe.Pointer(&m.ctrl[h]))
+	prefetchLine(unsafe.Pointer(&m.slots[h&^(groupWidth-1)]))
+}
+
+// touchHome asks for the lines that inserting the new key k into its home
+// slot writes (upsertAt with home set): its control byte and its slot.
+func (m *extMap) touchHome(k kvroute.ExternalHash) {
+	h := m.hash(k)
+	prefetchLine(unsafe.Pointer(&m.ctrl[h]))
+	prefetchLine(unsafe.Pointer(&m.slots[h]))
 }
 
 // prefetchSlots is the table size from which prefetching pays: smaller
 // tables (64 KiB of slots) stay in the caches of a busy core.
-// prefetchAhead is how many keys ahead of the one looked up prefetch and
-// touch load.
+// prefetchAhead is how many keys ahead of the one looked up removals ask
+// for (prefetch, touch).
 const (
 	prefetchSlots = 1 << 12
 	prefetchAhead = 16

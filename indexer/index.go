@@ -385,9 +385,16 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 	// New keys take their home slots when the maps outgrow the caches
 	// (see extMap.upsertAt).
 	home := ix.sz.entries*entryBytes >= uncachedMapBytes
+	pf := home && ws.blocks.prefetching()
 	for n < room {
 		if ix.parents.mayHave(prev) {
 			break // the block may be a head already
+		}
+		if pf && n+appendAhead < room {
+			// The map slot a block appendAhead on will take is in
+			// memory, not cached: ask for it now, so that its miss
+			// overlaps this block's.
+			ws.blocks.touchHome(blocks[n+appendAhead].External)
 		}
 		b := &blocks[n]
 		p, had := ws.blocks.upsertAt(b.External, home)
@@ -435,6 +442,10 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 	st.at(prev, r, j+n-1)
 	return n
 }
+
+// appendAhead is how many blocks ahead of the one it appends appendNew
+// asks for the map lines of a new key (see extMap.touchHome).
+const appendAhead = 8
 
 // uncachedMapBytes is the memory of all engine-hash maps from which
 // appendNew has new keys take their home slots: twice the second-level
