@@ -155,8 +155,8 @@ func matchFree(w uint64) uint64 { return ^w & msbs }
 
 // prefetch asks the CPU for the lines that looking up keys[i] reads, for
 // i in [0, min(n, prefetchAhead)), where key returns keys[i]: the key's
-// control byte and the start of its home group's slots (keys fill a group
-// from its start, so most sit in its first cache line). The loop that then
+// control byte and its home group's slots (the group of almost every key
+// a table holds). The loop that then
 // looks the keys up asks for key i+prefetchAhead as it reaches key i
 // (touch). A prefetch instruction does not wait for its line, so the
 // misses of many keys overlap, and each lookup finds its lines in the
@@ -176,12 +176,14 @@ func (m *extMap) prefetch(n int, key func(int) kvroute.ExternalHash) {
 // touch and touchHome to pay.
 func (m *extMap) prefetching() bool { return len(m.slots) >= prefetchSlots }
 
-// touch asks for the lines a lookup of k reads: its control byte and the
-// start of its home group's slots (see prefetch).
+// touch asks for the lines a lookup of k reads: its control byte and its
+// home group's slots, two cache lines (see prefetch).
 func (m *extMap) touch(k kvroute.ExternalHash) {
 	h := m.hash(k)
+	g := h &^ (groupWidth - 1)
 	prefetchLine(unsafe.Pointer(&m.ctrl[h]))
-	prefetchLine(unsafe.Pointer(&m.slots[h&^(groupWidth-1)]))
+	prefetchLine(unsafe.Pointer(&m.slots[g]))
+	prefetchLine(unsafe.Pointer(&m.slots[g+groupWidth/2]))
 }
 
 // touchHome asks for the lines that inserting the new key k into its home
