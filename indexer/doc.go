@@ -43,17 +43,26 @@
 // The index is a compressed radix tree. A run is a chain of blocks (each
 // the child of the one before) stored at fixed positions in contiguous
 // arrays: their chained sequence hashes, their own block hashes, and one
-// pointer per position to the position's holder set, a segment. Positions
-// with the same holders in the same tiers share one segment, so a long
-// prefix cached by the same workers is one segment: a request is matched
-// by one table lookup for the run that holds its first block, then by
-// comparing its sequence hashes with the run's in contiguous memory and
+// reference per position to the position's holder set, a segment.
+// Positions with the same holders in the same tiers share one segment, so
+// a long prefix cached by the same workers is one segment: a request is
+// matched by one table lookup for the run that holds its first block, then
+// by comparing its sequence hashes with the run's in contiguous memory and
 // reloading holder words only where the segment changes. The block table
 // (sequence hash to run and position) holds only heads, the blocks a walk
-// cannot reach from their parent's position: run starts. Match takes no lock: positions are written once before
-// they are published, holder words are atomics, and a segment's words
-// change in place only when all of its positions change together (other
-// changes move the positions concerned to another segment).
+// cannot reach from their parent's position: run starts. Match takes no
+// lock: positions are written once before they are published, holder
+// words are atomics, and a segment's words change in place only when all
+// of its positions change together (other changes move the positions
+// concerned to another segment).
+//
+// Segments live in an arena of fixed pages, and positions refer to them
+// by arena slot and the slot's generation, not by pointer: runs hold no
+// pointers, so the garbage collector never scans them and setting a
+// position's segment is a plain store. A segment is freed when no
+// position refers to it; freeing raises its slot's generation, so a
+// reader that read the slot while it was given out again sees the
+// generation changed and reads the position again.
 //
 // A block never moves while anyone holds it, so each worker's engine-hash
 // map points straight at (run, position) and no write updates other

@@ -18,8 +18,10 @@ func SetSweepMin(ix *Index, n int) { ix.sweepMin = n }
 // sees, not the workers' engine-hash maps. It also returns the number of
 // (block, worker) pairs those bits make. It returns an error when the bits
 // disagree with what ix counts: a bit for a slot nobody has, a block live
-// at two positions, a segment whose holder or position count is not what
-// points at it, or block and pair totals that are not ix's.
+// at two positions, a position that refers to a freed or dead segment, a
+// segment whose holder or position count is not what points at it or
+// whose arena slot is free, or segment, block and pair totals that are
+// not ix's.
 func HeldBlocks(ix *Index) (map[kvroute.WorkerKey]map[kvroute.SeqHash]uint8, int, error) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -33,6 +35,9 @@ func HeldBlocks(ix *Index) (map[kvroute.WorkerKey]map[kvroute.SeqHash]uint8, int
 			continue
 		}
 		for pos := range int(r.written) {
+			if w := r.segs[pos].Load(); w != 0 && !r.arena.segAt(w).live() {
+				return nil, 0, fmt.Errorf("run %d position %d refers to a freed or dead segment", id, pos)
+			}
 			s := r.seg(pos)
 			if s == nil {
 				continue
@@ -69,10 +74,23 @@ func HeldBlocks(ix *Index) (map[kvroute.WorkerKey]map[kvroute.SeqHash]uint8, int
 			}
 		}
 	}
+	freed := map[uint32]bool{}
+	for _, slot := range ix.arena.free {
+		if freed[slot] {
+			return nil, 0, fmt.Errorf("arena slot %d is free twice", slot)
+		}
+		freed[slot] = true
+	}
 	for s, n := range positions {
 		if s.count != n {
 			return nil, 0, fmt.Errorf("a segment counts %d positions, %d point at it", s.count, n)
 		}
+		if freed[s.slot] {
+			return nil, 0, fmt.Errorf("a segment that positions refer to is in a free arena slot")
+		}
+	}
+	if int64(len(positions)) != ix.sz.segs {
+		return nil, 0, fmt.Errorf("%d segments live, the index counts %d", len(positions), ix.sz.segs)
 	}
 	if int64(len(live)) != ix.sz.blocks {
 		return nil, 0, fmt.Errorf("%d blocks live, the index counts %d", len(live), ix.sz.blocks)

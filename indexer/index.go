@@ -61,6 +61,8 @@ type Index struct {
 	// fields, freeSlots.
 	mu     sync.Mutex
 	blocks *blockTable
+	// arena holds the segments, to which runs' positions refer.
+	arena *segArena
 
 	// workers maps each known cache domain to its state; LastUpdate reads
 	// it without mu.
@@ -216,6 +218,7 @@ func New(cfg Config) (*Index, error) {
 		log:      log,
 		clock:    kvroute.ClockOrSystem(cfg.Clock),
 		blocks:   newBlockTable(cfg.SizeHint / 16),
+		arena:    newSegArena(),
 		workers:  xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
 		parents:  newParentFilter(0),
 		sweepMin: minSweep,
@@ -413,7 +416,7 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 			if before.heldOnlyBy(ws.slot, t) {
 				s = before
 			} else {
-				s = &segment{}
+				s = ix.arena.alloc()
 				ix.sz.segs += 1
 				_, added := s.setTier(ws.slot, t)
 				ix.sz.chunks += int64(added)
@@ -609,7 +612,7 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 		// give each run twice the room of the last.
 		capacity = max(capacity, min(2*len(pr.seqs), maxRun))
 	}
-	r := newRun(min(capacity, maxPos), st.prev, st.hasPrev)
+	r := newRun(min(capacity, maxPos), st.prev, st.hasPrev, ix.arena)
 	r.up, r.upPos = pr, int32(st.pp)
 	r.seqs[0], r.locals[0] = seq, local
 	r.written = 1
@@ -700,7 +703,12 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 			}
 			return s
 		}
-		// s is dead; its positions keep pointing at it.
+		// s is dead, and [a, b) are all its positions: they die with it
+		// and refer to no segment, so that no position refers to s's
+		// arena slot once s is freed and the slot given out again.
+		for i := a; i < b; i++ {
+			r.setSeg(i, nil)
+		}
 		ix.dropSegment(s)
 		return nil
 	}
@@ -717,7 +725,7 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 		}
 	}
 	if target == nil {
-		target = &segment{}
+		target = ix.arena.alloc()
 		ix.sz.segs += 1
 		ix.sz.chunks += int64(target.copyHolders(s))
 		if add {
@@ -745,11 +753,12 @@ func (ix *Index) repoint(r *run, a, b int, s, target *segment) {
 	}
 }
 
-// dropSegment uncounts s, which no live position points at any more.
+// dropSegment uncounts and frees s, which no live position points at any
+// more: the dead positions that still do are dead by its generation.
 func (ix *Index) dropSegment(s *segment) {
-	s.count = 0
 	ix.sz.segs += -1
 	ix.sz.chunks += -int64(s.extraChunks())
+	ix.arena.release(s)
 }
 
 // sameHolders reports whether a and b have the same holders in the same
@@ -819,7 +828,7 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 	case after != nil && after.heldOnlyBy(slot, t):
 		s = after
 	default:
-		s = &segment{}
+		s = ix.arena.alloc()
 		ix.sz.segs += 1
 		_, added := s.setTier(slot, t)
 		ix.sz.chunks += int64(added)
@@ -957,8 +966,8 @@ func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kv
 	}
 	var sum int32
 	for _, e := range taken {
-		if s := ix.runs[e.id].segs[e.pos].Load(); s != nil {
-			sum += s.count
+		if w := ix.runs[e.id].segs[e.pos].Load(); w != 0 {
+			sum += ix.arena.at(segRef(w).slot()).count
 		}
 	}
 	ix.sink += sum
@@ -1278,7 +1287,7 @@ func (ix *Index) Size() Size {
 		Pairs:   int(ix.pub.pairs.Load()),
 		Entries: int(ix.pub.entries.Load()),
 	}
-	s.Bytes = ix.pub.runBytes.Load() + ix.pub.segs.Load()*segmentBytes + ix.blocks.bytes() + ix.pub.chunks.Load()*chunkBytes +
+	s.Bytes = ix.pub.runBytes.Load() + ix.arena.bytes() + ix.blocks.bytes() + ix.pub.chunks.Load()*chunkBytes +
 		int64(s.Entries)*entryBytes + int64(s.Workers)*workerBytes
 	return s
 }

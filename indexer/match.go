@@ -37,9 +37,11 @@ type MatchResult struct {
 	// Truncated is set when StopAtOne ended the walk early.
 	Truncated bool
 
-	active  []uint64                  // per chunk: slots still matching
-	held    []uint64                  // per chunk: slots holding the current run
-	dev     []uint64                  // per chunk: slots holding it on the device
+	active []uint64 // per chunk: slots still matching
+	held   []uint64 // per chunk: slots holding the current stretch
+	// tiers holds, per tier and chunk, the slots holding the current
+	// stretch in that tier.
+	tiers   [kvroute.NumTiers][]uint64
 	tierCnt [][kvroute.NumTiers]int32 // per slot: blocks counted in tiers above device
 	touched []uint64                  // per chunk: slots with tierCnt to reset
 }
@@ -123,12 +125,16 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 		return
 	}
 	res.grow(words, len(slots))
-	active, held, dev := res.active[:words], res.held[:words], res.dev[:words]
+	active, held := res.active[:words], res.held[:words]
+	var tiers [kvroute.NumTiers][]uint64
+	for t := range tiers {
+		tiers[t] = res.tiers[t][:words]
+	}
 
 	depth := 0
 	first := true
-	var cur *segment // the segment whose holders are in held and dev
-	stretch := 0     // blocks counted under cur but not yet by tier
+	var cur uint64 // the reference whose holders are in held and tiers
+	stretch := 0   // blocks counted under cur but not yet by tier
 	live := 0
 	r, pos, ok := ix.blocks.read(seqs[0])
 	for stuck := 0; ok && stuck <= maxStuck; stuck++ {
@@ -141,7 +147,7 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 		// stretch of one segment at a time.
 		for pos < n && depth < len(seqs) {
 			s := r.segs[pos].Load()
-			if s == nil {
+			if s == 0 {
 				if depth == from {
 					// The table names a dead run start: nobody holds
 					// the block.
@@ -156,14 +162,19 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 					break
 				}
 				if stretch > 0 {
-					res.countTiers(cur, active, dev, stretch)
+					res.countTiers(active, tiers, stretch)
 					stretch = 0
 				}
-				if !loadHolders(s, held, dev) {
+				// held and tiers are about to hold s's words: cur is
+				// set again once s is taken.
+				cur = 0
+				seg := ix.arena.at(segRef(s).slot())
+				if !loadHolders(seg, held, tiers) || seg.gen.Load() != segRef(s).gen() {
 					if r.segs[pos].Load() == s && depth == from {
-						// A dead segment (it holds nothing and the
-						// position still points at it) at the table's
-						// run start: nobody holds the block.
+						// A dead segment (it holds nothing, or was
+						// freed, and the position still refers to it)
+						// at the table's run start: nobody holds the
+						// block.
 						ok = false
 					}
 					break
@@ -225,7 +236,7 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 		r, pos, ok = ix.blocks.read(seqs[depth])
 	}
 	if stretch > 0 {
-		res.countTiers(cur, active, dev, stretch)
+		res.countTiers(active, tiers, stretch)
 	}
 	for w := range active {
 		if active[w] != 0 {
@@ -249,19 +260,27 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 // ends there.
 const maxStuck = 16
 
-// loadHolders loads the holder words of s into held (any tier) and dev
-// (device), one word per chunk, and reports whether s holds anything.
-func loadHolders(s *segment, held, dev []uint64) bool {
+// loadHolders loads the holder words of s into tiers (per tier) and held
+// (any tier), one word per chunk, and reports whether s holds anything.
+func loadHolders(s *segment, held []uint64, tiers [kvroute.NumTiers][]uint64) bool {
 	c := &s.holder
 	any := uint64(0)
 	for w := range held {
 		if c == nil {
-			held[w], dev[w] = 0, 0
+			held[w] = 0
+			for t := range tiers {
+				tiers[t][w] = 0
+			}
 			continue
 		}
-		dev[w] = c.tiers[kvroute.TierDevice].Load()
-		held[w] = dev[w] | c.tiers[1].Load() | c.tiers[2].Load() | c.tiers[3].Load()
-		any |= held[w]
+		h := uint64(0)
+		for t := range tiers {
+			x := c.tiers[t].Load()
+			tiers[t][w] = x
+			h |= x
+		}
+		held[w] = h
+		any |= h
 		c = c.next.Load()
 	}
 	return any != 0
@@ -272,7 +291,9 @@ func (r *MatchResult) grow(words, slots int) {
 	if len(r.active) < words {
 		r.active = make([]uint64, words)
 		r.held = make([]uint64, words)
-		r.dev = make([]uint64, words)
+		for t := range r.tiers {
+			r.tiers[t] = make([]uint64, words)
+		}
 		r.touched = make([]uint64, words)
 	}
 	if len(r.tierCnt) < words*slotsPerChunk {
@@ -284,13 +305,12 @@ func (r *MatchResult) grow(words, slots int) {
 // holds it only in tiers slower than device. Device blocks are derived at
 // finish from the total, which keeps the common all-device walk to a few
 // word operations.
-func (r *MatchResult) countTiers(s *segment, active, dev []uint64, run int) {
-	c := &s.holder
-	for w := 0; w < len(active) && c != nil; w++ {
-		if slow := active[w] &^ dev[w]; slow != 0 {
+func (r *MatchResult) countTiers(active []uint64, tiers [kvroute.NumTiers][]uint64, run int) {
+	for w := range active {
+		if slow := active[w] &^ tiers[kvroute.TierDevice][w]; slow != 0 {
 			r.touched[w] |= slow
 			for t := kvroute.TierHost; t < kvroute.NumTiers && slow != 0; t++ {
-				in := slow & c.tiers[t].Load()
+				in := slow & tiers[t][w]
 				slow &^= in
 				for in != 0 {
 					b := bits.TrailingZeros64(in)
@@ -299,7 +319,6 @@ func (r *MatchResult) countTiers(s *segment, active, dev []uint64, run int) {
 				}
 			}
 		}
-		c = c.next.Load()
 	}
 }
 

@@ -43,17 +43,20 @@ func (c *chunk) any() uint64 {
 // the writer fills positions at or after it with plain stores (no atomic
 // store per block) before raising it.
 //
-// Who holds a position is its segment: segs[i] points at the holder set of
-// position i, shared by every position with exactly the same holders in
-// the same tiers (typically a long stretch), or is nil when nobody holds
-// it (the position is dead; it comes back to life when its block is stored
-// again under the same parent). A reader walking a run reloads the holder
-// words only where the segment pointer changes.
+// Who holds a position is its segment: segs[i] refers to the holder set
+// of position i (a segRef into the index's segment arena), shared by every
+// position with exactly the same holders in the same tiers (typically a
+// long stretch), or is zero when nobody holds it (the position is dead; it
+// comes back to life when its block is stored again under the same
+// parent). A reader walking a run reloads the holder words only where the
+// reference changes. The three arrays are one allocation with no
+// pointers, which the garbage collector never scans.
 type run struct {
 	seqs   []kvroute.SeqHash   // chained hashes; positions < written are set
 	locals []kvroute.BlockHash // the blocks' own hashes, for Dump
-	segs   []atomic.Pointer[segment]
-	pub    atomic.Int32 // positions readers may look at
+	segs   []atomic.Uint64     // segRef of each position
+	pub    atomic.Int32        // positions readers may look at
+	arena  *segArena           // where segs refer
 
 	// Fields below are the writer's, under the index's write lock.
 	parent    kvroute.SeqHash // parent of seqs[0]
@@ -72,25 +75,59 @@ type run struct {
 // in place only when the holders of all its positions change together;
 // when only some do, they move to another segment.
 //
-// A segment whose last holder leaves all its positions at once is dead:
-// its words are all zero, and it never gains a holder again. Its
-// positions keep pointing at it (one store per position saved on every
-// eviction of a whole stretch) and are dead, exactly as positions that
-// point at no segment; a position comes back to life with a new segment.
+// A segment whose last holder leaves all its positions at once dies with
+// them: its positions refer to no segment any more, and it is freed. So is
+// a segment none of whose positions refer to it any more. A freed
+// segment's arena slot is given out again (see segArena); a position
+// comes back to life with a new segment.
 type segment struct {
 	holder  chunk // slots 0-63; later chunks for more slots
 	holders int32 // slots holding it in any tier; the writer's
-	count   int32 // positions pointing at it; the writer's
+	count   int32 // positions referring to it; the writer's
+	// gen is the generation of the arena slot the segment is in, raised
+	// when the segment is freed; slot is that slot (the writer's).
+	gen  atomic.Uint32
+	slot uint32
+	_    [segmentBytes - 56]byte // a cache line each in the arena
+}
+
+// A segment takes segmentBytes, a cache line, in the arena: these fail to
+// compile otherwise.
+var (
+	_ [segmentBytes - unsafe.Sizeof(segment{})]struct{}
+	_ [unsafe.Sizeof(segment{}) - segmentBytes]struct{}
+)
+
+// ref returns the reference to s, as positions hold it: zero for nil.
+func (s *segment) ref() uint64 {
+	if s == nil {
+		return 0
+	}
+	return uint64(s.slot)<<32 | uint64(s.gen.Load())
 }
 
 // newRun returns a run with room for capacity blocks whose first block's
 // parent is parent (none when hasParent is false).
-func newRun(capacity int, parent kvroute.SeqHash, hasParent bool) *run {
-	buf := make([]uint64, 2*capacity)
-	r := &run{parent: parent, hasParent: hasParent, segs: make([]atomic.Pointer[segment], capacity)}
+func newRun(capacity int, parent kvroute.SeqHash, hasParent bool, arena *segArena) *run {
+	buf := make([]uint64, 3*capacity)
+	r := &run{parent: parent, hasParent: hasParent, arena: arena}
 	r.seqs = unsafe.Slice((*kvroute.SeqHash)(unsafe.Pointer(&buf[0])), capacity)
 	r.locals = unsafe.Slice((*kvroute.BlockHash)(unsafe.Pointer(&buf[capacity])), capacity)
+	r.segs = unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&buf[2*capacity])), capacity)
 	return r
+}
+
+// segAt returns the segment the reference w names, nil when w names none
+// or a segment freed since (its generation moved on).
+func (a *segArena) segAt(w uint64) *segment {
+	if w == 0 {
+		return nil
+	}
+	s := a.at(segRef(w).slot())
+	if s.gen.Load() != segRef(w).gen() {
+		return nil
+	}
+	return s
 }
 
 // parentPlace returns the place of the parent of the block at position
@@ -111,13 +148,12 @@ func (r *run) parentOf(i int) (kvroute.SeqHash, bool) {
 }
 
 // seg returns the segment of position i, nil when it is dead or out of
-// the run. It is the writer's view: a position is dead when it points at
-// no segment or at a dead one (see segment).
+// the run. It is the writer's view.
 func (r *run) seg(i int) *segment {
 	if i < 0 || i >= len(r.segs) {
 		return nil
 	}
-	if s := r.segs[i].Load(); s.live() {
+	if s := r.arena.segAt(r.segs[i].Load()); s.live() {
 		return s
 	}
 	return nil
@@ -127,10 +163,10 @@ func (r *run) seg(i int) *segment {
 // dead. It is the writer's view.
 func (s *segment) live() bool { return s != nil && s.holders > 0 }
 
-// sameSeg reports whether position i points at s, a live segment, so
-// that i is alive in s. Unlike seg it reads nothing of the segment.
+// sameSeg reports whether position i refers to s, a live segment, so
+// that i is alive in s. Unlike seg it reads nothing of i's segment.
 func (r *run) sameSeg(i int, s *segment) bool {
-	return i >= 0 && i < len(r.segs) && r.segs[i].Load() == s
+	return i >= 0 && i < len(r.segs) && r.segs[i].Load() == s.ref()
 }
 
 // liveNeighbour returns the segment of position i when it is live and
@@ -139,7 +175,7 @@ func (r *run) liveNeighbour(i int, s *segment) *segment {
 	if i < 0 || i >= len(r.segs) {
 		return nil
 	}
-	if nb := r.segs[i].Load(); nb != s && nb.live() {
+	if nb := r.arena.segAt(r.segs[i].Load()); nb != s && nb.live() {
 		return nb
 	}
 	return nil
@@ -148,7 +184,7 @@ func (r *run) liveNeighbour(i int, s *segment) *segment {
 // setSeg sets the segment of position i, with a release store for the
 // readers (see publishPointer).
 func (r *run) setSeg(i int, s *segment) {
-	publishPointer(&r.segs[i], s)
+	publishUint64(&r.segs[i], s.ref())
 }
 
 // alive reports whether someone holds position i.

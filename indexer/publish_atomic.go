@@ -17,3 +17,6 @@ func publishInt64(p *atomic.Int64, v int64) { p.Store(v) }
 
 // publishInt32 stores v in p for lock-free readers.
 func publishInt32(p *atomic.Int32, v int32) { p.Store(v) }
+
+// publishUint32 stores v in p for lock-free readers.
+func publishUint32(p *atomic.Uint32, v uint32) { p.Store(v) }

@@ -30,6 +30,8 @@ var (
 	_ [8 - unsafe.Sizeof(atomic.Int64{})]struct{}
 	_ [unsafe.Sizeof(atomic.Int32{}) - 4]struct{}
 	_ [4 - unsafe.Sizeof(atomic.Int32{})]struct{}
+	_ [unsafe.Sizeof(atomic.Uint32{}) - 4]struct{}
+	_ [4 - unsafe.Sizeof(atomic.Uint32{})]struct{}
 )
 
 // publishPointer stores v in p for lock-free readers.
@@ -45,3 +47,6 @@ func publishInt64(p *atomic.Int64, v int64) { *(*int64)(unsafe.Pointer(p)) = v }
 
 // publishInt32 stores v in p for lock-free readers.
 func publishInt32(p *atomic.Int32, v int32) { *(*int32)(unsafe.Pointer(p)) = v }
+
+// publishUint32 stores v in p for lock-free readers.
+func publishUint32(p *atomic.Uint32, v uint32) { *(*uint32)(unsafe.Pointer(p)) = v }
