@@ -40,10 +40,10 @@ const (
 
 type segPage [segPageLen]segment
 
-func newSegArena() *segArena {
-	a := &segArena{next: 1}
+// init readies an empty arena.
+func (a *segArena) init() {
+	a.next = 1
 	a.dir.Store(&[]*segPage{})
-	return a
 }
 
 // at returns the segment in slot. Any goroutine may call it with a slot

@@ -62,7 +62,7 @@ type Index struct {
 	mu     sync.Mutex
 	blocks *blockTable
 	// arena holds the segments, to which runs' positions refer.
-	arena *segArena
+	arena segArena
 
 	// workers maps each known cache domain to its state; LastUpdate reads
 	// it without mu.
@@ -218,13 +218,13 @@ func New(cfg Config) (*Index, error) {
 		log:      log,
 		clock:    kvroute.ClockOrSystem(cfg.Clock),
 		blocks:   newBlockTable(cfg.SizeHint / 16),
-		arena:    newSegArena(),
 		workers:  xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
 		parents:  newParentFilter(0),
 		sweepMin: minSweep,
 	}
 	empty := []slotKey{}
 	ix.slotKeys.Store(&empty)
+	ix.arena.init()
 	return ix, nil
 }
 
@@ -612,7 +612,7 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 		// give each run twice the room of the last.
 		capacity = max(capacity, min(2*len(pr.seqs), maxRun))
 	}
-	r := newRun(min(capacity, maxPos), st.prev, st.hasPrev, ix.arena)
+	r := newRun(min(capacity, maxPos), st.prev, st.hasPrev, &ix.arena)
 	r.up, r.upPos = pr, int32(st.pp)
 	r.seqs[0], r.locals[0] = seq, local
 	r.written = 1
