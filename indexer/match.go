@@ -39,9 +39,11 @@ type MatchResult struct {
 
 	active []uint64 // per chunk: slots still matching
 	held   []uint64 // per chunk: slots holding the current stretch
-	// tiers holds, per tier and chunk, the slots holding the current
-	// stretch in that tier.
-	tiers   [kvroute.NumTiers][]uint64
+	dev    []uint64 // per chunk: slots holding it on the device
+	// slow holds, per chunk, the slots holding the current stretch in
+	// each tier; it is set only for chunks where some slot holds it in a
+	// tier slower than device (held differs from dev).
+	slow    [][kvroute.NumTiers]uint64
 	tierCnt [][kvroute.NumTiers]int32 // per slot: blocks counted in tiers above device
 	touched []uint64                  // per chunk: slots with tierCnt to reset
 }
@@ -125,15 +127,11 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 		return
 	}
 	res.grow(words, len(slots))
-	active, held := res.active[:words], res.held[:words]
-	var tiers [kvroute.NumTiers][]uint64
-	for t := range tiers {
-		tiers[t] = res.tiers[t][:words]
-	}
+	active, held, dev, slow := res.active[:words], res.held[:words], res.dev[:words], res.slow[:words]
 
 	depth := 0
 	first := true
-	var cur uint64 // the reference whose holders are in held and tiers
+	var cur uint64 // the reference whose holders are in held, dev and slow
 	stretch := 0   // blocks counted under cur but not yet by tier
 	live := 0
 	r, pos, ok := ix.blocks.read(seqs[0])
@@ -162,14 +160,14 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 					break
 				}
 				if stretch > 0 {
-					res.countTiers(active, tiers, stretch)
+					res.countTiers(active, dev, slow, stretch)
 					stretch = 0
 				}
-				// held and tiers are about to hold s's words: cur is
+				// held, dev and slow are about to hold s's words: cur is
 				// set again once s is taken.
 				cur = 0
 				seg := ix.arena.at(segRef(s).slot())
-				if !loadHolders(seg, held, tiers) || seg.gen.Load() != segRef(s).gen() {
+				if !loadHolders(seg, held, dev, slow) || seg.gen.Load() != segRef(s).gen() {
 					if r.segs[pos].Load() == s && depth == from {
 						// A dead segment (it holds nothing, or was
 						// freed, and the position still refers to it)
@@ -236,7 +234,7 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 		r, pos, ok = ix.blocks.read(seqs[depth])
 	}
 	if stretch > 0 {
-		res.countTiers(active, tiers, stretch)
+		res.countTiers(active, dev, slow, stretch)
 	}
 	for w := range active {
 		if active[w] != 0 {
@@ -260,27 +258,26 @@ func (ix *Index) match(seqs []kvroute.SeqHash, res *MatchResult, slots []slotKey
 // ends there.
 const maxStuck = 16
 
-// loadHolders loads the holder words of s into tiers (per tier) and held
-// (any tier), one word per chunk, and reports whether s holds anything.
-func loadHolders(s *segment, held []uint64, tiers [kvroute.NumTiers][]uint64) bool {
+// loadHolders loads the holder words of s into held (any tier) and dev
+// (device), one word per chunk, and into slow the words of every tier of
+// the chunks where some slot holds s in a slower tier only; it reports
+// whether s holds anything.
+func loadHolders(s *segment, held, dev []uint64, slow [][kvroute.NumTiers]uint64) bool {
 	c := &s.holder
 	any := uint64(0)
 	for w := range held {
 		if c == nil {
-			held[w] = 0
-			for t := range tiers {
-				tiers[t][w] = 0
-			}
+			held[w], dev[w] = 0, 0
 			continue
 		}
-		h := uint64(0)
-		for t := range tiers {
-			x := c.tiers[t].Load()
-			tiers[t][w] = x
-			h |= x
+		d := c.tiers[kvroute.TierDevice].Load()
+		t1, t2, t3 := c.tiers[1].Load(), c.tiers[2].Load(), c.tiers[3].Load()
+		if t1|t2|t3 != 0 {
+			slow[w] = [kvroute.NumTiers]uint64{d, t1, t2, t3}
 		}
-		held[w] = h
-		any |= h
+		dev[w] = d
+		held[w] = d | t1 | t2 | t3
+		any |= held[w]
 		c = c.next.Load()
 	}
 	return any != 0
@@ -291,9 +288,8 @@ func (r *MatchResult) grow(words, slots int) {
 	if len(r.active) < words {
 		r.active = make([]uint64, words)
 		r.held = make([]uint64, words)
-		for t := range r.tiers {
-			r.tiers[t] = make([]uint64, words)
-		}
+		r.dev = make([]uint64, words)
+		r.slow = make([][kvroute.NumTiers]uint64, words)
 		r.touched = make([]uint64, words)
 	}
 	if len(r.tierCnt) < words*slotsPerChunk {
@@ -302,15 +298,16 @@ func (r *MatchResult) grow(words, slots int) {
 }
 
 // countTiers counts the run of blocks for every still-active slot that
-// holds it only in tiers slower than device. Device blocks are derived at
-// finish from the total, which keeps the common all-device walk to a few
-// word operations.
-func (r *MatchResult) countTiers(active []uint64, tiers [kvroute.NumTiers][]uint64, run int) {
+// holds it only in tiers slower than device, from the holder words
+// loadHolders left in dev and tiers. Device blocks are derived at finish
+// from the total, which keeps the common all-device walk to a few word
+// operations.
+func (r *MatchResult) countTiers(active, dev []uint64, tiers [][kvroute.NumTiers]uint64, run int) {
 	for w := range active {
-		if slow := active[w] &^ tiers[kvroute.TierDevice][w]; slow != 0 {
+		if slow := active[w] &^ dev[w]; slow != 0 {
 			r.touched[w] |= slow
 			for t := kvroute.TierHost; t < kvroute.NumTiers && slow != 0; t++ {
-				in := slow & tiers[t][w]
+				in := slow & tiers[w][t]
 				slow &^= in
 				for in != 0 {
 					b := bits.TrailingZeros64(in)
