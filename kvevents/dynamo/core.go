@@ -17,7 +17,11 @@ import (
 
 // Stats counts what a subscriber did. All fields only grow.
 type Stats struct {
-	// Received are messages received, of every topic.
+	// Received are messages received, of every topic. A message is
+	// counted once it has been handled, so that whoever sees Received
+	// reach n sees the other counters (and the sink) with the first n
+	// messages in them; a recovery the message started may still be
+	// under way.
 	Received uint64
 	// Malformed are messages (or payloads) that did not decode, and
 	// events or load reports naming a data-parallel rank below their

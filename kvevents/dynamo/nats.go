@@ -194,18 +194,18 @@ func (s *NATSSubscriber) Run(ctx context.Context) error {
 			if ns == nil || m.Sub != ns.sub {
 				continue // from a subscription removed since
 			}
-			s.stats.received.Add(1)
 			if err := DecodeEnvelope(m.Data, &e); err != nil {
 				s.stats.malformed.Add(1)
 				s.log.Warn("dynamo: skipping malformed message", "subject", m.Subject, "err", err)
-				continue
+			} else {
+				topic := e.Topic
+				if topic == "" {
+					topic = topicString([]byte(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]))
+				}
+				ns.ids[e.PublisherID] = struct{}{}
+				c.handle(topic, &e, ns.src, ns.session)
 			}
-			topic := e.Topic
-			if topic == "" {
-				topic = topicString([]byte(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]))
-			}
-			ns.ids[e.PublisherID] = struct{}{}
-			c.handle(topic, &e, ns.src, ns.session)
+			s.stats.received.Add(1) // last: see Stats.Received
 		}
 	}
 }

@@ -343,14 +343,14 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			if conns[in.conn.pub.Endpoint] != in.conn {
 				continue // from a connection removed since
 			}
-			s.stats.received.Add(1)
 			if err := DecodeZMQ(in.frames, &m); err != nil {
 				s.stats.malformed.Add(1)
 				s.log.Warn("dynamo: skipping malformed message", "endpoint", in.conn.pub.Endpoint, "err", err)
-				continue
+			} else {
+				in.conn.ids[m.PublisherID] = struct{}{}
+				c.handle(m.Topic, &m.Envelope, sourceOf(&in.conn.pub), in.session)
 			}
-			in.conn.ids[m.PublisherID] = struct{}{}
-			c.handle(m.Topic, &m.Envelope, sourceOf(&in.conn.pub), in.session)
+			s.stats.received.Add(1) // last: see Stats.Received
 		}
 	}
 }
