@@ -81,7 +81,7 @@ type Config struct {
 
 // Stats counts what a Subscriber did. All fields only grow.
 type Stats struct {
-	Received   uint64 // batches received on the PUB socket
+	Received   uint64 // batches received on the PUB socket, counted once handled
 	Replayed   uint64 // batches recovered through the replay socket
 	Applied    uint64 // events applied to the sink without error
 	Gaps       uint64 // sequence gaps seen
@@ -348,7 +348,9 @@ func (s *Subscriber) handleLive(ctx context.Context, frames [][]byte) {
 	}
 	seq := binary.BigEndian.Uint64(frames[1])
 	payload := frames[2]
-	s.stats.received.Add(1)
+	// Counted once handled: whoever sees Received reach n sees the other
+	// counters and the sink with those n batches.
+	defer s.stats.received.Add(1)
 	if s.haveLive && seq <= s.lastLive || s.started && seq < s.next {
 		// The live stream only moves forward: the publisher restarted and
 		// counts from 0 again. (A replay after an idle spell, which ends
