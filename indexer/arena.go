@@ -15,12 +15,12 @@ func (r segRef) slot() uint32 { return uint32(r >> 32) }
 func (r segRef) gen() uint32  { return uint32(r) }
 
 // segArena holds the index's segments in pages that never move or go
-// away, so that a reader can follow a reference with no lock. A slot is
-// given out again after its segment is freed; freeing raises the slot's
-// generation, so that references to the freed segment no longer match
-// it: the writer sees their positions as dead, and a reader that read the
-// slot's holder words while it was being given out again finds the
-// generation changed and discards them.
+// away, so that a reader can follow a reference with no lock. A segment is
+// freed once no position refers to it, and its slot is given out again;
+// freeing raises the slot's generation, so that a reference a reader took
+// before no longer matches it: a reader that read the slot's holder words
+// while it was being given out again finds the generation changed and
+// discards them.
 //
 // The writer (the index's write lock) allocates and frees; readers call
 // at.

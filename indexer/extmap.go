@@ -156,9 +156,8 @@ func matchFree(w uint64) uint64 { return ^w & msbs }
 // prefetch asks the CPU for the lines that looking up keys[i] reads, for
 // i in [0, min(n, prefetchAhead)), where key returns keys[i]: the key's
 // control byte and its home group's slots (the group of almost every key
-// a table holds). The loop that then
-// looks the keys up asks for key i+prefetchAhead as it reaches key i
-// (touch). A prefetch instruction does not wait for its line, so the
+// a table holds). The loop that then looks the keys up asks for key
+// i+prefetchAhead as it reaches key i (touch). A prefetch instruction does not wait for its line, so the
 // misses of many keys overlap, and each lookup finds its lines in the
 // cache instead of missing one by one. Asking a window ahead rather than
 // for every key first keeps the lines in the fastest cache until they are

@@ -416,8 +416,7 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 			if before.heldOnlyBy(ws.slot, t) {
 				s = before
 			} else {
-				s = ix.arena.alloc()
-				ix.sz.segs += 1
+				s = ix.newSegment()
 				_, added := s.setTier(ws.slot, t)
 				ix.sz.chunks += int64(added)
 			}
@@ -725,8 +724,7 @@ func (ix *Index) regroup(r *run, a, b int, s *segment, slot int, t kvroute.Tier,
 		}
 	}
 	if target == nil {
-		target = ix.arena.alloc()
-		ix.sz.segs += 1
+		target = ix.newSegment()
 		ix.sz.chunks += int64(target.copyHolders(s))
 		if add {
 			_, added := target.setTier(slot, t)
@@ -753,8 +751,13 @@ func (ix *Index) repoint(r *run, a, b int, s, target *segment) {
 	}
 }
 
-// dropSegment uncounts and frees s, which no live position points at any
-// more: the dead positions that still do are dead by its generation.
+// newSegment returns a counted segment with no holders and no positions.
+func (ix *Index) newSegment() *segment {
+	ix.sz.segs += 1
+	return ix.arena.alloc()
+}
+
+// dropSegment uncounts and frees s, to which no position refers any more.
 func (ix *Index) dropSegment(s *segment) {
 	ix.sz.segs += -1
 	ix.sz.chunks += -int64(s.extraChunks())
@@ -828,8 +831,7 @@ func (ix *Index) bringToLife(r *run, i, slot int, t kvroute.Tier) {
 	case after != nil && after.heldOnlyBy(slot, t):
 		s = after
 	default:
-		s = ix.arena.alloc()
-		ix.sz.segs += 1
+		s = ix.newSegment()
 		_, added := s.setTier(slot, t)
 		ix.sz.chunks += int64(added)
 	}
