@@ -180,17 +180,14 @@ func (m *extMap) prefetching() bool { return len(m.slots) >= prefetchSlots }
 func (m *extMap) touch(k kvroute.ExternalHash) {
 	h := m.hash(k)
 	g := h &^ (groupWidth - 1)
-	prefetchLine(unsafe.Pointer(&m.ctrl[h]))
-	prefetchLine(unsafe.Pointer(&m.slots[g]))
-	prefetchLine(unsafe.Pointer(&m.slots[g+groupWidth/2]))
+	prefetchLines3(unsafe.Pointer(&m.ctrl[h]), unsafe.Pointer(&m.slots[g]), unsafe.Pointer(&m.slots[g+groupWidth/2]))
 }
 
 // touchHome asks for the lines that inserting the new key k into its home
 // slot writes (upsertAt with home set): its control byte and its slot.
 func (m *extMap) touchHome(k kvroute.ExternalHash) {
 	h := m.hash(k)
-	prefetchLine(unsafe.Pointer(&m.ctrl[h]))
-	prefetchLine(unsafe.Pointer(&m.slots[h]))
+	prefetchLines2(unsafe.Pointer(&m.ctrl[h]), unsafe.Pointer(&m.slots[h]))
 }
 
 // prefetchSlots is the table size from which prefetching pays: smaller

@@ -4,7 +4,10 @@ package indexer
 
 import "unsafe"
 
-// prefetchLine would ask the CPU for the cache line holding p. This
-// architecture has no prefetch instruction wired in: lookups then miss one
-// by one, with the same results.
-func prefetchLine(unsafe.Pointer) {}
+// prefetchLines2 would ask the CPU for the cache lines holding a and b.
+// This architecture has no prefetch instruction wired in: lookups then
+// miss one by one, with the same results.
+func prefetchLines2(a, b unsafe.Pointer) {}
+
+// prefetchLines3 is prefetchLines2 for three lines.
+func prefetchLines3(a, b, c unsafe.Pointer) {}
