@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -318,4 +319,42 @@ func FuzzDecodeWorkload(f *testing.F) {
 			t.Fatal("a decoded file encodes differently")
 		}
 	})
+}
+
+func TestTraceWarmSplitsTheSameReplay(t *testing.T) {
+	for _, e := range []eviction{evictLRU, evictRandom} {
+		c := smallTrace(e)
+		cold, err := genTrace(sampleRecords(t, 80), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Warm = warmShare
+		warm, err := genTrace(sampleRecords(t, 80), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(warm.Sections) != 2 {
+			t.Fatalf("eviction %d: %d sections, want warm and steady", e, len(warm.Sections))
+		}
+		w, s := warm.Sections[0], warm.Sections[1]
+		if w.Name != secWarm || w.Timed || s.Name != secSteady || !s.Timed {
+			t.Fatalf("eviction %d: sections %q (timed %v) and %q (timed %v)", e, w.Name, w.Timed, s.Name, s.Timed)
+		}
+		queries := 0
+		for _, o := range w.Ops {
+			if o.Kind == opQuery {
+				queries++
+			}
+		}
+		if queries != 40 {
+			t.Errorf("eviction %d: the warm section has %d requests, want 40 of 80", e, queries)
+		}
+		// The same operations, split where the 41st request begins.
+		if s.Ops[0].Kind != opQuery {
+			t.Errorf("eviction %d: the steady section starts with a %v, not a query", e, s.Ops[0].Kind)
+		}
+		if !reflect.DeepEqual(append(slices.Clone(w.Ops), s.Ops...), cold.Sections[0].Ops) {
+			t.Errorf("eviction %d: warm and steady together are not the cold replay", e)
+		}
+	}
 }

@@ -30,6 +30,12 @@ type traceConfig struct {
 	BlocksPerID int // 16-token blocks per 512-token Mooncake hash id
 	Eviction    eviction
 	Seed        uint64
+	// Warm is the share of the records replayed first in an untimed
+	// section (secWarm), so that the timed section (secSteady) measures a
+	// router in its steady state: every worker's cache full and its maps
+	// grown, each store making room with evictions. Zero replays every
+	// record in one timed section (secReplay) from an empty index.
+	Warm float64
 }
 
 // defaultTrace is the 8-worker replay with 8,192-block (131K-token) caches.
@@ -37,8 +43,18 @@ func defaultTrace(e eviction) traceConfig {
 	return traceConfig{Workers: 8, Capacity: 8192, BlocksPerID: bench.MooncakeBlockTokens / kvroute.DefaultBlockSize, Eviction: e, Seed: 2}
 }
 
-// secReplay is the trace workload's only section.
-const secReplay = "replay"
+// The trace workloads' sections: the whole replay from an empty index,
+// or the warming part and the steady part after it.
+const (
+	secReplay = "replay"
+	secWarm   = "warm"
+	secSteady = "steady"
+)
+
+// warmShare is the share of the records that warms the index in the warm
+// trace workloads: on the Mooncake sample with the default caches, every
+// worker's cache is full before it.
+const warmShare = 0.5
 
 // traceBlocks returns the 16-token blocks of a trace record: hash id h at
 // position i becomes BlocksPerID blocks whose local hashes are a pure
@@ -77,7 +93,11 @@ func genTrace(records []bench.TraceRecord, c traceConfig) (*workload, error) {
 	}
 	lastChosen := make([]int, c.Workers)
 	var ops []op
+	split := -1 // ops before it warm the index
 	for r := range records {
+		if c.Warm > 0 && split < 0 && float64(r) >= c.Warm*float64(len(records)) {
+			split = len(ops)
+		}
 		path := traceBlocks(&records[r], c.BlocksPerID)
 		if len(path) == 0 {
 			continue
@@ -139,10 +159,16 @@ func genTrace(records []bench.TraceRecord, c traceConfig) (*workload, error) {
 			}
 		}
 	}
-	return &workload{
-		BlockSize: kvroute.DefaultBlockSize,
-		Sections:  []section{{Name: secReplay, Timed: true, Metric: perBlockOp, Repeat: 1, Ops: ops}},
-	}, nil
+	w := &workload{BlockSize: kvroute.DefaultBlockSize}
+	if split < 0 {
+		w.Sections = []section{{Name: secReplay, Timed: true, Metric: perBlockOp, Repeat: 1, Ops: ops}}
+	} else {
+		w.Sections = []section{
+			{Name: secWarm, Metric: perBlockOp, Repeat: 1, Ops: ops[:split]},
+			{Name: secSteady, Timed: true, Metric: perBlockOp, Repeat: 1, Ops: ops[split:]},
+		}
+	}
+	return w, nil
 }
 
 func (wc *workerCache) add(b chainBlock) {

@@ -31,6 +31,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,8 +70,11 @@ type options struct {
 	memProf     string
 }
 
-// allWorkloads names the workloads in the order they run.
+// allWorkloads names the default workloads in the order they run.
 var allWorkloads = []string{"tree", "trace-lru", "trace-random", "hash"}
+
+// extraWorkloads run only when named in -workloads.
+var extraWorkloads = []string{"trace-lru-warm", "trace-random-warm"}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root, err := repoRoot()
@@ -86,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.keep, "keep", false, "keep the workload files")
 	fs.IntVar(&o.pairs, "pairs", 7, "alternating runs of the two sides per workload")
 	fs.IntVar(&o.replayPairs, "replay-pairs", 21, "alternating runs of the two sides per trace replay, each a single pass of a few milliseconds")
-	fs.StringVar(&o.workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run")
+	fs.StringVar(&o.workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run; also "+strings.Join(extraWorkloads, ", ")+" (the replays' second half, timed after the first half warmed the index)")
 	fs.Float64Var(&o.scale, "scale", 1, "multiply the workload sizes (the tree and hashing workloads)")
 	fs.StringVar(&o.trace, "trace", filepath.Join(root, "bench/testdata/mooncake_sample.jsonl"), "Mooncake trace for the replay workloads")
 	fs.IntVar(&o.capacity, "capacity", defaultTrace(evictLRU).Capacity, "blocks per worker cache in the replay workloads")
@@ -189,12 +193,9 @@ func selectWorkloads(list string) ([]string, error) {
 		if n == "" {
 			continue
 		}
-		found := false
-		for _, a := range allWorkloads {
-			found = found || a == n
-		}
-		if !found {
-			return nil, fmt.Errorf("peers: unknown workload %q (have %s)", n, strings.Join(allWorkloads, ", "))
+		known := append(slices.Clone(allWorkloads), extraWorkloads...)
+		if !slices.Contains(known, n) {
+			return nil, fmt.Errorf("peers: unknown workload %q (have %s)", n, strings.Join(known, ", "))
 		}
 		out = append(out, n)
 	}
@@ -210,17 +211,20 @@ func generate(name, file string, o options) error {
 	switch name {
 	case "tree":
 		w = genTree(defaultTree().scaled(o.scale))
-	case "trace-lru", "trace-random":
+	case "trace-lru", "trace-random", "trace-lru-warm", "trace-random-warm":
 		records, err := bench.ReadMooncakeFile(o.trace)
 		if err != nil {
 			return err
 		}
 		e := evictLRU
-		if name == "trace-random" {
+		if strings.HasPrefix(name, "trace-random") {
 			e = evictRandom
 		}
 		c := defaultTrace(e)
 		c.Capacity = o.capacity
+		if strings.HasSuffix(name, "-warm") {
+			c.Warm = warmShare
+		}
 		if w, err = genTrace(records, c); err != nil {
 			return err
 		}
@@ -261,7 +265,7 @@ type check struct {
 // a trace replay, whose single short pass a collection or a burst of page
 // faults can slow by half, so that its median holds still.
 func (o *options) pairsFor(name string) int {
-	if name == "trace-lru" || name == "trace-random" {
+	if strings.HasPrefix(name, "trace-") {
 		return o.replayPairs
 	}
 	return o.pairs

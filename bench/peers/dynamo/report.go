@@ -33,6 +33,10 @@ func (r *row) label(o options) string {
 		return fmt.Sprintf("%s replay, %d workers, match + store, LRU evictions", trace, defaultTrace(evictLRU).Workers)
 	case "trace-random/" + secReplay:
 		return "same, random (mid-chain) evictions"
+	case "trace-lru-warm/" + secSteady:
+		return fmt.Sprintf("same, LRU evictions, steady state: the second half after the first half untimed (%d workers' caches full)", defaultTrace(evictLRU).Workers)
+	case "trace-random-warm/" + secSteady:
+		return "same, random evictions, steady state"
 	case "hash/" + secHash:
 		return "chained hashing, 4,096 tokens"
 	}
