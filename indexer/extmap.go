@@ -116,7 +116,7 @@ func (m *extMap) find(k kvroute.ExternalHash) int {
 	for g := homeSlot(x, n) &^ (groupWidth - 1); ; {
 		w := m.group(g)
 		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
-			if j := g + bits.TrailingZeros64(cand)>>3; m.slots[j].key == k {
+			if j := g + bits.TrailingZeros64(cand)>>3; m.slotAt(j).key == k {
 				return j
 			}
 		}
@@ -131,8 +131,25 @@ func (m *extMap) find(k kvroute.ExternalHash) int {
 
 // group returns the control bytes of the group that starts at slot g as
 // a little-endian word.
+//
+// group, ctrlAt and slotAt do not check their slot numbers: every caller
+// passes one below len(m.slots), derived from a home slot (always below
+// it) by the aligned group arithmetic of the probes, so that a group's
+// eight bytes and slots lie in the table. The bounds checks that indexing
+// does would add a compare and a branch to every step of every probe, in
+// the loops that take most of an index's write time.
 func (m *extMap) group(g int) uint64 {
-	return binary.LittleEndian.Uint64(m.ctrl[g : g+groupWidth])
+	return binary.LittleEndian.Uint64((*[groupWidth]byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(m.ctrl)), g))[:])
+}
+
+// ctrlAt returns the control byte of slot i (see group).
+func (m *extMap) ctrlAt(i int) *uint8 {
+	return (*uint8)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(m.ctrl)), i))
+}
+
+// slotAt returns slot i (see group).
+func (m *extMap) slotAt(i int) *extSlot {
+	return (*extSlot)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(m.slots)), uintptr(i)*unsafe.Sizeof(extSlot{})))
 }
 
 // matchByte returns the high bit of every byte of w equal to fp, a full
@@ -202,7 +219,7 @@ const (
 // get returns the entry for k.
 func (m *extMap) get(k kvroute.ExternalHash) (entry, bool) {
 	if i := m.find(k); i >= 0 {
-		return unpack(m.slots[i].val), true
+		return unpack(m.slotAt(i).val), true
 	}
 	return entry{}, false
 }
@@ -230,7 +247,7 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 	h := homeSlot(x, n)
 	g := h &^ (groupWidth - 1)
 	if home {
-		if m.ctrl[h] == 0 && matchByte(m.group(g), fp) == 0 &&
+		if *m.ctrlAt(h) == 0 && matchByte(m.group(g), fp) == 0 &&
 			(m.used+1)*maxLoadDen <= n*maxLoadNum {
 			// A group with an empty slot holds every key whose home it
 			// is (delAt never empties a slot of a group that a key's
@@ -246,8 +263,8 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 	for {
 		w := m.group(g)
 		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
-			if j := g + bits.TrailingZeros64(cand)>>3; m.slots[j].key == k {
-				return &m.slots[j].val, true
+			if j := g + bits.TrailingZeros64(cand)>>3; m.slotAt(j).key == k {
+				return &m.slotAt(j).val, true
 			}
 		}
 		if free < 0 {
@@ -262,7 +279,7 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 			g = 0
 		}
 	}
-	if m.ctrl[free] != 0 {
+	if *m.ctrlAt(free) != 0 {
 		// Reusing a tombstone, a slot already counted as used.
 		m.used--
 	} else if (m.used+1)*maxLoadDen > n*maxLoadNum {
@@ -280,8 +297,8 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 // insertAt stores the new key k with control byte fp in the empty slot j
 // and returns its entry for the caller to set.
 func (m *extMap) insertAt(j int, k kvroute.ExternalHash, fp uint8) *uint64 {
-	m.ctrl[j] = fp
-	s := &m.slots[j]
+	*m.ctrlAt(j) = fp
+	s := m.slotAt(j)
 	s.key = k
 	m.used++
 	m.count++
@@ -319,10 +336,10 @@ func (m *extMap) delAt(i int) {
 	m.count--
 	n := len(m.slots)
 	if matchEmpty(m.group(i&^(groupWidth-1))) != 0 {
-		m.ctrl[i] = 0
+		*m.ctrlAt(i) = 0
 		m.used--
 	} else {
-		m.ctrl[i] = ctrlDeleted
+		*m.ctrlAt(i) = ctrlDeleted
 	}
 	if n > extMapMinSlots && m.count*8 < n {
 		m.resize(n / 2)

@@ -1015,7 +1015,7 @@ func (ix *Index) takeEntry(ws *workerState, ext kvroute.ExternalHash, t kvroute.
 		ix.stats.unknownRemoved.Add(1)
 		return entry{}, false
 	}
-	e := unpack(ws.blocks.slots[i].val)
+	e := unpack(ws.blocks.slotAt(i).val)
 	if e.tiers&(1<<t) == 0 {
 		ix.stats.unknownRemoved.Add(1)
 		return entry{}, false
@@ -1024,7 +1024,7 @@ func (ix *Index) takeEntry(ws *workerState, ext kvroute.ExternalHash, t kvroute.
 		ws.blocks.delAt(i)
 		ix.sz.entries--
 	} else {
-		ws.blocks.slots[i].val = entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)}.pack()
+		ws.blocks.slotAt(i).val = entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)}.pack()
 	}
 	return e, true
 }
