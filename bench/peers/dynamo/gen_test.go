@@ -260,7 +260,7 @@ func TestTraceBlocks(t *testing.T) {
 func TestKvrouteMatchesGroundTruth(t *testing.T) {
 	for name, w := range testWorkloads(t) {
 		t.Run(name, func(t *testing.T) {
-			res, err := runKV(w, 0)
+			res, err := runKV(w, 0, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -356,5 +356,31 @@ func TestTraceWarmSplitsTheSameReplay(t *testing.T) {
 		if !reflect.DeepEqual(append(slices.Clone(w.Ops), s.Ops...), cold.Sections[0].Ops) {
 			t.Errorf("eviction %d: warm and steady together are not the cold replay", e)
 		}
+	}
+}
+
+// Passes on new indexes answer alike and add up.
+func TestKvroutePasses(t *testing.T) {
+	for name, w := range testWorkloads(t) {
+		t.Run(name, func(t *testing.T) {
+			one, err := runKV(w, 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			three, err := runKV(w, 0, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range one.Sections {
+				a, b := &one.Sections[i], &three.Sections[i]
+				if !slices.Equal(a.Digests, b.Digests) {
+					t.Errorf("%s: three passes answer differently from one", a.Name)
+				}
+				if b.Ops != 3*a.Ops || b.BlockOps != 3*a.BlockOps || b.Errors != a.Errors {
+					t.Errorf("%s: three passes count %d ops, %d block-ops, %d errors; one pass %d, %d, %d",
+						a.Name, b.Ops, b.BlockOps, b.Errors, a.Ops, a.BlockOps, a.Errors)
+				}
+			}
+		})
 	}
 }

@@ -60,6 +60,9 @@ type options struct {
 	pairs     int
 	// replayPairs replaces pairs for the trace replays.
 	replayPairs int
+	// replayPasses is how many times each side runs a trace replay per
+	// pair, each time on a new index.
+	replayPasses int
 	workloads   string
 	scale       float64
 	trace       string
@@ -89,7 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.dir, "dir", "", "directory for the workload files (default: a temporary directory, removed at the end)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the workload files")
 	fs.IntVar(&o.pairs, "pairs", 7, "alternating runs of the two sides per workload")
-	fs.IntVar(&o.replayPairs, "replay-pairs", 21, "alternating runs of the two sides per trace replay, each a single pass of a few milliseconds")
+	fs.IntVar(&o.replayPairs, "replay-pairs", 21, "alternating runs of the two sides per trace replay")
+	fs.IntVar(&o.replayPasses, "replay-passes", 10, "passes of a trace replay in each run of a side, each on a new index (a pass takes a few milliseconds); the run's time is their sum")
 	fs.StringVar(&o.workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run; also "+strings.Join(extraWorkloads, ", ")+" (the replays' second half, timed after the first half warmed the index)")
 	fs.Float64Var(&o.scale, "scale", 1, "multiply the workload sizes (the tree and hashing workloads)")
 	fs.StringVar(&o.trace, "trace", filepath.Join(root, "bench/testdata/mooncake_sample.jsonl"), "Mooncake trace for the replay workloads")
@@ -120,8 +124,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}()
 	}
-	if o.pairs < 1 || o.replayPairs < 1 || o.scale <= 0 || o.capacity < 1 {
-		return fmt.Errorf("peers: -pairs, -replay-pairs and -capacity must be at least 1 and -scale positive")
+	if o.pairs < 1 || o.replayPairs < 1 || o.replayPasses < 1 || o.scale <= 0 || o.capacity < 1 {
+		return fmt.Errorf("peers: -pairs, -replay-pairs, -replay-passes and -capacity must be at least 1 and -scale positive")
 	}
 	if o.clock != clockWall && o.clock != clockCPU {
 		return fmt.Errorf("peers: -clock must be %s or %s, not %q", clockWall, clockCPU, o.clock)
@@ -262,13 +266,25 @@ type check struct {
 }
 
 // pairsFor returns the number of pairs to run of workload name: more for
-// a trace replay, whose single short pass a collection or a burst of page
+// a trace replay, whose short passes a collection or a burst of page
 // faults can slow by half, so that its median holds still.
 func (o *options) pairsFor(name string) int {
 	if strings.HasPrefix(name, "trace-") {
 		return o.replayPairs
 	}
 	return o.pairs
+}
+
+// passesFor returns the number of passes of workload name in each run of
+// a side: several for a trace replay, one pass of a few milliseconds from
+// an empty index, so that a run's time does not hang on where a
+// collection or the page faults of fresh memory fall; one for the rest,
+// whose sections repeat their queries themselves.
+func (o *options) passesFor(name string) int {
+	if strings.HasPrefix(name, "trace-") {
+		return o.replayPasses
+	}
+	return 1
 }
 
 // compare runs the pairs of one workload.
@@ -294,10 +310,10 @@ func compare(ctx context.Context, name, file string, w *workload, o options, std
 			var err error
 			t := time.Now()
 			if side == kvSide {
-				res, err = runKV(w, o.procs)
+				res, err = runKV(w, o.procs, o.passesFor(name))
 				runtime.GC()
 			} else {
-				res, err = runRust(ctx, o.rustBin, file)
+				res, err = runRust(ctx, o.rustBin, file, o.passesFor(name))
 			}
 			if err != nil {
 				return nil, nil, err

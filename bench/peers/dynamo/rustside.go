@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 )
 
 // buildRust builds the Rust side with cargo in release mode and returns
@@ -27,13 +28,17 @@ func buildRust(ctx context.Context, dir, targetDir string) (string, error) {
 	return filepath.Join(targetDir, "release", "dynamo-peer"), nil
 }
 
-// runRust runs the Rust side on one workload file and reads its timings
-// and digests.
-func runRust(ctx context.Context, bin, file string) (*sideResult, error) {
+// runRust runs the Rust side on one workload file, passes times (each
+// pass on a new tree, as runKV), and reads its timings and digests.
+func runRust(ctx context.Context, bin, file string, passes int) (*sideResult, error) {
 	out := file + ".dynamo.digests"
 	defer os.Remove(out)
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, file, "-out", out)
+	args := []string{file, "-out", out}
+	if passes > 1 {
+		args = append(args, "-passes", strconv.Itoa(passes))
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("peers: %s %s: %w: %s", bin, file, err, bytes.TrimSpace(stderr.Bytes()))

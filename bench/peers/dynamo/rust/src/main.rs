@@ -3,7 +3,7 @@
 //! of dynamo-kv-router) and prints the timings of every section as one JSON
 //! object on stdout.
 //!
-//! Usage: dynamo-peer WORKLOAD [-out DIGESTS]
+//! Usage: dynamo-peer WORKLOAD [-out DIGESTS] [-passes N]
 //!
 //! The workload format is defined in ../format.go (all integers
 //! little-endian). Everything is decoded and materialised into the crate's
@@ -11,6 +11,12 @@
 //! calls into the crate (apply_event, find_matches, hashing) and folding
 //! each answer into a 64-bit digest that the Go driver checks against the
 //! ground truth. With -out, the digests are written to DIGESTS.
+//!
+//! With -passes N, the whole workload runs N times, each pass on a new
+//! tree and from freshly decoded events (decoding and dropping the last
+//! pass's tree are outside the clock): a section's timings are the sums
+//! over the passes, its errors those of the first, and every pass must
+//! answer as the first did.
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -399,6 +405,7 @@ fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut input = None;
     let mut out = None;
+    let mut passes = 1usize;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -406,21 +413,50 @@ fn run() -> Result<(), String> {
                 i += 1;
                 out = Some(args.get(i).ok_or("-out needs a path")?.clone());
             }
+            "-passes" | "--passes" => {
+                i += 1;
+                passes = args
+                    .get(i)
+                    .ok_or("-passes needs a count")?
+                    .parse()
+                    .map_err(|e| format!("-passes: {e}"))?;
+                if passes == 0 {
+                    return Err("-passes must be at least 1".into());
+                }
+            }
             a if input.is_none() && !a.starts_with('-') => input = Some(a.to_string()),
             a => return Err(format!("unexpected argument {a:?}")),
         }
         i += 1;
     }
-    let input = input.ok_or("usage: dynamo-peer WORKLOAD [-out DIGESTS]")?;
+    let input = input.ok_or("usage: dynamo-peer WORKLOAD [-out DIGESTS] [-passes N]")?;
     let buf = std::fs::read(&input).map_err(|e| format!("{input}: {e}"))?;
-    let (block_size, sections) = decode(&buf).map_err(|e| format!("{input}: {e}"))?;
-    drop(buf);
 
+    let mut results: Vec<SectionResult> = Vec::new();
     let mut tree = RadixTree::new();
-    let mut results = Vec::new();
-    for sec in sections {
-        results.push(run_section(&mut tree, block_size, sec));
+    for pass in 0..passes {
+        let (block_size, sections) = decode(&buf).map_err(|e| format!("{input}: {e}"))?;
+        if pass > 0 {
+            // The last pass's tree goes away outside the clock.
+            tree = RadixTree::new();
+        }
+        for (k, sec) in sections.into_iter().enumerate() {
+            let r = run_section(&mut tree, block_size, sec);
+            if pass == 0 {
+                results.push(r);
+                continue;
+            }
+            let first = &mut results[k];
+            if r.digests != first.digests {
+                return Err(format!("section {}: pass {} answered differently from the first", r.name, pass + 1));
+            }
+            first.ops += r.ops;
+            first.block_ops += r.block_ops;
+            first.ns += r.ns;
+            first.cpu_ns += r.cpu_ns;
+        }
     }
+    drop(buf);
 
     if let Some(path) = out {
         let mut b = Vec::new();
