@@ -83,8 +83,8 @@ func duration(ns float64) string {
 
 // writeReport prints the timing and correctness tables as Markdown.
 func writeReport(w io.Writer, rows []row, checks []check, o options, took time.Duration) {
-	fmt.Fprintf(w, "\nkvroute vs Dynamo RadixTree (dynamo-kv-router 1.6.1), %s, %s, %d CPUs, %s, kvroute GOMAXPROCS %s, %d pairs (%d per replay), scale %g, %s time\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), cpuModel(), runtime.NumCPU(), runtime.Version(), procsText(o.procs), o.pairs, o.replayPairs, o.scale, clockText(o.clock))
+	fmt.Fprintf(w, "\nkvroute vs Dynamo RadixTree (dynamo-kv-router 1.6.1), %s, %s, %d CPUs, %s, kvroute GOMAXPROCS %s, %d pairs (%d per replay, each of %d passes), scale %g, %s time\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), cpuModel(), runtime.NumCPU(), runtime.Version(), procsText(o.procs), o.pairs, o.replayPairs, o.replayPasses, o.scale, clockText(o.clock))
 	fmt.Fprintln(w, "| workload | unit | kvroute (median) | Dynamo (median) | ratio kvroute/Dynamo (median) | ratio min–max |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for i := range rows {
