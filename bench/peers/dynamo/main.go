@@ -63,14 +63,14 @@ type options struct {
 	// replayPasses is how many times each side runs a trace replay per
 	// pair, each time on a new index.
 	replayPasses int
-	workloads   string
-	scale       float64
-	trace       string
-	capacity    int
-	procs       int
-	clock       string
-	profile     string
-	memProf     string
+	workloads    string
+	scale        float64
+	trace        string
+	capacity     int
+	procs        int
+	clock        string
+	profile      string
+	memProf      string
 }
 
 // allWorkloads names the default workloads in the order they run.
