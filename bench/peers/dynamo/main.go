@@ -192,12 +192,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func selectWorkloads(list string) ([]string, error) {
 	var out []string
+	known := append(slices.Clone(allWorkloads), extraWorkloads...)
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
 		if n == "" {
 			continue
 		}
-		known := append(slices.Clone(allWorkloads), extraWorkloads...)
 		if !slices.Contains(known, n) {
 			return nil, fmt.Errorf("peers: unknown workload %q (have %s)", n, strings.Join(known, ", "))
 		}
@@ -269,7 +269,7 @@ type check struct {
 // a trace replay, whose short passes a collection or a burst of page
 // faults can slow by half, so that its median holds still.
 func (o *options) pairsFor(name string) int {
-	if strings.HasPrefix(name, "trace-") {
+	if isReplay(name) {
 		return o.replayPairs
 	}
 	return o.pairs
@@ -281,11 +281,14 @@ func (o *options) pairsFor(name string) int {
 // collection or the page faults of fresh memory fall; one for the rest,
 // whose sections repeat their queries themselves.
 func (o *options) passesFor(name string) int {
-	if strings.HasPrefix(name, "trace-") {
+	if isReplay(name) {
 		return o.replayPasses
 	}
 	return 1
 }
+
+// isReplay reports whether workload name is one of the trace replays.
+func isReplay(name string) bool { return strings.HasPrefix(name, "trace-") }
 
 // compare runs the pairs of one workload.
 func compare(ctx context.Context, name, file string, w *workload, o options, stderr io.Writer) ([]row, []check, error) {
