@@ -32,7 +32,8 @@ import (
 // over and inserts reuse. The table doubles when live keys would fill more
 // than maxLoadNum/maxLoadDen of it, is rebuilt without tombstones when
 // they and the live keys would, and halves when live keys fill less than
-// an eighth.
+// an eighth, down to its floor: the size reserve gave it for the keys a
+// worker's cache is expected to hold.
 // Its slots hold no pointers, so the garbage collector never scans them.
 // An extMap is not safe for concurrent use; the index's write lock
 // protects it.
@@ -41,6 +42,7 @@ type extMap struct {
 	slots []extSlot
 	count int // live entries
 	used  int // slots not empty: live entries and tombstones
+	floor int // the table never shrinks below this many slots
 	seed  uint64
 }
 
@@ -84,7 +86,39 @@ const (
 )
 
 func newExtMap() extMap {
-	return extMap{ctrl: make([]uint8, extMapMinSlots), slots: make([]extSlot, extMapMinSlots), seed: rand.Uint64() | 1}
+	return extMap{ctrl: make([]uint8, extMapMinSlots), slots: make([]extSlot, extMapMinSlots), floor: extMapMinSlots, seed: rand.Uint64() | 1}
+}
+
+// maxReserveKeys caps a reservation: a table of 2^23 slots, 136 MiB.
+const maxReserveKeys = 1 << 22
+
+// slotsFor returns the table size that holds keys live keys without
+// growing: the power of two at or above keys·maxLoadDen/maxLoadNum, as a
+// table that grows from extMapMinSlots reaches (keys at most
+// maxReserveKeys).
+func slotsFor(keys int) int {
+	need := (min(keys, maxReserveKeys)*maxLoadDen + maxLoadNum - 1) / maxLoadNum
+	if need <= extMapMinSlots {
+		return extMapMinSlots
+	}
+	return 1 << bits.Len(uint(need-1))
+}
+
+// reserve makes the table large enough for keys live keys, growing it now
+// when it is smaller, and keeps it from shrinking below that size: a
+// worker's cache fills to its capacity and stays about there, and a table
+// that starts at that size is spared the rebuilds of growing from a group
+// (each rehashes every key, and the outgrown tables are garbage). keys at
+// or below zero lift the floor.
+func (m *extMap) reserve(keys int) {
+	if keys <= 0 {
+		m.floor = extMapMinSlots
+		return
+	}
+	m.floor = slotsFor(keys)
+	if len(m.slots) < m.floor {
+		m.resize(m.floor)
+	}
 }
 
 // mix returns the bits of k under seed from which a key's home slot (the
@@ -341,8 +375,8 @@ func (m *extMap) delAt(i int) {
 	} else {
 		*m.ctrlAt(i) = ctrlDeleted
 	}
-	if n > extMapMinSlots && m.count*8 < n {
-		m.resize(n / 2)
+	if n > m.floor && m.count*8 < n {
+		m.resize(max(n/2, m.floor))
 	}
 }
 
@@ -387,10 +421,10 @@ func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
 	}
 }
 
-// reset empties the map and releases a large table.
+// reset empties the map and releases a table larger than its floor.
 func (m *extMap) reset() {
-	if len(m.slots) > 1024 {
-		m.ctrl, m.slots = make([]uint8, extMapMinSlots), make([]extSlot, extMapMinSlots)
+	if len(m.slots) > max(1024, m.floor) {
+		m.ctrl, m.slots = make([]uint8, m.floor), make([]extSlot, m.floor)
 	} else {
 		clear(m.ctrl)
 	}

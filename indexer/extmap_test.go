@@ -153,3 +153,50 @@ func testExtMapFullGroupsAndTombstones(t *testing.T, home bool) {
 		require.Zero(t, m.len())
 	}
 }
+
+// TestExtMapReserve checks the sizes reserve gives and that a reserved
+// table neither grows while it fills to the reservation nor shrinks below
+// it when emptied or reset, and answers like a built-in map throughout.
+func TestExtMapReserve(t *testing.T) {
+	for _, c := range []struct{ keys, slots int }{
+		{-1, extMapMinSlots}, {0, extMapMinSlots}, {1, extMapMinSlots}, {5, extMapMinSlots},
+		{6, 16}, {10, 16}, {11, 32}, {8192, 16384}, {1 << 30, 1 << 23},
+	} {
+		require.Equal(t, c.slots, slotsFor(max(c.keys, 1)), "slotsFor(%d)", c.keys)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	const keys = 3000
+	m := newExtMap()
+	m.put(7, entry{id: 7, pos: 7, tiers: 1})
+	m.reserve(keys)
+	require.Len(t, m.slots, slotsFor(keys), "reserve grows the table now")
+	got, ok := m.get(7)
+	require.True(t, ok, "the key inserted before survives the growth")
+	require.Equal(t, entry{id: 7, pos: 7, tiers: 1}, got)
+	ref := map[kvroute.ExternalHash]entry{7: got}
+	for len(ref) < keys {
+		k := kvroute.ExternalHash(r.Uint64())
+		e := entry{id: uint32(len(ref)), pos: 1, tiers: 2}
+		m.put(k, e)
+		ref[k] = e
+		require.Len(t, m.slots, slotsFor(keys), "the table grew before holding its reservation")
+	}
+	for k, e := range ref {
+		got, ok := m.get(k)
+		require.True(t, ok)
+		require.Equal(t, e, got)
+		m.del(k)
+	}
+	require.Zero(t, m.len())
+	require.Len(t, m.slots, slotsFor(keys), "an emptied table keeps its reserved size")
+	m.put(1, entry{tiers: 1})
+	m.reset()
+	require.Len(t, m.slots, slotsFor(keys), "reset keeps the reserved size")
+	_, ok = m.get(1)
+	require.False(t, ok)
+
+	m.reserve(0)
+	m.put(1, entry{tiers: 1})
+	m.del(1)
+	require.Len(t, m.slots, slotsFor(keys)/2, "without a reservation an empty table halves on a deletion")
+}

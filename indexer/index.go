@@ -28,6 +28,13 @@ type Config struct {
 	// SizeHint is the number of blocks to size the index for, avoiding
 	// growth while it fills. Zero means start small.
 	SizeHint int
+	// WorkerBlocks is the number of blocks one cache domain is expected
+	// to hold: the engines' KV cache capacity in blocks, per data-parallel
+	// rank. Each domain's map from engine hashes to blocks starts with room
+	// for that many, so that filling a cache does not rebuild the map at
+	// every step of its growth; it still grows past it. ReserveWorker
+	// sets the room of one domain. Zero means start small.
+	WorkerBlocks int
 	// Clock timestamps applied events (LastUpdate). Nil means the system
 	// clock.
 	Clock kvroute.Clock
@@ -69,6 +76,10 @@ type Index struct {
 	workers *xsync.MapOf[kvroute.WorkerKey, *workerState]
 
 	freeSlots []int
+	// workerBlocks is Config.WorkerBlocks; reserved holds ReserveWorker's
+	// rooms for domains that may have no state yet.
+	workerBlocks int
+	reserved     map[kvroute.WorkerKey]int
 	// slotKeys is an immutable slice indexed by slot, republished whenever
 	// a slot is taken or freed; Match reads it without a lock.
 	slotKeys atomic.Pointer[[]slotKey]
@@ -221,6 +232,8 @@ func New(cfg Config) (*Index, error) {
 		workers:  xsync.NewMapOf[kvroute.WorkerKey, *workerState](),
 		parents:  newParentFilter(0),
 		sweepMin: minSweep,
+
+		workerBlocks: max(cfg.WorkerBlocks, 0),
 	}
 	empty := []slotKey{}
 	ix.slotKeys.Store(&empty)
@@ -235,8 +248,51 @@ func (ix *Index) worker(w kvroute.WorkerKey, create bool) *workerState {
 		return ws
 	}
 	ws := &workerState{key: w, slot: ix.takeSlot(w), blocks: newExtMap()}
+	ws.blocks.reserve(ix.reservation(w))
 	ix.workers.Store(w, ws)
 	return ws
+}
+
+// reservation returns the blocks to make room for in w's map. ix.mu is
+// held.
+func (ix *Index) reservation(w kvroute.WorkerKey) int {
+	if n, ok := ix.reserved[w]; ok {
+		return n
+	}
+	return ix.workerBlocks
+}
+
+// ReserveWorker makes room in the index for cache domain w to hold blocks
+// blocks, its KV cache capacity, as Config.WorkerBlocks does for every
+// domain: for domains whose capacity differs from the rest or becomes
+// known later (a router reserves what its workers report). The map from
+// w's engine hashes to blocks grows to that size now, or when w's first
+// event arrives, and does not shrink below it. A reservation is a size
+// hint: w may hold more. blocks at or below zero cancel the reservation
+// (Config.WorkerBlocks applies again); RemoveWorker cancels it too.
+func (ix *Index) ReserveWorker(w kvroute.WorkerKey, blocks int) {
+	ix.mu.Lock()
+	defer ix.unlock()
+	if blocks <= 0 {
+		delete(ix.reserved, w)
+	} else {
+		if ix.reserved == nil {
+			ix.reserved = make(map[kvroute.WorkerKey]int)
+		}
+		ix.reserved[w] = blocks
+	}
+	if ws := ix.worker(w, false); ws != nil {
+		ws.blocks.reserve(ix.reservation(w))
+	}
+}
+
+// Reservation returns the number of blocks the index has made room for
+// in cache domain w (ReserveWorker, else Config.WorkerBlocks), zero when
+// none.
+func (ix *Index) Reservation(w kvroute.WorkerKey) int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.reservation(w)
 }
 
 // takeSlot interns w into the lowest free slot. ix.mu is held.
@@ -975,32 +1031,33 @@ func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kv
 	ix.sink += sum
 	for k := 0; k < len(taken); {
 		r, pos := ix.place(taken[k])
-		a, b := pos, pos+1
 		k++
-		if len(ws.dups) == 0 {
-			// Engines evict a chain from its tail or its head: collect
-			// the positions next to the range, in either order, that
-			// share its segment, and release them together.
-			s := r.seg(pos)
-		collect:
-			for k < len(taken) && taken[k].id == r.id && s != nil {
-				p := int(taken[k].pos)
-				switch {
-				case p == a-1 && r.sameSeg(p, s):
-					a = p
-				case p == b && r.sameSeg(p, s):
-					b++
-				default:
-					break collect
-				}
-				k++
+		if len(ws.dups) > 0 {
+			ix.release(ws, r, pos, t)
+			continue
+		}
+		// Engines evict a chain from its tail or its head: collect the
+		// positions next to the range, in either order, that share its
+		// segment, and release them together.
+		s := r.seg(pos)
+		if s == nil {
+			continue
+		}
+		a, b := pos, pos+1
+	collect:
+		for k < len(taken) && taken[k].id == r.id {
+			p := int(taken[k].pos)
+			switch {
+			case p == a-1 && r.sameSeg(p, s):
+				a = p
+			case p == b && r.sameSeg(p, s):
+				b++
+			default:
+				break collect
 			}
+			k++
 		}
-		if b-a == 1 {
-			ix.release(ws, r, a, t)
-		} else {
-			ix.releaseRange(ws, r, a, b, t)
-		}
+		ix.releaseRange(ws, r, a, b, s, t)
 	}
 	clear(taken)
 	ix.taken = taken[:0]
@@ -1062,9 +1119,8 @@ func (ix *Index) release(ws *workerState, r *run, pos int, t kvroute.Tier) {
 }
 
 // releaseRange drops ws's hold in tier t of the positions [a, b) of r,
-// which share one segment; ws has no duplicate engine hashes.
-func (ix *Index) releaseRange(ws *workerState, r *run, a, b int, t kvroute.Tier) {
-	s := r.seg(a)
+// which share the live segment s; ws has no duplicate engine hashes.
+func (ix *Index) releaseRange(ws *workerState, r *run, a, b int, s *segment, t kvroute.Tier) {
 	had := s.tiersOf(ws.slot)
 	if had&(1<<t) == 0 {
 		return
@@ -1107,11 +1163,13 @@ func (ix *Index) ResetWorker(w kvroute.WorkerKey) {
 	ws.lastID, ws.sequenced = 0, false
 }
 
-// RemoveWorker drops w and every block it holds from the index and reports
-// whether it was known. Events for w that arrive later register it anew.
+// RemoveWorker drops w and every block it holds from the index, cancels
+// its reservation (ReserveWorker) and reports whether it was known.
+// Events for w that arrive later register it anew.
 func (ix *Index) RemoveWorker(w kvroute.WorkerKey) bool {
 	ix.mu.Lock()
 	defer ix.unlock()
+	delete(ix.reserved, w)
 	ws := ix.worker(w, false)
 	if ws == nil {
 		return false

@@ -707,3 +707,43 @@ func TestWorkerBeyondFirstChunkAcrossTiers(t *testing.T) {
 	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{h: dev(3)}, matchMap(ix, toks))
 	require.Equal(t, 3, ix.Size().Pairs)
 }
+
+// TestReserveWorker checks where a domain's reservation comes from and
+// when it goes away, and that an index with room reserved, before and
+// after its workers' first events, answers as one without.
+func TestReserveWorker(t *testing.T) {
+	ix, err := indexer.New(indexer.Config{Hasher: testHasher, WorkerBlocks: 100})
+	require.NoError(t, err)
+	plain := newIndex(t)
+	require.Equal(t, 100, ix.Reservation(wk(1)), "Config.WorkerBlocks")
+	ix.ReserveWorker(wk(2), 5000)
+	require.Equal(t, 5000, ix.Reservation(wk(2)), "reserved before the worker is known")
+	require.Equal(t, []kvroute.WorkerKey(nil), ix.Workers(), "a reservation registers no worker")
+
+	events := []*kvroute.Event{
+		stored(wk(1), 1, 0, 0, []H{11, 12, 13}, prompt(1, 2, 3)),
+		stored(wk(2), 1, 0, 0, []H{21, 22}, prompt(1, 2)),
+		removed(wk(1), 2, 0, 12),
+		stored(wk(3), 1, 0, 0, []H{31}, prompt(7)),
+	}
+	for i, ev := range events {
+		require.NoError(t, ix.Apply(ev))
+		require.NoError(t, plain.Apply(ev))
+		if i == 1 {
+			ix.ReserveWorker(wk(1), 20000) // the map grows with entries in it
+		}
+	}
+	require.Equal(t, 20000, ix.Reservation(wk(1)))
+	for _, p := range [][]uint32{prompt(1, 2, 3), prompt(7), prompt(1)} {
+		require.Equal(t, matchMap(plain, p), matchMap(ix, p))
+	}
+	require.Equal(t, plain.Size().Pairs, ix.Size().Pairs)
+
+	ix.ReserveWorker(wk(1), 0)
+	require.Equal(t, 100, ix.Reservation(wk(1)), "cancelled: Config.WorkerBlocks again")
+	require.True(t, ix.RemoveWorker(wk(2)))
+	require.Equal(t, 100, ix.Reservation(wk(2)), "RemoveWorker cancels the reservation")
+	ix.ReserveWorker(wk(9), 50)
+	require.False(t, ix.RemoveWorker(wk(9)))
+	require.Equal(t, 100, ix.Reservation(wk(9)), "also of a worker the index never saw")
+}

@@ -205,8 +205,9 @@ func probes() [][]kvroute.SeqHash {
 // TestRandomizedAgainstModel applies random events of many workers
 // concurrently (stores under random held parents, removals of random
 // blocks, most of them in the middle of chains, clears, engine hashes
-// reused, unknown parents, every tier, worker resets, and removals after
-// which the worker comes back in whatever slot is free) while readers
+// reused, unknown parents, every tier, worker resets, removals after
+// which the worker comes back in whatever slot is free, and room reserved
+// for a worker's cache and cancelled) while readers
 // match concurrently, in rounds. The workers spread over three 64-slot
 // holder chunks. During a round one reader also recounts the holder bits
 // against the index's pair count now and then; after each round every
@@ -282,6 +283,11 @@ func TestRandomizedAgainstModel(t *testing.T) {
 						// below, in whatever slot is free then.
 						ix.RemoveWorker(key)
 						clear(m.blocks)
+					case 2, 3:
+						// The host learns the worker's cache capacity and
+						// makes room for it, or cancels the room: the
+						// worker's map grows now or stops keeping a floor.
+						ix.ReserveWorker(key, rngs[w].IntN(3)*40)
 					}
 					ev := randomEvent(rngs[w], key, id, m, &nexts[w])
 					ev.Tier = kvroute.Tier(rngs[w].IntN(int(kvroute.NumTiers)))

@@ -478,10 +478,23 @@ func (r *Router) AddWorker(w Worker) error {
 	}
 	r.expireRemovedLocked()
 	r.keepDomains(e)
+	r.reserve(e)
 	r.workers[w.ID()] = e
 	r.publish()
 	r.releaseAll()
 	return nil
+}
+
+// reserve makes room in the index for the KV cache of each of e's
+// domains whose capacity the worker reports (Capacity), so that the
+// index does not rebuild its map of the domain's blocks as the cache
+// fills. r.mu is held.
+func (r *Router) reserve(e *workerEntry) {
+	for _, d := range e.domains {
+		if c := d.static.KVCapacityBlocks; c > 0 {
+			r.index.ReserveWorker(d.key, c)
+		}
+	}
 }
 
 // UpdateWorker replaces the description of a registered worker (role,
@@ -501,6 +514,7 @@ func (r *Router) UpdateWorker(w Worker) error {
 	}
 	r.expireRemovedLocked()
 	r.keepDomains(e)
+	r.reserve(e)
 	r.workers[w.ID()] = e
 	r.publish() // first, so that no new decision picks a dropped rank
 	for _, d := range old.domains[min(len(old.domains), len(e.domains)):] {

@@ -695,3 +695,23 @@ func TestFailedSelectLeavesNothingToBalance(t *testing.T) {
 	require.Zero(t, r.Stats().Outcomes)
 	require.ErrorIs(t, r.AddWorker(router.StaticWorker{WorkerID: 5, Ranks: router.MaxDataParallelRanks + 1}), router.ErrInvalidConfig)
 }
+
+// A worker that reports its KV capacity has room made for each of its
+// ranks' caches in the index, when added and when updated; one that
+// reports none leaves the index's default.
+func TestWorkerCapacityReservesIndexRoom(t *testing.T) {
+	r, err := router.New(router.Config{Hasher: hasher})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 1, Ranks: 2, CapacityBlocks: 800}))
+	require.NoError(t, r.AddWorker(router.StaticWorker{WorkerID: 2}))
+	ix := r.Index()
+	for rank := range kvroute.DPRank(2) {
+		require.Equal(t, 800, ix.Reservation(kvroute.WorkerKey{ID: 1, Rank: rank}))
+	}
+	require.Zero(t, ix.Reservation(kvroute.WorkerKey{ID: 2}))
+
+	require.NoError(t, r.UpdateWorker(router.StaticWorker{WorkerID: 1, Ranks: 2, CapacityBlocks: 2000}))
+	require.Equal(t, 2000, ix.Reservation(kvroute.WorkerKey{ID: 1, Rank: 1}))
+	require.True(t, r.RemoveWorker(1))
+	require.Zero(t, ix.Reservation(kvroute.WorkerKey{ID: 1}), "the worker's blocks and room leave the index")
+}

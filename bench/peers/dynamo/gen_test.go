@@ -260,7 +260,7 @@ func TestTraceBlocks(t *testing.T) {
 func TestKvrouteMatchesGroundTruth(t *testing.T) {
 	for name, w := range testWorkloads(t) {
 		t.Run(name, func(t *testing.T) {
-			res, err := runKV(w, 0, 1)
+			res, err := runKV(w, 0, 1, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -359,15 +359,20 @@ func TestTraceWarmSplitsTheSameReplay(t *testing.T) {
 	}
 }
 
-// Passes on new indexes answer alike and add up.
+// Passes on new indexes answer alike and add up, and so does an index
+// with room reserved for the workers' caches.
 func TestKvroutePasses(t *testing.T) {
 	for name, w := range testWorkloads(t) {
 		t.Run(name, func(t *testing.T) {
-			one, err := runKV(w, 0, 1)
+			one, err := runKV(w, 0, 1, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			three, err := runKV(w, 0, 3)
+			three, err := runKV(w, 0, 3, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reserved, err := runKV(w, 0, 2, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -375,6 +380,9 @@ func TestKvroutePasses(t *testing.T) {
 				a, b := &one.Sections[i], &three.Sections[i]
 				if !slices.Equal(a.Digests, b.Digests) {
 					t.Errorf("%s: three passes answer differently from one", a.Name)
+				}
+				if r := &reserved.Sections[i]; !slices.Equal(a.Digests, r.Digests) || r.Errors != a.Errors {
+					t.Errorf("%s: an index with room reserved answers differently", a.Name)
 				}
 				if b.Ops != 3*a.Ops || b.BlockOps != 3*a.BlockOps || b.Errors != a.Errors {
 					t.Errorf("%s: three passes count %d ops, %d block-ops, %d errors; one pass %d, %d, %d",

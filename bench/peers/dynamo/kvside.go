@@ -114,11 +114,12 @@ const samples = 3
 
 // runKV runs w on a new kvroute index on the calling goroutine, with procs
 // as GOMAXPROCS while it runs (0 leaves it alone), passes times, each pass
-// on a new index: a section's timings are the sums over the passes, its
+// on a new index with room for workerBlocks blocks per worker
+// (indexer.Config.WorkerBlocks): a section's timings are the sums over the passes, its
 // errors those of the first, and every pass must answer as the first did.
 // The events are converted before the first pass and a collection runs
 // before every section, outside the clock.
-func runKV(w *workload, procs, passes int) (*sideResult, error) {
+func runKV(w *workload, procs, passes, workerBlocks int) (*sideResult, error) {
 	h, err := kvroute.NewHasher(kvroute.HasherConfig{BlockSize: w.BlockSize})
 	if err != nil {
 		return nil, fmt.Errorf("peers: %w", err)
@@ -146,7 +147,7 @@ func runKV(w *workload, procs, passes int) (*sideResult, error) {
 	var dst []kvroute.SeqHash
 	var again []uint64 // a later pass's digests
 	for pass := range passes {
-		ix, err := indexer.New(indexer.Config{Hasher: h})
+		ix, err := indexer.New(indexer.Config{Hasher: h, WorkerBlocks: workerBlocks})
 		if err != nil {
 			return nil, fmt.Errorf("peers: %w", err)
 		}

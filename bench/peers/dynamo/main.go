@@ -67,7 +67,10 @@ type options struct {
 	scale        float64
 	trace        string
 	capacity     int
-	procs        int
+	// reserve has kvroute's index make room for each worker's cache of
+	// capacity blocks in the replays (indexer.Config.WorkerBlocks).
+	reserve bool
+	procs   int
 	clock        string
 	profile      string
 	memProf      string
@@ -98,6 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.scale, "scale", 1, "multiply the workload sizes (the tree and hashing workloads)")
 	fs.StringVar(&o.trace, "trace", filepath.Join(root, "bench/testdata/mooncake_sample.jsonl"), "Mooncake trace for the replay workloads")
 	fs.IntVar(&o.capacity, "capacity", defaultTrace(evictLRU).Capacity, "blocks per worker cache in the replay workloads")
+	fs.BoolVar(&o.reserve, "reserve", true, "in the replays, kvroute's index makes room for each worker's cache of -capacity blocks (indexer.Config.WorkerBlocks), as a router does for workers that report their KV capacity; false starts every worker's map small")
 	fs.IntVar(&o.procs, "procs", 1, "GOMAXPROCS while kvroute runs (0: leave it); the Dynamo side is single-threaded")
 	fs.StringVar(&o.clock, "clock", clockWall, "what the ratios compare: wall (elapsed time) or cpu (each side's process CPU time, which other jobs on a busy machine inflate less)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of this process (the kvroute side and the driver) to the file")
@@ -287,6 +291,16 @@ func (o *options) passesFor(name string) int {
 	return 1
 }
 
+// workerBlocksFor returns the indexer.Config.WorkerBlocks of kvroute's
+// index for workload name: the replays' cache capacity with -reserve, else
+// zero.
+func (o *options) workerBlocksFor(name string) int {
+	if isReplay(name) && o.reserve {
+		return o.capacity
+	}
+	return 0
+}
+
 // isReplay reports whether workload name is one of the trace replays.
 func isReplay(name string) bool { return strings.HasPrefix(name, "trace-") }
 
@@ -313,7 +327,7 @@ func compare(ctx context.Context, name, file string, w *workload, o options, std
 			var err error
 			t := time.Now()
 			if side == kvSide {
-				res, err = runKV(w, o.procs, o.passesFor(name))
+				res, err = runKV(w, o.procs, o.passesFor(name), o.workerBlocksFor(name))
 				runtime.GC()
 			} else {
 				res, err = runRust(ctx, o.rustBin, file, o.passesFor(name))

@@ -10,15 +10,17 @@ import (
 )
 
 // BenchmarkReplay replays the default trace workloads (the whole Mooncake
-// sample) on a new index per iteration, as the driver's kvroute side does,
-// for profiling the write side without the Rust peer.
+// sample) on a new index per iteration, with room for each worker's cache,
+// as the driver's kvroute side does, for profiling the write side without
+// the Rust peer.
 func BenchmarkReplay(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		e    eviction
 	}{{"lru", evictLRU}, {"random", evictRandom}} {
 		b.Run(c.name, func(b *testing.B) {
-			w, err := genTrace(sampleRecords(b, 1<<30), defaultTrace(c.e))
+			tc := defaultTrace(c.e)
+			w, err := genTrace(sampleRecords(b, 1<<30), tc)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -33,7 +35,7 @@ func BenchmarkReplay(b *testing.B) {
 			b.ResetTimer()
 			cpu0 := processCPU()
 			for range b.N {
-				ix, err := indexer.New(indexer.Config{Hasher: h})
+				ix, err := indexer.New(indexer.Config{Hasher: h, WorkerBlocks: tc.Capacity})
 				if err != nil {
 					b.Fatal(err)
 				}
