@@ -71,9 +71,9 @@ type options struct {
 	// capacity blocks in the replays (indexer.Config.WorkerBlocks).
 	reserve bool
 	procs   int
-	clock        string
-	profile      string
-	memProf      string
+	clock   string
+	profile string
+	memProf string
 }
 
 // allWorkloads names the default workloads in the order they run.
