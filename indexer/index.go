@@ -110,10 +110,8 @@ type Index struct {
 	// unpub are the runs with positions written since the lock was taken
 	// and not yet published (see run).
 	unpub []*run
-	// taken is removeBlocks' scratch space; sink keeps its touching
-	// loads from being optimised away.
+	// taken is removeBlocks' scratch space.
 	taken []entry
-	sink  int32
 	stats counters
 }
 
@@ -1004,12 +1002,14 @@ func (ix *Index) removeBlock(ws *workerState, ext kvroute.ExternalHash, t kvrout
 	}
 }
 
-// removeBlocks drops tier t of the blocks ws holds as exts, in passes
-// whose memory accesses are independent from block to block, so that the
-// CPU overlaps their cache misses: the entries are taken out of the map
-// while the map slots of the engine hashes a window ahead are touched,
-// then the blocks' segments are touched, and only then are the blocks
-// released.
+// removeBlocks drops tier t of the blocks ws holds as exts in two
+// passes: the entries are taken out of the map while the map slots of the
+// engine hashes a window ahead are touched, so that the CPU overlaps
+// their cache misses, then the blocks are released, a range of
+// neighbours sharing a segment at a time. (A pass between the two that
+// touched every block's segment first cost 4% of a trace replay with LRU
+// evictions and saved nothing with random ones, on a core with 2 MiB of
+// second-level cache: the runs and segments are mostly cached.)
 func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kvroute.Tier) {
 	ws.blocks.prefetch(len(exts), func(i int) kvroute.ExternalHash { return exts[i] })
 	taken := ix.taken[:0]
@@ -1022,13 +1022,6 @@ func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kv
 			taken = append(taken, e)
 		}
 	}
-	var sum int32
-	for _, e := range taken {
-		if w := ix.runs[e.id].segs[e.pos].Load(); w != 0 {
-			sum += ix.arena.at(segRef(w).slot()).count
-		}
-	}
-	ix.sink += sum
 	for k := 0; k < len(taken); {
 		r, pos := ix.place(taken[k])
 		k++

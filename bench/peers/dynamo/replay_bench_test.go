@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"runtime"
 	"testing"
 	"time"
@@ -13,6 +14,10 @@ import (
 // sample) on a new index per iteration, with room for each worker's cache,
 // as the driver's kvroute side does, for profiling the write side without
 // the Rust peer.
+// replayGC makes BenchmarkReplay collect garbage before each iteration,
+// off the clock, as the driver does before each pass.
+var replayGC = flag.Bool("replay-gc", false, "BenchmarkReplay: collect garbage before each iteration, off the clock, as the driver does")
+
 func BenchmarkReplay(b *testing.B) {
 	for _, c := range []struct {
 		name string
@@ -35,6 +40,11 @@ func BenchmarkReplay(b *testing.B) {
 			b.ResetTimer()
 			cpu0 := processCPU()
 			for range b.N {
+				if *replayGC {
+					b.StopTimer()
+					runtime.GC()
+					b.StartTimer()
+				}
 				ix, err := indexer.New(indexer.Config{Hasher: h, WorkerBlocks: tc.Capacity})
 				if err != nil {
 					b.Fatal(err)
