@@ -48,6 +48,20 @@ func ExampleIndex_Apply_gap() {
 	// indexer: gap in event sequence of worker 7/0: want id 42, got 44
 }
 
+// A router that knows its engines' KV cache sizes has the index make room
+// for them: every worker's by default, one worker's when it differs.
+func ExampleIndex_ReserveWorker() {
+	ix, _ := indexer.New(indexer.Config{WorkerBlocks: 8192}) // the engines' num_gpu_blocks
+	big := kvroute.WorkerKey{ID: 3}
+	ix.ReserveWorker(big, 32768) // a worker on a larger GPU
+	fmt.Println(ix.Reservation(kvroute.WorkerKey{ID: 1}), ix.Reservation(big))
+	ix.RemoveWorker(big)
+	fmt.Println(ix.Reservation(big))
+	// Output:
+	// 8192 32768
+	// 8192
+}
+
 type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) Now() time.Time { return c.t }
