@@ -44,6 +44,7 @@ type extMap struct {
 	used  int // slots not empty: live entries and tombstones
 	floor int // the table never shrinks below this many slots
 	seed  uint64
+	shift uint // 64 - log2(len(slots)): a hash's top bits name its home slot
 }
 
 // extSlot is one slot of an extMap: a key and its entry packed into a
@@ -86,7 +87,8 @@ const (
 )
 
 func newExtMap() extMap {
-	return extMap{ctrl: make([]uint8, extMapMinSlots), slots: make([]extSlot, extMapMinSlots), floor: extMapMinSlots, seed: rand.Uint64() | 1}
+	return extMap{ctrl: make([]uint8, extMapMinSlots), slots: make([]extSlot, extMapMinSlots), floor: extMapMinSlots,
+		seed: rand.Uint64() | 1, shift: shiftFor(extMapMinSlots)}
 }
 
 // maxReserveKeys caps a reservation: a table of 2^23 slots, 136 MiB.
@@ -130,24 +132,25 @@ func mix(k kvroute.ExternalHash, seed uint64) uint64 {
 	return x ^ x>>32
 }
 
-// homeSlot returns the home slot of the mixed hash x in a table of n slots.
-func homeSlot(x uint64, n int) int {
-	hi, _ := bits.Mul64(x, uint64(n))
-	return int(hi)
-}
+// homeSlot returns the home slot of the mixed hash x in a table whose
+// shift is shift: its top bits.
+func homeSlot(x uint64, shift uint) int { return int(x >> shift) }
+
+// shiftFor returns the shift of a table of n slots, a power of two.
+func shiftFor(n int) uint { return uint(64 - bits.TrailingZeros(uint(n))) }
 
 // fingerprint returns the control byte of the mixed hash x.
 func fingerprint(x uint64) uint8 { return uint8(x) | 0x80 }
 
 // hash returns k's home slot.
-func (m *extMap) hash(k kvroute.ExternalHash) int { return homeSlot(mix(k, m.seed), len(m.slots)) }
+func (m *extMap) hash(k kvroute.ExternalHash) int { return homeSlot(mix(k, m.seed), m.shift) }
 
 // find returns the slot of k, or -1.
 func (m *extMap) find(k kvroute.ExternalHash) int {
 	x := mix(k, m.seed)
 	fp := fingerprint(x)
 	n := len(m.slots)
-	for g := homeSlot(x, n) &^ (groupWidth - 1); ; {
+	for g := homeSlot(x, m.shift) &^ (groupWidth - 1); ; {
 		w := m.group(g)
 		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
 			if j := g + bits.TrailingZeros64(cand)>>3; m.slotAt(j).key == k {
@@ -278,7 +281,7 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 	x := mix(k, m.seed)
 	fp := fingerprint(x)
 	n := len(m.slots)
-	h := homeSlot(x, n)
+	h := homeSlot(x, m.shift)
 	g := h &^ (groupWidth - 1)
 	if home {
 		if *m.ctrlAt(h) == 0 && matchByte(m.group(g), fp) == 0 &&
@@ -380,7 +383,8 @@ func (m *extMap) delAt(i int) {
 	}
 }
 
-// resize rehashes the live entries into a table of n slots, without
+// resize rehashes the live entries into a table of n slots (a power of
+// two, as every table size is: see shiftFor), without
 // tombstones. It works on local copies of the map's fields, which the
 // stores into the new table would otherwise make the compiler reload for
 // every entry.
@@ -388,13 +392,14 @@ func (m *extMap) resize(n int) {
 	oldCtrl, oldSlots, seed := m.ctrl, m.slots, m.seed
 	n = max(extMapMinSlots, n)
 	ctrl, slots := make([]uint8, n), make([]extSlot, n)
-	m.ctrl, m.slots = ctrl, slots
+	m.ctrl, m.slots, m.shift = ctrl, slots, shiftFor(n)
+	shift := m.shift
 	for i, c := range oldCtrl {
 		if c&0x80 == 0 {
 			continue // empty or deleted
 		}
 		s := oldSlots[i]
-		g := homeSlot(mix(s.key, seed), n) &^ (groupWidth - 1)
+		g := homeSlot(mix(s.key, seed), shift) &^ (groupWidth - 1)
 		for {
 			if f := matchFree(binary.LittleEndian.Uint64(ctrl[g : g+groupWidth])); f != 0 {
 				j := g + bits.TrailingZeros64(f)>>3
@@ -424,7 +429,7 @@ func (m *extMap) all(fn func(kvroute.ExternalHash, entry)) {
 // reset empties the map and releases a table larger than its floor.
 func (m *extMap) reset() {
 	if len(m.slots) > max(1024, m.floor) {
-		m.ctrl, m.slots = make([]uint8, m.floor), make([]extSlot, m.floor)
+		m.ctrl, m.slots, m.shift = make([]uint8, m.floor), make([]extSlot, m.floor), shiftFor(m.floor)
 	} else {
 		clear(m.ctrl)
 	}
