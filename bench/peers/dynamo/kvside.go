@@ -115,8 +115,9 @@ const samples = 3
 // runKV runs w on a new kvroute index on the calling goroutine, with procs
 // as GOMAXPROCS while it runs (0 leaves it alone), passes times, each pass
 // on a new index with room for workerBlocks blocks per worker
-// (indexer.Config.WorkerBlocks): a section's timings are the sums over the passes, its
-// errors those of the first, and every pass must answer as the first did.
+// (indexer.Config.WorkerBlocks): a section's timings are the sums over
+// the passes, its errors those of the first, and every pass must answer
+// as the first did.
 // The events are converted before the first pass and a collection runs
 // before every section, outside the clock.
 func runKV(w *workload, procs, passes, workerBlocks int) (*sideResult, error) {
