@@ -81,13 +81,21 @@ type Event struct {
 	// LoRA is the LoRA adapter the stored blocks belong to, empty for the
 	// base model. It selects the hashing seed when blocks carry Tokens.
 	LoRA string
+	// SeqHashes reports that the Hash of each of Blocks is the block's
+	// sequence hash (a SeqHash, chained from its parent's) rather than its
+	// content hash: the form in which an index that keeps no content
+	// hashes dumps its blocks (see indexer.Index.Dump). The consumer takes
+	// the hashes as they are; Tokens must be empty and LoRA is ignored.
+	// Stored only.
+	SeqHashes bool
 }
 
 // ErrInvalidEvent is wrapped by Event.Validate errors.
 var ErrInvalidEvent = errors.New("kvroute: invalid event")
 
 // Validate reports whether e is well formed: a known kind and tier, and
-// blocks only where its kind has them. It does not check sequence numbers.
+// blocks only where its kind has them, and sequence hashes only in Stored
+// events without tokens. It does not check sequence numbers.
 func (e *Event) Validate() error {
 	if !e.Tier.Valid() {
 		return fmt.Errorf("%w: tier %d", ErrInvalidEvent, e.Tier)
@@ -97,12 +105,22 @@ func (e *Event) Validate() error {
 		if len(e.Removed) != 0 {
 			return fmt.Errorf("%w: stored event with removed hashes", ErrInvalidEvent)
 		}
+		if e.SeqHashes {
+			for i := range e.Blocks {
+				if len(e.Blocks[i].Tokens) != 0 {
+					return fmt.Errorf("%w: stored event of sequence hashes with tokens", ErrInvalidEvent)
+				}
+			}
+		}
 	case EventRemoved:
+		if e.SeqHashes {
+			return fmt.Errorf("%w: removed event marked as of sequence hashes", ErrInvalidEvent)
+		}
 		if len(e.Blocks) != 0 || e.HasParent {
 			return fmt.Errorf("%w: removed event with stored blocks or parent", ErrInvalidEvent)
 		}
 	case EventCleared:
-		if len(e.Blocks) != 0 || len(e.Removed) != 0 || e.HasParent {
+		if len(e.Blocks) != 0 || len(e.Removed) != 0 || e.HasParent || e.SeqHashes {
 			return fmt.Errorf("%w: cleared event with blocks", ErrInvalidEvent)
 		}
 	default:

@@ -20,6 +20,7 @@ func TestEventValidate(t *testing.T) {
 		{"stored under a parent in host memory", kvroute.Event{Kind: kvroute.EventStored, Tier: kvroute.TierHost, HasParent: true, Parent: 9, Blocks: blocks}, true},
 		{"stored with no block", kvroute.Event{Kind: kvroute.EventStored, HasParent: true, Parent: 9}, true},
 		{"stored with a LoRA name and tokens", kvroute.Event{Kind: kvroute.EventStored, LoRA: "adapter-a", Blocks: []kvroute.StoredBlock{{External: 1, Tokens: make([]uint32, 16)}}}, true},
+		{"stored of sequence hashes", kvroute.Event{Kind: kvroute.EventStored, SeqHashes: true, HasParent: true, Parent: 9, Blocks: blocks}, true},
 		{"removed", kvroute.Event{Kind: kvroute.EventRemoved, Tier: kvroute.TierExternal, Removed: removed}, true},
 		{"removed with no hash", kvroute.Event{Kind: kvroute.EventRemoved}, true},
 		{"cleared", kvroute.Event{Kind: kvroute.EventCleared}, true},
@@ -33,6 +34,9 @@ func TestEventValidate(t *testing.T) {
 		{"cleared with blocks", kvroute.Event{Kind: kvroute.EventCleared, Blocks: blocks}, false},
 		{"cleared with removed hashes", kvroute.Event{Kind: kvroute.EventCleared, Removed: removed}, false},
 		{"cleared under a parent", kvroute.Event{Kind: kvroute.EventCleared, HasParent: true}, false},
+		{"stored of sequence hashes with tokens", kvroute.Event{Kind: kvroute.EventStored, SeqHashes: true, Blocks: []kvroute.StoredBlock{{External: 1, Tokens: make([]uint32, 16)}}}, false},
+		{"removed of sequence hashes", kvroute.Event{Kind: kvroute.EventRemoved, SeqHashes: true, Removed: removed}, false},
+		{"cleared of sequence hashes", kvroute.Event{Kind: kvroute.EventCleared, SeqHashes: true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -106,14 +106,10 @@ func NewApprox(cfg ApproxConfig) (*Approx, error) {
 }
 
 // Insert records that worker w now holds the blocks of a prompt it was
-// routed: blocks are the prompt's block hashes and seqs their chained
-// sequence hashes (as kvroute.Hasher.AppendHashes returns them). Blocks
-// already recorded are refreshed. It then expires old entries and prunes
-// the index down to its bound when needed.
-func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []kvroute.SeqHash) error {
-	if len(blocks) != len(seqs) {
-		return fmt.Errorf("indexer: approximate insert of %d blocks with %d sequence hashes", len(blocks), len(seqs))
-	}
+// routed, given by their sequence hashes (as kvroute.Hasher.AppendHashes
+// returns them). Blocks already recorded are refreshed. It then expires
+// old entries and prunes the index down to its bound when needed.
+func (a *Approx) Insert(w kvroute.WorkerKey, seqs []kvroute.SeqHash) {
 	now := a.clock.Now().UnixNano()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -121,7 +117,7 @@ func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []
 	ix.mu.Lock()
 	st := storer{ix: ix, ws: ix.worker(w, true), tier: kvroute.TierDevice}
 	for i, s := range seqs {
-		st.place(kvroute.ExternalHash(s), s, blocks[i], len(seqs)-i)
+		st.place(kvroute.ExternalHash(s), s, len(seqs)-i)
 		k := approxKey{w, s}
 		a.stamps[k] = now
 		heap.Push(&a.queue, approxItem{at: now, depth: uint32(i), key: k})
@@ -135,7 +131,6 @@ func (a *Approx) Insert(w kvroute.WorkerKey, blocks []kvroute.BlockHash, seqs []
 	if len(a.queue) > 2*len(a.stamps)+1024 {
 		a.compactLocked()
 	}
-	return nil
 }
 
 // Expire drops every entry older than the TTL and returns how many it

@@ -13,8 +13,8 @@ import (
 
 func insert(t *testing.T, a *indexer.Approx, w kvroute.WorkerKey, tokens []uint32) {
 	t.Helper()
-	blocks, seqs := testHasher.AppendHashes(nil, nil, tokens)
-	require.NoError(t, a.Insert(w, blocks, seqs))
+	_, seqs := testHasher.AppendHashes(nil, nil, tokens)
+	a.Insert(w, seqs)
 }
 
 func TestApproxTTL(t *testing.T) {
@@ -71,7 +71,6 @@ func TestApproxConfigAndErrors(t *testing.T) {
 	require.Error(t, err)
 	_, err = indexer.NewApprox(indexer.ApproxConfig{PruneTarget: 1.5})
 	require.Error(t, err)
-	a, err := indexer.NewApprox(indexer.ApproxConfig{})
+	_, err = indexer.NewApprox(indexer.ApproxConfig{})
 	require.NoError(t, err)
-	require.Error(t, a.Insert(wk(1), make([]kvroute.BlockHash, 2), make([]kvroute.SeqHash, 1)))
 }

@@ -8,9 +8,11 @@ import (
 )
 
 // Dump calls fn with a stream of unsequenced events that rebuilds the index:
-// applying them, in order, to an empty Index with the same Hasher gives an
-// index that matches every prompt the same way and holds the same blocks
-// under the same engine hashes. It stops at the first error fn returns and
+// applying them, in order, to an empty Index gives an index that matches
+// every prompt the same way and holds the same blocks under the same
+// engine hashes. The index keeps no block's content hash, so its Stored
+// events carry sequence hashes (kvroute.Event.SeqHashes), which any Index
+// takes as they are, whatever its Hasher. It stops at the first error fn returns and
 // returns it. The event passed to fn is reused: fn must not retain it.
 //
 // Blocks are emitted worker by worker, parents before children, one Stored
@@ -59,9 +61,9 @@ func (ix *Index) dumpWorker(w kvroute.WorkerKey, fn func(*kvroute.Event) error) 
 	}
 	blk := make([]kvroute.StoredBlock, 1)
 	for _, s := range stored {
-		blk[0] = kvroute.StoredBlock{External: s.ext, Hash: s.local}
+		blk[0] = kvroute.StoredBlock{External: s.ext, Hash: kvroute.BlockHash(s.seq)}
 		ev = kvroute.Event{Kind: kvroute.EventStored, Worker: w, Tier: s.tier, Blocks: blk,
-			HasParent: s.hasParent, Parent: s.parent}
+			HasParent: s.hasParent, Parent: s.parent, SeqHashes: true}
 		if err := fn(&ev); err != nil {
 			return err
 		}
@@ -98,8 +100,8 @@ func (ix *Index) snapshotWorker(w kvroute.WorkerKey) ([]dumpStored, []kvroute.Ex
 
 	// The events are recorded under the lock and passed to fn after it.
 	var out []dumpStored
-	emit := func(ext kvroute.ExternalHash, local kvroute.BlockHash, parentExt kvroute.ExternalHash, hasParent bool, t kvroute.Tier) {
-		out = append(out, dumpStored{ext: ext, local: local, parent: parentExt, hasParent: hasParent, tier: t})
+	emit := func(ext kvroute.ExternalHash, seq kvroute.SeqHash, parentExt kvroute.ExternalHash, hasParent bool, t kvroute.Tier) {
+		out = append(out, dumpStored{ext: ext, seq: seq, parent: parentExt, hasParent: hasParent, tier: t})
 	}
 
 	// placeholders are engine hashes invented for ancestors the worker does
@@ -130,7 +132,7 @@ func (ix *Index) snapshotWorker(w kvroute.WorkerKey) ([]dumpStored, []kvroute.Ex
 		}
 		for t := kvroute.Tier(0); t < kvroute.NumTiers; t++ {
 			if b.tiers&(1<<t) != 0 {
-				emit(b.ext, b.r.locals[b.pos], pext, hasParent, t)
+				emit(b.ext, b.r.seqs[b.pos], pext, hasParent, t)
 			}
 		}
 	}
@@ -153,7 +155,7 @@ func (ix *Index) snapshotWorker(w kvroute.WorkerKey) ([]dumpStored, []kvroute.Ex
 		ext := freeHash()
 		placeholders[seq] = ext
 		order = append(order, ext)
-		emit(ext, r.locals[pos], pext, hasParent, kvroute.TierDevice)
+		emit(ext, seq, pext, hasParent, kvroute.TierDevice)
 		return ext
 	}
 	for i := range blocks {
@@ -169,7 +171,7 @@ func (ix *Index) snapshotWorker(w kvroute.WorkerKey) ([]dumpStored, []kvroute.Ex
 // dumpStored is one Stored event of a worker's snapshot.
 type dumpStored struct {
 	ext, parent kvroute.ExternalHash
-	local       kvroute.BlockHash
+	seq         kvroute.SeqHash
 	hasParent   bool
 	tier        kvroute.Tier
 }

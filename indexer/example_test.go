@@ -72,8 +72,8 @@ func ExampleApprox() {
 	ax, _ := indexer.NewApprox(indexer.ApproxConfig{TTL: time.Minute, Clock: clock, Index: indexer.Config{Hasher: hasher}})
 
 	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
-	blocks, seqs := hasher.AppendHashes(nil, nil, prompt)
-	_ = ax.Insert(kvroute.WorkerKey{ID: 3}, blocks, seqs) // the router sent this prompt to worker 3
+	_, seqs := hasher.AppendHashes(nil, nil, prompt)
+	ax.Insert(kvroute.WorkerKey{ID: 3}, seqs) // the router sent this prompt to worker 3
 
 	var res indexer.MatchResult
 	ax.Match(seqs, &res)

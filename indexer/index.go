@@ -400,12 +400,8 @@ func (ix *Index) applyStored(ws *workerState, ev *kvroute.Event) error {
 			}
 		}
 		b := &ev.Blocks[i]
-		local := b.Hash
-		if len(b.Tokens) > 0 {
-			local = h.HashBlock(b.Tokens)
-		}
 		st.cur = i
-		if !st.store(b.External, local, len(ev.Blocks)-i) {
+		if !st.store(b, h, len(ev.Blocks)-i) {
 			ix.stats.repeated.Add(1)
 			err = &RepeatedBlockError{Worker: ws.key, EventID: ev.ID, Block: b.External, Stored: i}
 			ix.log.Debug("stored event cut short", "err", err)
@@ -437,6 +433,7 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 	}
 	room := min(len(blocks), len(r.seqs)-j)
 	prev := st.prev
+	given := st.ev.SeqHashes // the blocks carry their sequence hashes
 	var s *segment
 	n := 0
 	// New keys take their home slots when the maps outgrow the caches
@@ -458,9 +455,13 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 		if had {
 			break // store looks the hash up again and handles it
 		}
-		local := b.Hash
-		if len(b.Tokens) > 0 {
-			local = h.HashBlock(b.Tokens)
+		seq := kvroute.SeqHash(b.Hash)
+		if !given {
+			local := b.Hash
+			if len(b.Tokens) > 0 {
+				local = h.HashBlock(b.Tokens)
+			}
+			seq = kvroute.NextSeqHash(prev, local)
 		}
 		if s == nil {
 			// The first new block: the pending range goes first, then
@@ -478,9 +479,8 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 				ix.unpub = append(ix.unpub, r)
 			}
 		}
-		seq := kvroute.NextSeqHash(prev, local)
 		i := j + n
-		r.seqs[i], r.locals[i] = seq, local
+		r.seqs[i] = seq
 		r.setSeg(i, s)
 		*p = entry{id: r.id, pos: int32(i), tiers: 1 << t}.pack()
 		prev = seq
@@ -543,16 +543,30 @@ func (st *storer) at(seq kvroute.SeqHash, r *run, pos int) {
 	st.prev, st.hasPrev, st.pr, st.pp = seq, true, r, pos
 }
 
-// store stores one block, known to the engine as ext; left is the number
-// of blocks of the event from this one on. It reports false, storing
-// nothing, when ext names the event's parent or one of its blocks before
-// this one (see place).
-func (st *storer) store(ext kvroute.ExternalHash, local kvroute.BlockHash, left int) bool {
-	seq := kvroute.SeqHash(local)
-	if st.hasPrev {
-		seq = kvroute.NextSeqHash(st.prev, local)
+// store stores block b of the event, hashed with h when it carries tokens;
+// left is the number of blocks of the event from this one on. It reports
+// false, storing nothing, when b's engine hash names the event's parent or
+// one of its blocks before this one (see place).
+func (st *storer) store(b *kvroute.StoredBlock, h kvroute.Hasher, left int) bool {
+	return st.place(b.External, st.seqOf(b, h, st.prev), left)
+}
+
+// seqOf returns the sequence hash of block b of the event, a child of
+// prev (of the root when the storer has no parent yet): b's own Hash when
+// the event carries sequence hashes, else chained from its content hash,
+// which h computes when b carries tokens.
+func (st *storer) seqOf(b *kvroute.StoredBlock, h kvroute.Hasher, prev kvroute.SeqHash) kvroute.SeqHash {
+	if st.ev.SeqHashes {
+		return kvroute.SeqHash(b.Hash)
 	}
-	return st.place(ext, seq, local, left)
+	local := b.Hash
+	if len(b.Tokens) > 0 {
+		local = h.HashBlock(b.Tokens)
+	}
+	if !st.hasPrev {
+		return kvroute.SeqHash(local)
+	}
+	return kvroute.NextSeqHash(prev, local)
 }
 
 // place stores the block seq and moves the storer past it. It reports
@@ -563,7 +577,7 @@ func (st *storer) store(ext kvroute.ExternalHash, local kvroute.BlockHash, left 
 // show here, where ext names a block other than seq (the same block at
 // two places of one chain would be a hash cycle), so the common path
 // pays nothing for the check.
-func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvroute.BlockHash, left int) bool {
+func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, left int) bool {
 	ix, ws, t := st.ix, st.ws, st.tier
 	// One probe finds or inserts the entry; nothing below changes the map
 	// before the entry is set.
@@ -593,7 +607,7 @@ func (st *storer) place(ext kvroute.ExternalHash, seq kvroute.SeqHash, local kvr
 			return true
 		}
 	}
-	r, pos := st.locate(seq, local, left)
+	r, pos := st.locate(seq, left)
 	*p = entry{id: r.id, pos: int32(pos), tiers: old.tiers | 1<<t}.pack()
 	st.at(seq, r, pos)
 	return true
@@ -621,7 +635,7 @@ func (st *storer) repeats(ext kvroute.ExternalHash) bool {
 // the worker the block there (now or at the next flush), or brings the
 // block to life for the worker: at the position after its parent when
 // that is free or holds it dead, or at the start of a new run.
-func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int) (*run, int) {
+func (st *storer) locate(seq kvroute.SeqHash, left int) (*run, int) {
 	ix, slot, t := st.ix, st.ws.slot, st.tier
 	pr, j := st.pr, st.pp+1
 	revive := false
@@ -651,7 +665,7 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 		ix.bringToLife(dead, 0, slot, t)
 		return dead, 0
 	case pr != nil && j == int(pr.written) && j < len(pr.seqs):
-		pr.seqs[j], pr.locals[j] = seq, local
+		pr.seqs[j] = seq
 		if pr.written == pr.pub.Load() {
 			ix.unpub = append(ix.unpub, pr)
 		}
@@ -667,7 +681,7 @@ func (st *storer) locate(seq kvroute.SeqHash, local kvroute.BlockHash, left int)
 	}
 	r := newRun(min(capacity, maxPos), st.prev, st.hasPrev, &ix.arena)
 	r.up, r.upPos = pr, int32(st.pp)
-	r.seqs[0], r.locals[0] = seq, local
+	r.seqs[0] = seq
 	r.written = 1
 	ix.unpub = append(ix.unpub, r)
 	ix.bringToLife(r, 0, slot, t)

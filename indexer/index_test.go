@@ -341,12 +341,16 @@ func TestMatchAllocatesNothing(t *testing.T) {
 	require.Len(t, res.Workers, 8)
 }
 
-// checkDumpRoundTrip rebuilds the index from its dump and compares.
+// checkDumpRoundTrip rebuilds the index from its dump and compares. The
+// rebuilt index hashes with another block size and namespace: the dump's
+// Stored events carry sequence hashes, which it takes as they are.
 func checkDumpRoundTrip(t *testing.T, ix *indexer.Index, tokens []uint32) {
 	t.Helper()
-	rebuilt := newIndex(t)
+	rebuilt, err := indexer.New(indexer.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 8, Namespace: "other"})})
+	require.NoError(t, err)
 	require.NoError(t, ix.Dump(func(ev *kvroute.Event) error {
 		require.Zero(t, ev.ID)
+		require.Equal(t, ev.Kind == kvroute.EventStored, ev.SeqHashes, "%v", ev)
 		return rebuilt.Apply(ev)
 	}))
 	require.Equal(t, matchMap(ix, tokens), matchMap(rebuilt, tokens))
@@ -409,6 +413,45 @@ func TestDumpWorker(t *testing.T) {
 		t.Fatalf("unknown worker dumped %v", ev)
 		return nil
 	}))
+}
+
+// TestApplySeqHashes: a Stored event of sequence hashes stores the same
+// blocks as the event of content hashes (or tokens) they chain from,
+// under a parent and at the root, whatever the index's Hasher and the
+// event's LoRA name; later events build on them as on any block.
+func TestApplySeqHashes(t *testing.T) {
+	a := wk(1)
+	byContent := newIndex(t)
+	require.NoError(t, byContent.Apply(stored(a, 1, 0, 0, []H{11, 12}, prompt(1, 2))))
+	require.NoError(t, byContent.Apply(stored(a, 2, 0, 12, []H{13, 14}, prompt(3, 4))))
+
+	bySeq, err := indexer.New(indexer.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4, Namespace: "other"})})
+	require.NoError(t, err)
+	seqs := seqsOf(prompt(1, 2, 3, 4))
+	ev := func(id uint64, parent H, ext []H, seqs []kvroute.SeqHash) *kvroute.Event {
+		e := &kvroute.Event{Kind: kvroute.EventStored, Worker: a, ID: id, HasParent: parent != 0, Parent: parent,
+			SeqHashes: true, LoRA: "ignored"}
+		for i, s := range seqs {
+			e.Blocks = append(e.Blocks, kvroute.StoredBlock{External: ext[i], Hash: kvroute.BlockHash(s)})
+		}
+		return e
+	}
+	require.NoError(t, bySeq.Apply(ev(1, 0, []H{11, 12}, seqs[:2])))
+	require.NoError(t, bySeq.Apply(ev(2, 12, []H{13, 14}, seqs[2:])))
+	require.Equal(t, matchMap(byContent, prompt(1, 2, 3, 4)), matchMap(bySeq, prompt(1, 2, 3, 4)))
+	require.Equal(t, map[kvroute.WorkerKey][kvroute.NumTiers]int{a: dev(4)}, matchMap(bySeq, prompt(1, 2, 3, 4)))
+
+	// A child stored by content under a block stored by sequence hash.
+	for _, x := range []*indexer.Index{byContent, bySeq} {
+		require.NoError(t, x.Apply(stored(a, 3, 0, 14, []H{15}, prompt(5))))
+		require.NoError(t, x.Apply(removed(a, 4, 0, 12)))
+	}
+	require.Equal(t, matchMap(byContent, prompt(1, 2, 3, 4, 5)), matchMap(bySeq, prompt(1, 2, 3, 4, 5)))
+	require.ElementsMatch(t, byContent.AppendWorkerBlocks(a, nil), bySeq.AppendWorkerBlocks(a, nil))
+
+	bad := ev(5, 0, []H{21}, seqs[:1])
+	bad.Blocks[0].Tokens = prompt(1)
+	require.ErrorIs(t, bySeq.Apply(bad), kvroute.ErrInvalidEvent)
 }
 
 func TestDumpOrphanRoundTrip(t *testing.T) {

@@ -49,14 +49,13 @@ func (c *chunk) any() uint64 {
 // long stretch), or is zero when nobody holds it (the position is dead; it
 // comes back to life when its block is stored again under the same
 // parent). A reader walking a run reloads the holder words only where the
-// reference changes. The three arrays are one allocation with no
+// reference changes. The two arrays are one allocation with no
 // pointers, which the garbage collector never scans.
 type run struct {
-	seqs   []kvroute.SeqHash   // chained hashes; positions < written are set
-	locals []kvroute.BlockHash // the blocks' own hashes, for Dump
-	segs   []atomic.Uint64     // segRef of each position
-	pub    atomic.Int32        // positions readers may look at
-	arena  *segArena           // where segs refer
+	seqs  []kvroute.SeqHash // chained hashes; positions < written are set
+	segs  []atomic.Uint64   // segRef of each position
+	pub   atomic.Int32      // positions readers may look at
+	arena *segArena         // where segs refer
 
 	// Fields below are the writer's, under the index's write lock.
 	parent    kvroute.SeqHash // parent of seqs[0]
@@ -109,11 +108,10 @@ func (s *segment) ref() uint64 {
 // newRun returns a run with room for capacity blocks whose first block's
 // parent is parent (none when hasParent is false).
 func newRun(capacity int, parent kvroute.SeqHash, hasParent bool, arena *segArena) *run {
-	buf := make([]uint64, 3*capacity)
+	buf := make([]uint64, 2*capacity)
 	r := &run{parent: parent, hasParent: hasParent, arena: arena}
 	r.seqs = unsafe.Slice((*kvroute.SeqHash)(unsafe.Pointer(&buf[0])), capacity)
-	r.locals = unsafe.Slice((*kvroute.BlockHash)(unsafe.Pointer(&buf[capacity])), capacity)
-	r.segs = unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&buf[2*capacity])), capacity)
+	r.segs = unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&buf[capacity])), capacity)
 	return r
 }
 

@@ -170,10 +170,15 @@ func (d *DynamoEvent) ToEvent(out *kvroute.Event) error {
 
 // FromEvent sets d from ev, reusing d's slices; the inverse of ToEvent.
 // Stored blocks that carry Tokens are hashed with h.WithLoRA(ev.LoRA) (h
-// may be the zero Hasher when no block carries tokens).
+// may be the zero Hasher when no block carries tokens). An event of
+// sequence hashes (kvroute.Event.SeqHashes) is refused with an error
+// wrapping ErrEncode: a RouterEvent has no way to say so.
 func (d *DynamoEvent) FromEvent(ev *kvroute.Event, h kvroute.Hasher) error {
 	if err := ev.Validate(); err != nil {
 		return err
+	}
+	if ev.SeqHashes {
+		return fmt.Errorf("%w: a RouterEvent carries content hashes, not sequence hashes", ErrEncode)
 	}
 	*d = DynamoEvent{
 		WorkerID:    uint64(ev.Worker.ID),

@@ -111,6 +111,15 @@ func TestDynamoFromEventHashesTokens(t *testing.T) {
 	require.ErrorIs(t, d.FromEvent(&ev, kvroute.Hasher{}), kvevents.ErrEncode)
 }
 
+// A RouterEvent cannot say that its hashes are sequence hashes: such an
+// event is refused, not sent as content hashes.
+func TestDynamoFromEventRefusesSeqHashes(t *testing.T) {
+	ev := kvroute.Event{Kind: kvroute.EventStored, Worker: kvroute.WorkerKey{ID: 3}, SeqHashes: true,
+		Blocks: []kvroute.StoredBlock{{External: 1, Hash: 2}}}
+	var d kvevents.DynamoEvent
+	require.ErrorIs(t, d.FromEvent(&ev, kvroute.Hasher{}), kvevents.ErrEncode)
+}
+
 func TestDynamoMalformed(t *testing.T) {
 	tests := []struct {
 		name string

@@ -215,7 +215,7 @@ func (r *Router) recordApprox(k kvroute.WorkerKey, st *domainState, sc *scratch)
 	st.leaving.RLock()
 	defer st.leaving.RUnlock()
 	if !st.left {
-		_ = r.approx.Insert(k, sc.blocks, sc.seqs)
+		r.approx.Insert(k, sc.seqs)
 	}
 }
 

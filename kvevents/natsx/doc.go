@@ -71,9 +71,21 @@
 // ending with a final one. Core NATS delivers at most once: every loss is
 // found by a sequence number and repaired as above.
 //
+// Dumps carry the index's blocks as RouterEvents too, but their Stored
+// events name each block by its sequence hash (kvroute.Event.SeqHashes),
+// not by the content hash a RouterEvent's tokens_hash means: the index
+// keeps no content hashes. A dump chunk says so in a field of its own.
+//
 // Every message of the package's own is a msgpack array marked with its
-// major WireVersion in a NATS header. Readers skip the fields a newer
+// major wire version in a NATS header: the oldest version whose readers
+// read it right, up to WireVersion. Readers skip the fields a newer
 // version appended to a record, so replicas and relays of different
 // versions work together during an upgrade; a message of a newer major
-// version is dropped unread and counted (ReplicaStats.NewerWire).
+// version is dropped unread and counted (ReplicaStats.NewerWire). Dump
+// chunks of sequence hashes are of version 2, every other message of
+// version 1: a replica of version 1 takes everything from a newer one but
+// its dumps, and so syncs from its relay's replay or from replicas of its
+// own version until they are upgraded; a replica of version 2 takes the
+// dumps of both (version 1's carry content hashes, which it hashes as
+// its index's Hasher does).
 package natsx

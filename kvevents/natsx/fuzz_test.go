@@ -29,6 +29,9 @@ func wireSeeds(t testing.TB) [][]byte {
 	epochDump, err := appendDumpChunk(nil, &dumpChunk{last: []workerID{{worker: w, id: 4, epoch: 1 << 62},
 		{worker: kvroute.WorkerKey{ID: 8}, id: 2}}, events: []kvevents.DynamoEvent{d}})
 	require.NoError(t, err)
+	// A dump of sequence hashes (wire version 2).
+	seqDump, err := appendDumpChunk(nil, &dumpChunk{index: 2, seqHashes: true, events: []kvevents.DynamoEvent{d}})
+	require.NoError(t, err)
 	return [][]byte{
 		appendLoadBatch(nil, &loadBatch{origin: "a", incarnation: 2, seq: 3, ops: []loadOp{add, {op: opFree, id: 9}, {op: opOutput, id: 9, output: 4}}}),
 		appendActiveChunk(nil, &activeChunk{index: 0, final: true, incarnation: 2, seq: 3, reqs: []activeReq{{ttlMillis: 500, op: add}}}),
@@ -40,6 +43,7 @@ func wireSeeds(t testing.TB) [][]byte {
 		appendHeads(nil, &heads{epoch: 1, last: []workerID{{worker: w, id: 4}, {worker: kvroute.WorkerKey{ID: 8}, id: 2}}}),
 		appendReplayReq(nil, &replayReq{worker: w, from: 2, to: 4}),
 		appendReplayChunk(nil, &replayChunk{index: 0, final: true, ok: true, msgs: [][]byte{msg}}),
+		seqDump,
 	}
 }
 
@@ -94,6 +98,9 @@ func TestWireRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []workerID{{worker: kvroute.WorkerKey{ID: 7, Rank: 1}, id: 4, epoch: 1 << 62},
 		{worker: kvroute.WorkerKey{ID: 8}, id: 2}}, c.last)
+	c, err = decodeDumpChunk(wireSeeds(t)[10])
+	require.NoError(t, err)
+	require.True(t, c.seqHashes)
 	h, err := decodeHaveReq(wireSeeds(t)[4])
 	require.NoError(t, err)
 	require.Equal(t, uint64(9), h.want.epoch)

@@ -883,10 +883,10 @@ type repairResult struct {
 	worker kvroute.WorkerKey
 	gen    uint64 // repairState.gen of the repair that fetched it
 	kind   repairKind
-	last   uint64                 // byDump: the peer's last event ID
-	epoch  uint64                 // byDump: the relay of the peer's sequence, when it knows
-	events []kvevents.DynamoEvent // byDump: the worker's blocks
-	msgs   [][]byte               // byReplay: the event messages
+	last   uint64       // byDump: the peer's last event ID
+	epoch  uint64       // byDump: the relay of the peer's sequence, when it knows
+	chunks []*dumpChunk // byDump: the worker's blocks
+	msgs   [][]byte     // byReplay: the event messages
 }
 
 // startRepair marks w as being repaired up to need and fetches, on a
@@ -960,7 +960,7 @@ func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need,
 	}
 	if peer != "" {
 		var last, lastEpoch uint64
-		var events []kvevents.DynamoEvent
+		var chunks []*dumpChunk
 		err := r.fetch(ctx, workerDumpSubject(p, peer), appendWorkerIDs(nil, []workerID{{worker: w, epoch: epoch}}),
 			func(data []byte) (uint64, bool, error) {
 				c, err := decodeDumpChunk(data)
@@ -973,11 +973,11 @@ func (r *Replica) repairOnce(ctx context.Context, res *repairResult, have, need,
 					}
 					last, lastEpoch = c.last[0].id, c.last[0].epoch
 				}
-				events = append(events, c.events...)
+				chunks = append(chunks, c)
 				return c.index, c.final, nil
 			})
 		if err == nil && last >= need {
-			res.kind, res.last, res.epoch, res.events = byDump, last, lastEpoch, events
+			res.kind, res.last, res.epoch, res.chunks = byDump, last, lastEpoch, chunks
 			return true, true
 		}
 		r.log.Debug("natsx: peer dump failed", "worker", w.String(), "err", err)
@@ -1135,13 +1135,8 @@ func (l *loop) finishRepair(res repairResult) {
 	switch res.kind {
 	case byDump:
 		r.cfg.Index.ResetWorker(w)
-		for i := range res.events {
-			if err := res.events[i].ToEvent(&l.ev); err != nil || l.ev.Worker != w {
-				r.stats.malformed.Add(1)
-				continue
-			}
-			l.ev.ID = 0
-			l.apply(&l.ev)
+		for _, c := range res.chunks {
+			l.applyDump(c, &w)
 		}
 		// The worker is now the peer's, of the peer's relay (when the
 		// repair named one, the peer's is that one).
@@ -1247,20 +1242,27 @@ func (l *loop) finishSync() {
 				l.epochs[x.worker] = x.epoch // the next heads of another relay reveal a stale sequence
 			}
 		}
-		for i := range c.events {
-			if err := c.events[i].ToEvent(&l.ev); err != nil {
-				r.stats.malformed.Add(1)
-				continue
-			}
-			l.ev.ID = 0
-			l.apply(&l.ev)
-		}
+		l.applyDump(c, nil)
 	}
 	r.stats.syncs.Add(1)
 	r.once.Do(func() { close(r.ready) })
 	r.log.Debug("natsx: synced", "chunks", len(st.chunks), "held", len(st.held))
 	for _, m := range st.held {
 		l.handleEvent(m)
+	}
+}
+
+// applyDump applies the events of dump chunk c, unsequenced; with only
+// set, those of worker *only alone (any other is counted malformed).
+func (l *loop) applyDump(c *dumpChunk, only *kvroute.WorkerKey) {
+	for i := range c.events {
+		if err := c.events[i].ToEvent(&l.ev); err != nil || (only != nil && l.ev.Worker != *only) {
+			l.r.stats.malformed.Add(1)
+			continue
+		}
+		l.ev.ID = 0
+		l.ev.SeqHashes = c.seqHashes && l.ev.Kind == kvroute.EventStored
+		l.apply(&l.ev)
 	}
 }
 
@@ -1309,7 +1311,7 @@ func (l *loop) serveDump(reply string, only *workerID) {
 		if buf, err = appendDumpChunk(buf[:0], c); err != nil {
 			return err
 		}
-		if err := publishWire(r.cfg.Conn, reply, "", buf); err != nil {
+		if err := publishVersion(r.cfg.Conn, reply, "", buf, c.wireVersion()); err != nil {
 			return fmt.Errorf("natsx: dump chunk %d of %d bytes: %w", c.index, len(buf), err)
 		}
 		c = &dumpChunk{index: c.index + 1}
@@ -1317,8 +1319,19 @@ func (l *loop) serveDump(reply string, only *workerID) {
 		return nil
 	}
 	add := func(ev *kvroute.Event) error {
+		if ev.Kind == kvroute.EventStored && ev.SeqHashes != c.seqHashes {
+			// A chunk's Stored events carry one kind of hash.
+			if len(c.events) > 0 {
+				if err := send(false); err != nil {
+					return err
+				}
+			}
+			c.seqHashes = ev.SeqHashes
+		}
+		plain := *ev
+		plain.SeqHashes = false // the chunk says what its hashes are
 		var d kvevents.DynamoEvent
-		if err := d.FromEvent(ev, kvroute.Hasher{}); err != nil {
+		if err := d.FromEvent(&plain, kvroute.Hasher{}); err != nil {
 			return err
 		}
 		var err error

@@ -72,7 +72,7 @@ func TestStaleRepairResultIsIgnored(t *testing.T) {
 		require.NoError(t, d.FromEvent(&ev, kvroute.Hasher{}))
 		dump = append(dump, d)
 	}
-	l.finishRepair(repairResult{worker: w, gen: old.gen, kind: byDump, last: 4, events: dump})
+	l.finishRepair(repairResult{worker: w, gen: old.gen, kind: byDump, last: 4, chunks: []*dumpChunk{{events: dump}}})
 	require.Empty(t, held(), "the old sequence's dump was applied")
 	require.Zero(t, l.last[w])
 	require.Same(t, cur, l.repairs[w], "the stale result ended the current repair")

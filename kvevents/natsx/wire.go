@@ -26,16 +26,24 @@ import (
 // messages never break an older reader. A change that an older reader
 // would misread instead gets a new major wire version (see WireVersion).
 
-// WireVersion is the major version of the wire this package writes and
-// reads. Every message of the package's own (all but the events, which
-// are Dynamo's RouterEvents) carries it in the WireVersionHeader NATS
-// header, when the server supports headers; a message without the header
-// is of version 1, as written before the header existed. Fields appended
-// to records keep the major version (older readers skip them); any change
+// WireVersion is the newest major version of the wire this package
+// writes and reads. Every message of the package's own (all but the
+// events, which are Dynamo's RouterEvents) carries, in the
+// WireVersionHeader NATS header when the server supports headers, the
+// oldest major version whose readers read it right: 2 for a dump chunk
+// whose Stored events carry sequence hashes (dumpChunk.seqHashes, new in
+// version 2), 1 for every other message, so that readers of version 1
+// still take them during an upgrade. A message without the header is of
+// version 1, as written before the header existed. Fields appended to
+// records keep the major version (older readers skip them); any change
 // an older reader would misread takes the next one, and a reader drops a
 // message of a newer major version than its own with an error wrapping
 // errWireVersion (counted in ReplicaStats.NewerWire), never reading it.
-const WireVersion = 1
+const WireVersion = 2
+
+// firstWireVersion is the major version of every message that a reader
+// of version 1 reads right.
+const firstWireVersion = 1
 
 // WireVersionHeader is the NATS header that carries a message's major
 // wire version, a decimal number.
@@ -80,11 +88,18 @@ func markerEpoch(h nats.Header) uint64 {
 }
 
 // publishWire publishes data on subject (with reply as its reply subject,
-// when not empty), marked with WireVersion when the server takes headers.
+// when not empty), marked as of wire version 1 when the server takes
+// headers.
 func publishWire(conn *nats.Conn, subject, reply string, data []byte) error {
+	return publishVersion(conn, subject, reply, data, firstWireVersion)
+}
+
+// publishVersion is publishWire for a message of the given major wire
+// version.
+func publishVersion(conn *nats.Conn, subject, reply string, data []byte, version int) error {
 	m := &nats.Msg{Subject: subject, Reply: reply, Data: data}
 	if conn.HeadersSupported() {
-		m.Header = nats.Header{WireVersionHeader: []string{strconv.Itoa(WireVersion)}}
+		m.Header = nats.Header{WireVersionHeader: []string{strconv.Itoa(version)}}
 	}
 	return conn.PublishMsg(m)
 }
@@ -448,15 +463,35 @@ func decodeActiveChunk(p []byte) (*activeChunk, error) {
 // replica's request on "<prefix>.dump") or of one (a repair's request on
 // "<prefix>.wdump.<peer>"). Only chunk 0 carries the last event IDs, each
 // with its relay's epoch when the dumping replica knows it.
+//
+// With seqHashes set (a fifth field, new in wire version 2) the
+// tokens_hash of every block of the chunk's Stored events is the block's
+// sequence hash (kvroute.Event.SeqHashes), as an index that keeps no
+// content hashes dumps them; such a chunk is of wire version 2, since a
+// reader of version 1 would take the hashes for content hashes. Without
+// it they are content hashes, and the chunk is written as in version 1.
 type dumpChunk struct {
-	index  uint64
-	final  bool
-	last   []workerID
-	events []kvevents.DynamoEvent
+	index     uint64
+	final     bool
+	last      []workerID
+	events    []kvevents.DynamoEvent
+	seqHashes bool
+}
+
+// wireVersion returns the major wire version of c's message.
+func (c *dumpChunk) wireVersion() int {
+	if c.seqHashes {
+		return 2
+	}
+	return firstWireVersion
 }
 
 func appendDumpChunk(dst []byte, c *dumpChunk) ([]byte, error) {
-	dst = msgp.AppendArrayHeader(dst, 4)
+	fields := uint32(4)
+	if c.seqHashes {
+		fields = 5
+	}
+	dst = msgp.AppendArrayHeader(dst, fields)
 	dst = msgp.AppendUint64(dst, c.index)
 	dst = msgp.AppendBool(dst, c.final)
 	dst = appendWorkerIDs(dst, c.last)
@@ -466,6 +501,9 @@ func appendDumpChunk(dst []byte, c *dumpChunk) ([]byte, error) {
 		if dst, err = kvevents.AppendDynamoEvent(dst, &c.events[i]); err != nil {
 			return dst, err
 		}
+	}
+	if c.seqHashes {
+		dst = msgp.AppendBool(dst, true)
 	}
 	return dst, nil
 }
@@ -494,6 +532,12 @@ func decodeDumpChunk(p []byte) (*dumpChunk, error) {
 		if p, err = kvevents.DecodeDynamoEvent(p, &c.events[i]); err != nil {
 			return nil, err
 		}
+	}
+	if extra > 0 {
+		if c.seqHashes, p, err = msgp.ReadBoolBytes(p); err != nil {
+			return nil, malformed("dump chunk hashes", err)
+		}
+		extra--
 	}
 	if _, err = skipFields(p, extra, "dump chunk"); err != nil {
 		return nil, err

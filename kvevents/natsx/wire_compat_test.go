@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,11 @@ import (
 	"github.com/kvroute/kvroute/scheduling"
 )
 
-// wireGoldenFile holds every message of wire version 1 as the encoders
-// wrote it when the version was fixed: one "name hex" line each. The file
-// never changes; decoders must read every line of it for ever.
-const wireGoldenFile = "testdata/wire-v1.txt"
+// wireGoldenFiles hold, for each major wire version, every message that
+// version added as the encoders wrote it when the version was fixed: one
+// "name hex" line each. The files never change; decoders must read every
+// line of them for ever.
+var wireGoldenFiles = map[int]string{1: "testdata/wire-v1.txt", 2: "testdata/wire-v2.txt"}
 
 // writer encodes the messages record by record, as a writer of wire
 // version 1 does (extra 0) or as a newer writer might (extra > 0): each
@@ -98,13 +100,15 @@ func (w writer) loadOp(o *loadOp) []byte {
 }
 
 // wireCase is one message: its value, how a writer encodes it, and the
-// decoder that reads it back into the value.
+// decoder that reads it back into the value; version is the major wire
+// version that added it (0 for 1).
 type wireCase struct {
-	name   string
-	value  any
-	write  func(w writer) []byte
-	encode func() []byte // the package's encoder
-	decode func(p []byte) (any, error)
+	version int
+	name    string
+	value   any
+	write   func(w writer) []byte
+	encode  func() []byte // the package's encoder
+	decode  func(p []byte) (any, error)
 }
 
 // wireCases returns one message of every kind the package sends, with
@@ -132,6 +136,11 @@ func wireCases(t testing.TB) []wireCase {
 	dump0 := dumpChunk{last: []workerID{{worker: w7, id: 4, epoch: 1 << 62}, {worker: w8, id: 2}},
 		events: []kvevents.DynamoEvent{stored, removed}}
 	dumpN := dumpChunk{index: 3, final: true, last: []workerID{}, events: []kvevents.DynamoEvent{stored}}
+	var cleared kvevents.DynamoEvent
+	require.NoError(t, cleared.FromEvent(&kvroute.Event{Kind: kvroute.EventCleared, Worker: w8}, kvroute.Hasher{}))
+	dumpSeq0 := dumpChunk{last: []workerID{{worker: w7, id: 4, epoch: 1 << 62}}, seqHashes: true,
+		events: []kvevents.DynamoEvent{stored, removed, cleared}}
+	dumpSeqN := dumpChunk{index: 1, final: true, last: []workerID{}, seqHashes: true, events: []kvevents.DynamoEvent{stored}}
 	have := haveReq{from: "router-2", want: workerID{worker: w7, id: 4, epoch: 9}}
 	haveNoEpoch := haveReq{from: "router-2", want: workerID{worker: w8, id: 1}}
 	hd := heads{epoch: 1 << 61, last: []workerID{{worker: w7, id: 4}, {worker: w8, id: 0}}}
@@ -148,7 +157,11 @@ func wireCases(t testing.TB) []wireCase {
 				require.NoError(t, err)
 				evs = append(evs, b)
 			}
-			return w.rec(u64(c.index), boolean(c.final), w.workerIDs(c.last), list(evs...))
+			elems := [][]byte{u64(c.index), boolean(c.final), w.workerIDs(c.last), list(evs...)}
+			if c.seqHashes || w.extra > 0 { // a writer that appends fields writes the kind of hashes
+				elems = append(elems, boolean(c.seqHashes))
+			}
+			return w.rec(elems...)
 		}
 	}
 	dumpEncode := func(c *dumpChunk) func() []byte {
@@ -206,11 +219,11 @@ func wireCases(t testing.TB) []wireCase {
 	}
 
 	return []wireCase{
-		{"load-batch", batch, batchWrite(&batch),
+		{0, "load-batch", batch, batchWrite(&batch),
 			func() []byte { return appendLoadBatch(nil, &batch) }, batchDecode},
-		{"load-heartbeat", heartbeat, batchWrite(&heartbeat),
+		{0, "load-heartbeat", heartbeat, batchWrite(&heartbeat),
 			func() []byte { return appendLoadBatch(nil, &heartbeat) }, batchDecode},
-		{"active-chunk", active,
+		{0, "active-chunk", active,
 			func(w writer) []byte {
 				var items [][]byte
 				for i := range active.reqs {
@@ -226,34 +239,37 @@ func wireCases(t testing.TB) []wireCase {
 				}
 				return *c, nil
 			}},
-		{"dump-chunk-0", dump0, dumpWrite(&dump0), dumpEncode(&dump0), dumpDecode},
-		{"dump-chunk-n", dumpN, dumpWrite(&dumpN), dumpEncode(&dumpN), dumpDecode},
-		{"have-request", have, haveWrite(&have), func() []byte { return appendHaveReq(nil, &have) }, haveDecode},
-		{"have-request-no-epoch", haveNoEpoch, haveWrite(&haveNoEpoch),
+		{0, "dump-chunk-0", dump0, dumpWrite(&dump0), dumpEncode(&dump0), dumpDecode},
+		{0, "dump-chunk-n", dumpN, dumpWrite(&dumpN), dumpEncode(&dumpN), dumpDecode},
+		{2, "dump-chunk-seq-0", dumpSeq0, dumpWrite(&dumpSeq0), dumpEncode(&dumpSeq0), dumpDecode},
+		{2, "dump-chunk-seq-n", dumpSeqN, dumpWrite(&dumpSeqN), dumpEncode(&dumpSeqN), dumpDecode},
+		{0, "have-request", have, haveWrite(&have), func() []byte { return appendHaveReq(nil, &have) }, haveDecode},
+		{0, "have-request-no-epoch", haveNoEpoch, haveWrite(&haveNoEpoch),
 			func() []byte { return appendHaveReq(nil, &haveNoEpoch) }, haveDecode},
-		{"heads", hd, func(w writer) []byte { return w.rec(u64(hd.epoch), w.workerIDs(hd.last)) },
+		{0, "heads", hd, func(w writer) []byte { return w.rec(u64(hd.epoch), w.workerIDs(hd.last)) },
 			func() []byte { return appendHeads(nil, &hd) },
 			func(p []byte) (any, error) { return decodeHeads(p) }},
-		{"replay-request", replay,
+		{0, "replay-request", replay,
 			func(w writer) []byte {
 				return w.rec(u64(uint64(replay.worker.ID)), msgp.AppendUint32(nil, uint32(replay.worker.Rank)),
 					u64(replay.from), u64(replay.to))
 			},
 			func() []byte { return appendReplayReq(nil, &replay) },
 			func(p []byte) (any, error) { return decodeReplayReq(p) }},
-		{"replay-chunk", replayOK, replayWrite(&replayOK),
+		{0, "replay-chunk", replayOK, replayWrite(&replayOK),
 			func() []byte { return appendReplayChunk(nil, &replayOK) }, replayDecode},
-		{"replay-chunk-gone", replayGone, replayWrite(&replayGone),
+		{0, "replay-chunk-gone", replayGone, replayWrite(&replayGone),
 			func() []byte { return appendReplayChunk(nil, &replayGone) }, replayDecode},
-		{"worker-dump-request", wdump, func(w writer) []byte { return w.workerIDs(wdump) },
+		{0, "worker-dump-request", wdump, func(w writer) []byte { return w.workerIDs(wdump) },
 			func() []byte { return appendWorkerIDs(nil, wdump) },
 			func(p []byte) (any, error) { return readWorkerIDsMsg(p) }},
 	}
 }
 
-// readGolden returns the messages of wireGoldenFile by name.
-func readGolden(t *testing.T) map[string][]byte {
-	f, err := os.Open(wireGoldenFile)
+// readGolden returns the messages of the golden file of wire version v
+// by name.
+func readGolden(t *testing.T, v int) map[string][]byte {
+	f, err := os.Open(wireGoldenFiles[v])
 	require.NoError(t, err)
 	defer f.Close()
 	out := map[string][]byte{}
@@ -274,22 +290,29 @@ func readGolden(t *testing.T) map[string][]byte {
 	return out
 }
 
-// Every message of wire version 1 as it was first written decodes to its
-// value, and the encoders still write exactly those bytes.
-func TestWireGoldenV1(t *testing.T) {
-	golden := readGolden(t)
-	cases := wireCases(t)
-	require.Len(t, golden, len(cases))
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p, ok := golden[c.name]
-			require.True(t, ok, "no golden message")
-			got, err := c.decode(p)
-			require.NoError(t, err)
-			require.Equal(t, c.value, got)
-			require.Equal(t, p, c.encode(), "the encoder's bytes changed")
-			require.Equal(t, p, c.write(writer{}), "the test's writer differs from the encoder")
-		})
+// Every message of every wire version as it was first written decodes to
+// its value, and the encoders still write exactly those bytes.
+func TestWireGolden(t *testing.T) {
+	byVersion := map[int][]wireCase{}
+	for _, c := range wireCases(t) {
+		v := max(c.version, 1)
+		byVersion[v] = append(byVersion[v], c)
+	}
+	require.Len(t, byVersion, WireVersion, "a wire version without messages")
+	for v := 1; v <= WireVersion; v++ {
+		golden, cases := readGolden(t, v), byVersion[v]
+		require.Len(t, golden, len(cases), "version %d", v)
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("v%d/%s", v, c.name), func(t *testing.T) {
+				p, ok := golden[c.name]
+				require.True(t, ok, "no golden message")
+				got, err := c.decode(p)
+				require.NoError(t, err)
+				require.Equal(t, c.value, got)
+				require.Equal(t, p, c.encode(), "the encoder's bytes changed")
+				require.Equal(t, p, c.write(writer{}), "the test's writer differs from the encoder")
+			})
+		}
 	}
 }
 
@@ -343,8 +366,9 @@ func TestCheckWire(t *testing.T) {
 	}{
 		{"no header: version 1 as written before the header", nil, nil},
 		{"other headers only", nats.Header{"Status": []string{"200"}}, nil},
-		{"this version", nats.Header{WireVersionHeader: []string{"1"}}, nil},
-		{"a newer major version", nats.Header{WireVersionHeader: []string{"2"}}, errWireVersion},
+		{"version 1", nats.Header{WireVersionHeader: []string{"1"}}, nil},
+		{"this version", nats.Header{WireVersionHeader: []string{"2"}}, nil},
+		{"a newer major version", nats.Header{WireVersionHeader: []string{"3"}}, errWireVersion},
 		{"far newer", nats.Header{WireVersionHeader: []string{"4294967295"}}, errWireVersion},
 		{"zero", nats.Header{WireVersionHeader: []string{"0"}}, kvevents.ErrMalformed},
 		{"not a number", nats.Header{WireVersionHeader: []string{"1.1"}}, kvevents.ErrMalformed},
@@ -422,7 +446,7 @@ func TestNewerWireVersionIsDroppedUnread(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	send(batch(1, 1), "2")
+	send(batch(1, 1), strconv.Itoa(WireVersion+1))
 	waitFor("the newer message to be counted", func() bool { return r.Stats().NewerWire == 1 })
 	require.Zero(t, tr.Len(), "a message of a newer version was applied")
 	require.Zero(t, r.Stats().Malformed)
@@ -453,6 +477,102 @@ func TestNewerWireVersionIsDroppedUnread(t *testing.T) {
 	c, err := decodeReplayChunk(answer.Data)
 	require.NoError(t, err)
 	require.True(t, c.ok)
-	_, err = ask("2")
+	_, err = ask(strconv.Itoa(WireVersion + 1))
 	require.ErrorIs(t, err, nats.ErrTimeout, "a request of a newer version was answered")
+}
+
+// A replica dumps its index in chunks of sequence hashes marked as of
+// wire version 2, which rebuild the index in a replica whatever its
+// Hasher; and a starting replica takes the dump of a peer of version 1,
+// whose chunks carry content hashes, hashing them as its own index does.
+func TestDumpHashesAcrossWireVersions(t *testing.T) {
+	nc := startServer(t)
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	tokens := make([]uint32, 12)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7)
+	}
+	w := kvroute.WorkerKey{ID: 5}
+	stored := &kvroute.Event{Kind: kvroute.EventStored, Worker: w, ID: 1}
+	for i, local := range h.AppendBlockHashes(nil, tokens) {
+		stored.Blocks = append(stored.Blocks, kvroute.StoredBlock{External: kvroute.ExternalHash(100 + i), Hash: local})
+	}
+	ix, err := indexer.New(indexer.Config{Hasher: h})
+	require.NoError(t, err)
+	require.NoError(t, ix.Apply(stored))
+	seqs := h.AppendSeqHashes(nil, tokens)
+	held := func(x *indexer.Index) int {
+		var res indexer.MatchResult
+		x.Match(seqs, &res)
+		m, _ := res.Find(w)
+		return m.Blocks
+	}
+	require.Equal(t, 3, held(ix))
+
+	r, err := NewReplica(ReplicaConfig{Conn: nc, ID: "dumper", Index: ix, SyncTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	<-r.Ready()
+
+	// The dump, as a starting replica asks for it.
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	require.NoError(t, err)
+	other, err := indexer.New(indexer.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16, Namespace: "x"})})
+	require.NoError(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		require.NoError(t, publishWire(nc, dumpSubject(DefaultPrefix), inbox, []byte("asker")))
+		m, err := sub.NextMsg(200 * time.Millisecond)
+		if err != nil {
+			require.True(t, time.Now().Before(deadline), "no dump: %v", err)
+			continue
+		}
+		c, err := decodeDumpChunk(m.Data)
+		require.NoError(t, err)
+		require.True(t, c.seqHashes, "the index's Stored events carry sequence hashes")
+		require.Equal(t, "2", m.Header.Get(WireVersionHeader))
+		var ev kvroute.Event
+		for i := range c.events {
+			require.NoError(t, c.events[i].ToEvent(&ev))
+			ev.ID, ev.SeqHashes = 0, ev.Kind == kvroute.EventStored
+			require.NoError(t, other.Apply(&ev))
+		}
+		require.True(t, c.final)
+		break
+	}
+	require.Equal(t, 3, held(other), "the dump rebuilt the index under another Hasher")
+
+	// A peer of version 1 answers a starting replica with content hashes.
+	var d kvevents.DynamoEvent
+	require.NoError(t, d.FromEvent(stored, kvroute.Hasher{}))
+	v1, err := appendDumpChunk(nil, &dumpChunk{final: true, last: []workerID{{worker: w, id: 1}}, events: []kvevents.DynamoEvent{d}})
+	require.NoError(t, err)
+	nc2, err := nats.Connect(nc.ConnectedUrl())
+	require.NoError(t, err)
+	defer nc2.Close()
+	peer, err := nc2.Subscribe(dumpSubject("v1"), func(m *nats.Msg) {
+		_ = m.RespondMsg(&nats.Msg{Data: v1, Header: nats.Header{WireVersionHeader: []string{"1"}}})
+	})
+	require.NoError(t, err)
+	defer func() { _ = peer.Unsubscribe() }()
+	require.NoError(t, nc2.Flush())
+	starting, err := indexer.New(indexer.Config{Hasher: h})
+	require.NoError(t, err)
+	r2, err := NewReplica(ReplicaConfig{Conn: nc, ID: "starting", Prefix: "v1", Index: starting, SyncTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan error, 1)
+	go func() { done2 <- r2.Run(ctx2) }()
+	defer func() { cancel2(); require.NoError(t, <-done2) }()
+	select {
+	case <-r2.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the starting replica did not sync")
+	}
+	require.Equal(t, 3, held(starting), "the version-1 dump was applied as content hashes")
+	require.Equal(t, uint64(1), r2.Stats().Syncs)
 }
