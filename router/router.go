@@ -478,7 +478,7 @@ func (r *Router) AddWorker(w Worker) error {
 	}
 	r.expireRemovedLocked()
 	r.keepDomains(e)
-	r.reserve(e)
+	r.reserve(e, nil)
 	r.workers[w.ID()] = e
 	r.publish()
 	r.releaseAll()
@@ -488,11 +488,19 @@ func (r *Router) AddWorker(w Worker) error {
 // reserve makes room in the index for the KV cache of each of e's
 // domains whose capacity the worker reports (Capacity), so that the
 // index does not rebuild its map of the domain's blocks as the cache
-// fills. r.mu is held.
-func (r *Router) reserve(e *workerEntry) {
+// fills. A domain of old (the entry e replaces, nil for none) that
+// reported a capacity e no longer reports gets its reservation
+// cancelled. r.mu is held.
+func (r *Router) reserve(e, old *workerEntry) {
 	for _, d := range e.domains {
 		if c := d.static.KVCapacityBlocks; c > 0 {
 			r.index.ReserveWorker(d.key, c)
+		} else if old != nil {
+			for _, o := range old.domains {
+				if o.key == d.key && o.static.KVCapacityBlocks > 0 {
+					r.index.ReserveWorker(d.key, 0)
+				}
+			}
 		}
 	}
 }
@@ -514,7 +522,7 @@ func (r *Router) UpdateWorker(w Worker) error {
 	}
 	r.expireRemovedLocked()
 	r.keepDomains(e)
-	r.reserve(e)
+	r.reserve(e, old)
 	r.workers[w.ID()] = e
 	r.publish() // first, so that no new decision picks a dropped rank
 	for _, d := range old.domains[min(len(old.domains), len(e.domains)):] {

@@ -712,6 +712,17 @@ func TestWorkerCapacityReservesIndexRoom(t *testing.T) {
 
 	require.NoError(t, r.UpdateWorker(router.StaticWorker{WorkerID: 1, Ranks: 2, CapacityBlocks: 2000}))
 	require.Equal(t, 2000, ix.Reservation(kvroute.WorkerKey{ID: 1, Rank: 1}))
+
+	// A worker that no longer reports its capacity loses the room the
+	// router made; room the host made for one that never reported stays.
+	ix.ReserveWorker(kvroute.WorkerKey{ID: 2}, 300)
+	require.NoError(t, r.UpdateWorker(router.StaticWorker{WorkerID: 2}))
+	require.Equal(t, 300, ix.Reservation(kvroute.WorkerKey{ID: 2}))
+	require.NoError(t, r.UpdateWorker(router.StaticWorker{WorkerID: 1, Ranks: 2}))
+	for rank := range kvroute.DPRank(2) {
+		require.Zero(t, ix.Reservation(kvroute.WorkerKey{ID: 1, Rank: rank}))
+	}
+	require.NoError(t, r.UpdateWorker(router.StaticWorker{WorkerID: 1, Ranks: 2, CapacityBlocks: 2000}))
 	require.True(t, r.RemoveWorker(1))
 	require.Zero(t, ix.Reservation(kvroute.WorkerKey{ID: 1}), "the worker's blocks and room leave the index")
 }
