@@ -400,6 +400,18 @@ func startServer(t *testing.T) *nats.Conn {
 	return nc
 }
 
+// runReplica creates a Replica of cfg and runs it until the test ends.
+func runReplica(t *testing.T, cfg ReplicaConfig) *Replica {
+	t.Helper()
+	r, err := NewReplica(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	return r
+}
+
 // A running Replica marks what it sends with its wire version, and drops
 // a peer's message of a newer major version unread (counted in
 // NewerWire) while it applies the same bytes marked with this version or
@@ -411,13 +423,8 @@ func TestNewerWireVersionIsDroppedUnread(t *testing.T) {
 	require.NoError(t, err)
 	tr, err := scheduling.NewTracker(scheduling.TrackerConfig{})
 	require.NoError(t, err)
-	r, err := NewReplica(ReplicaConfig{Conn: nc, ID: "me", Index: ix, Tracker: tr,
+	r := runReplica(t, ReplicaConfig{Conn: nc, ID: "me", Index: ix, Tracker: tr,
 		LoadHeartbeat: 20 * time.Millisecond, SyncTimeout: 50 * time.Millisecond})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
 	<-r.Ready()
 
 	load, err := nc.SubscribeSync(loadSubject(DefaultPrefix))
@@ -457,6 +464,8 @@ func TestNewerWireVersionIsDroppedUnread(t *testing.T) {
 
 	pub, err := NewPublisher(PublisherConfig{Conn: nc, HeadsInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() { _ = pub.Serve(ctx) }()
 	require.NoError(t, pub.Apply(&kvroute.Event{Kind: kvroute.EventStored, Worker: w,
 		Blocks: []kvroute.StoredBlock{{External: 1, Hash: 2}}}))
@@ -509,12 +518,7 @@ func TestDumpHashesAcrossWireVersions(t *testing.T) {
 	}
 	require.Equal(t, 3, held(ix))
 
-	r, err := NewReplica(ReplicaConfig{Conn: nc, ID: "dumper", Index: ix, SyncTimeout: 50 * time.Millisecond})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
+	r := runReplica(t, ReplicaConfig{Conn: nc, ID: "dumper", Index: ix, SyncTimeout: 50 * time.Millisecond})
 	<-r.Ready()
 
 	// The dump, as a starting replica asks for it.
@@ -562,12 +566,7 @@ func TestDumpHashesAcrossWireVersions(t *testing.T) {
 	require.NoError(t, nc2.Flush())
 	starting, err := indexer.New(indexer.Config{Hasher: h})
 	require.NoError(t, err)
-	r2, err := NewReplica(ReplicaConfig{Conn: nc, ID: "starting", Prefix: "v1", Index: starting, SyncTimeout: 5 * time.Second})
-	require.NoError(t, err)
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	done2 := make(chan error, 1)
-	go func() { done2 <- r2.Run(ctx2) }()
-	defer func() { cancel2(); require.NoError(t, <-done2) }()
+	r2 := runReplica(t, ReplicaConfig{Conn: nc, ID: "starting", Prefix: "v1", Index: starting, SyncTimeout: 5 * time.Second})
 	select {
 	case <-r2.Ready():
 	case <-time.After(10 * time.Second):
