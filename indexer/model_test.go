@@ -69,6 +69,32 @@ func (m *model) apply(ev *kvroute.Event) {
 	}
 }
 
+// seqHashes returns a copy of the Stored event ev whose blocks carry
+// their sequence hashes (kvroute.Event.SeqHashes), chained from the
+// parent's as m knows it; ev itself when m does not know its parent.
+func (m *model) seqHashes(ev *kvroute.Event) *kvroute.Event {
+	var parent kvroute.SeqHash
+	if ev.HasParent {
+		e, ok := m.blocks[ev.Parent]
+		if !ok {
+			return ev
+		}
+		parent = e.seq
+	}
+	out := *ev
+	out.SeqHashes = true
+	out.Blocks = slices.Clone(ev.Blocks)
+	for i := range out.Blocks {
+		seq := kvroute.SeqHash(out.Blocks[i].Hash)
+		if ev.HasParent || i > 0 {
+			seq = kvroute.NextSeqHash(parent, out.Blocks[i].Hash)
+		}
+		out.Blocks[i].Hash = kvroute.BlockHash(seq)
+		parent = seq
+	}
+	return &out
+}
+
 func (m *model) match(seqs []kvroute.SeqHash) (byTier [kvroute.NumTiers]int, depth int) {
 	return matchTiers(m.tiersBySeq(), seqs)
 }
@@ -443,6 +469,11 @@ func FuzzApply(f *testing.F) {
 	// 0's worker clears and slot 64's stores three again: a reused slot
 	// must hold only what its worker stored since.
 	f.Add([]byte{10, 1, 15, 5, 1, 15, 10, 4, 0, 10, 1, 6, 5, 4, 0, 10, 3, 0, 5, 1, 7})
+	// Slot 0 stores three blocks at the root by their sequence hashes,
+	// then three under the second by their content hashes; slot 64
+	// stores the first two by their sequence hashes, and evicts the
+	// first.
+	f.Add([]byte{10, 1, 0x4b, 30, 0x83, 35, 5, 1, 0x46, 5, 37, 5})
 	// Prompts over the three block contents up to depth 4.
 	var fuzzProbes [][]kvroute.SeqHash
 	var rec func(prefix []kvroute.BlockHash)
@@ -511,7 +542,13 @@ func applyAndCheck(t *testing.T, data []byte, fuzzProbes [][]kvroute.SeqHash) {
 		case kvroute.EventRemoved:
 			ev.Blocks, ev.HasParent = nil, false
 		}
-		if err := ix.Apply(ev); err == nil || errors.Is(err, indexer.ErrRepeatedBlock) {
+		applied := ev
+		if ev.Kind == kvroute.EventStored && data[i+2]&0x40 != 0 {
+			// The same blocks by their sequence hashes, as a dump names
+			// them (the model chains the content hashes).
+			applied = m.seqHashes(ev)
+		}
+		if err := ix.Apply(applied); err == nil || errors.Is(err, indexer.ErrRepeatedBlock) {
 			m.apply(ev) // the model cuts a repeat short as the index does
 		} else if ev.Validate() == nil && ev.Kind != kvroute.EventStored {
 			t.Fatalf("valid %v rejected: %v", ev, err)
