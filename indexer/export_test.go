@@ -140,7 +140,7 @@ func Recount(ix *Index) error {
 			return fmt.Errorf("run %d (id %d) is registered with %d live positions", id, r.id, r.live)
 		}
 		want.runs++
-		want.runBytes += runHeaderBytes + 24*int64(len(r.seqs))
+		want.runBytes += runHeaderBytes + runPosBytes*int64(len(r.seqs))
 		live := int32(0)
 		for pos := range int(r.written) {
 			if s := r.seg(pos); s != nil {

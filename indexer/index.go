@@ -440,8 +440,13 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 	// (see extMap.upsertAt).
 	home := ix.sz.entries*entryBytes >= uncachedMapBytes
 	pf := home && ws.blocks.prefetching()
-	for n < room {
-		if ix.parents.mayHave(prev) {
+	// The loop's stores could alias the index's fields as far as the
+	// compiler knows: what it reads of them every block is copied first.
+	parents := ix.parents
+	seqs, segs := r.seqs[j:j+room], r.segs[j:j+room]
+	var ref uint64 // s.ref()
+	for n < len(seqs) {
+		if parents.mayHave(prev) {
 			break // the block may be a head already
 		}
 		if pf && n+appendAhead < room {
@@ -468,6 +473,7 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 			// the new positions get the parent's segment when the
 			// worker alone holds it in this tier only, else their own.
 			st.flush()
+			parents = ix.parents // flush may have added heads
 			if before.heldOnlyBy(ws.slot, t) {
 				s = before
 			} else {
@@ -478,11 +484,11 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 			if r.written == r.pub.Load() {
 				ix.unpub = append(ix.unpub, r)
 			}
+			ref = s.ref()
 		}
-		i := j + n
-		r.seqs[i] = seq
-		r.setSeg(i, s)
-		*p = entry{id: r.id, pos: int32(i), tiers: 1 << t}.pack()
+		seqs[n] = seq
+		publishUint64(&segs[n], ref)
+		*p = entry{id: r.id, pos: int32(j + n), tiers: 1 << t}.pack()
 		prev = seq
 		n++
 	}
@@ -922,7 +928,7 @@ func (ix *Index) register(r *run) {
 		ix.runs = append(ix.runs, r)
 	}
 	ix.sz.runs += 1
-	ix.sz.runBytes += runHeaderBytes + 24*int64(len(r.seqs))
+	ix.sz.runBytes += runHeaderBytes + runPosBytes*int64(len(r.seqs))
 }
 
 // addHead records that the live block at i of r, a run start, is a head.
@@ -973,7 +979,7 @@ func (ix *Index) died(r *run, a, b int) {
 		ix.runs[r.id] = nil
 		ix.freeRuns = append(ix.freeRuns, r.id)
 		ix.sz.runs += -1
-		ix.sz.runBytes += -(runHeaderBytes + 24*int64(len(r.seqs)))
+		ix.sz.runBytes += -(runHeaderBytes + runPosBytes*int64(len(r.seqs)))
 	}
 }
 
@@ -1336,7 +1342,8 @@ type Size struct {
 
 // Approximate per-item memory costs used by Size.Bytes.
 const (
-	runHeaderBytes = 160 // run struct, rounded to its size class
+	runHeaderBytes = 112 // run struct, rounded to its size class
+	runPosBytes    = 16  // a run position: its sequence hash and segment reference
 	segmentBytes   = 64  // segment struct, rounded
 	chunkBytes     = 48  // one extra holder chunk
 	entryBytes     = 32  // engine-hash map slot (16 bytes and a control byte) at its average load
