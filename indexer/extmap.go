@@ -41,7 +41,7 @@ type extMap struct {
 	ctrl  []uint8
 	slots []extSlot
 	count int // live entries
-	used  int // slots not empty: live entries and tombstones
+	room  int // empty slots live keys may still take before the table is rebuilt: len(slots)·maxLoadNum/maxLoadDen less the live entries and tombstones
 	floor int // the table never shrinks below this many slots
 	seed  uint64
 	shift uint // 64 - log2(len(slots)): a hash's top bits name its home slot
@@ -88,7 +88,7 @@ const (
 
 func newExtMap() extMap {
 	return extMap{ctrl: make([]uint8, extMapMinSlots), slots: make([]extSlot, extMapMinSlots), floor: extMapMinSlots,
-		seed: rand.Uint64() | 1, shift: shiftFor(extMapMinSlots)}
+		seed: rand.Uint64() | 1, shift: shiftFor(extMapMinSlots), room: loadLimit(extMapMinSlots)}
 }
 
 // maxReserveKeys caps a reservation: a table of 2^23 slots, 136 MiB.
@@ -284,15 +284,13 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 	h := homeSlot(x, m.shift)
 	g := h &^ (groupWidth - 1)
 	if home {
-		if *m.ctrlAt(h) == 0 && matchByte(m.group(g), fp) == 0 &&
-			(m.used+1)*maxLoadDen <= n*maxLoadNum {
+		if *m.ctrlAt(h) == 0 && matchByte(m.group(g), fp) == 0 && m.room > 0 {
 			// A group with an empty slot holds every key whose home it
 			// is (delAt never empties a slot of a group that a key's
 			// probe went past), so no match in it means k is absent.
 			return m.insertAt(h, k, fp), false
 		}
-	} else if w := m.group(g); matchByte(w, fp) == 0 && matchEmpty(w) != 0 &&
-		(m.used+1)*maxLoadDen <= n*maxLoadNum {
+	} else if w := m.group(g); matchByte(w, fp) == 0 && matchEmpty(w) != 0 && m.room > 0 {
 		// The same, for the group's first empty slot.
 		return m.insertAt(g+bits.TrailingZeros64(matchEmpty(w))>>3, k, fp), false
 	}
@@ -318,8 +316,8 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 	}
 	if *m.ctrlAt(free) != 0 {
 		// Reusing a tombstone, a slot already counted as used.
-		m.used--
-	} else if (m.used+1)*maxLoadDen > n*maxLoadNum {
+		m.room++
+	} else if m.room <= 0 {
 		// Taking an empty slot would fill the table: grow when live keys
 		// would fill it, else rebuild it without tombstones.
 		if (m.count+1)*maxLoadDen > n*maxLoadNum/2 {
@@ -337,7 +335,7 @@ func (m *extMap) insertAt(j int, k kvroute.ExternalHash, fp uint8) *uint64 {
 	*m.ctrlAt(j) = fp
 	s := m.slotAt(j)
 	s.key = k
-	m.used++
+	m.room--
 	m.count++
 	return &s.val
 }
@@ -374,7 +372,7 @@ func (m *extMap) delAt(i int) {
 	n := len(m.slots)
 	if matchEmpty(m.group(i&^(groupWidth-1))) != 0 {
 		*m.ctrlAt(i) = 0
-		m.used--
+		m.room++
 	} else {
 		*m.ctrlAt(i) = ctrlDeleted
 	}
@@ -411,8 +409,12 @@ func (m *extMap) resize(n int) {
 			}
 		}
 	}
-	m.used = m.count
+	m.room = loadLimit(n) - m.count
 }
+
+// loadLimit returns how many slots of a table of n slots live keys and
+// tombstones may fill: maxLoadNum/maxLoadDen of them.
+func loadLimit(n int) int { return n * maxLoadNum / maxLoadDen }
 
 // len returns the number of entries.
 func (m *extMap) len() int { return m.count }
@@ -433,5 +435,5 @@ func (m *extMap) reset() {
 	} else {
 		clear(m.ctrl)
 	}
-	m.count, m.used = 0, 0
+	m.count, m.room = 0, loadLimit(len(m.slots))
 }

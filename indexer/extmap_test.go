@@ -112,7 +112,7 @@ func testExtMapFullGroupsAndTombstones(t *testing.T, home bool) {
 					tombs++
 				}
 			}
-			require.Equal(t, m.count+tombs, m.used)
+			require.Equal(t, loadLimit(len(m.slots))-m.count-tombs, m.room)
 		}
 		left := map[int]bool{}
 		for i := range keys {
@@ -139,10 +139,10 @@ func testExtMapFullGroupsAndTombstones(t *testing.T, home bool) {
 		require.Equal(t, uint8(ctrlDeleted), m.ctrl[at])
 		check(3)
 		// Inserting a key again reuses the tombstone.
-		used := m.used
+		room := m.room
 		m.putAt(keys[3], entry{id: 3, pos: 1, tiers: 1}, home)
 		left[3] = true
-		require.Equal(t, used, m.used)
+		require.Equal(t, room, m.room)
 		checkCounts()
 		// Delete the keys that wrapped first, then the rest.
 		for i := len(keys) - 1; i >= 0; i-- {
