@@ -356,6 +356,51 @@ func growth(n int) int {
 // 64 KiB of slots.
 const growFourBelow = 1 << 12
 
+// take takes the tiers in mask off k's entry and returns the entry as it
+// was: deleting it when no tier is left, as delAt does, with the group's
+// control word its probe read. It returns false, changing nothing, when k
+// is absent or its entry holds none of mask's tiers.
+func (m *extMap) take(k kvroute.ExternalHash, mask uint8) (entry, bool) {
+	x := mix(k, m.seed)
+	fp := fingerprint(x)
+	n := len(m.slots)
+	for g := homeSlot(x, m.shift) &^ (groupWidth - 1); ; {
+		w := m.group(g)
+		for cand := matchByte(w, fp); cand != 0; cand &= cand - 1 {
+			j := g + bits.TrailingZeros64(cand)>>3
+			s := m.slotAt(j)
+			if s.key != k {
+				continue
+			}
+			e := unpack(s.val)
+			switch {
+			case e.tiers&mask == 0:
+				return entry{}, false
+			case e.tiers&^mask != 0:
+				s.val = entry{id: e.id, pos: e.pos, tiers: e.tiers &^ mask}.pack()
+				return e, true
+			}
+			m.count--
+			if matchEmpty(w) != 0 {
+				*m.ctrlAt(j) = 0
+				m.room++
+			} else {
+				*m.ctrlAt(j) = ctrlDeleted
+			}
+			if n > m.floor && m.count*8 < n {
+				m.resize(max(n/2, m.floor))
+			}
+			return e, true
+		}
+		if matchEmpty(w) != 0 {
+			return entry{}, false
+		}
+		if g += groupWidth; g == n {
+			g = 0
+		}
+	}
+}
+
 // del removes k.
 func (m *extMap) del(k kvroute.ExternalHash) {
 	if i := m.find(k); i >= 0 {

@@ -35,14 +35,30 @@ func testExtMapAgainstBuiltin(t *testing.T, home bool) {
 		} else {
 			k = kvroute.ExternalHash(r.Uint64())
 		}
-		switch r.IntN(3) {
+		switch r.IntN(4) {
 		case 0, 1:
 			e := entry{id: uint32(i), pos: int32(i % maxPos), tiers: uint8(1 + r.IntN(15))}
 			m.putAt(k, e, home)
 			ref[k] = e
-		default:
+		case 2:
 			m.del(k)
 			delete(ref, k)
+		default:
+			// take a tier or two off, deleting the entry with its last
+			mask := uint8(1+r.IntN(15)) & uint8(1+r.IntN(15))
+			got, ok := m.take(k, mask)
+			want, had := ref[k]
+			if !had || want.tiers&mask == 0 {
+				require.False(t, ok)
+				break
+			}
+			require.True(t, ok)
+			require.Equal(t, want, got)
+			if want.tiers &^= mask; want.tiers == 0 {
+				delete(ref, k)
+			} else {
+				ref[k] = want
+			}
 		}
 		if i%10000 == 0 {
 			require.Equal(t, len(ref), m.len())

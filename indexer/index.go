@@ -1075,21 +1075,13 @@ func (ix *Index) removeBlocks(ws *workerState, exts []kvroute.ExternalHash, t kv
 // entry when it has no tier left, and returns the entry as it was; false
 // when ws does not hold ext in t (counted in Stats).
 func (ix *Index) takeEntry(ws *workerState, ext kvroute.ExternalHash, t kvroute.Tier) (entry, bool) {
-	i := ws.blocks.find(ext)
-	if i < 0 {
+	e, ok := ws.blocks.take(ext, 1<<t)
+	if !ok {
 		ix.stats.unknownRemoved.Add(1)
 		return entry{}, false
 	}
-	e := unpack(ws.blocks.slotAt(i).val)
-	if e.tiers&(1<<t) == 0 {
-		ix.stats.unknownRemoved.Add(1)
-		return entry{}, false
-	}
-	if e.tiers&^(1<<t) == 0 {
-		ws.blocks.delAt(i)
+	if e.tiers == 1<<t {
 		ix.sz.entries--
-	} else {
-		ws.blocks.slotAt(i).val = entry{id: e.id, pos: e.pos, tiers: e.tiers &^ (1 << t)}.pack()
 	}
 	return e, true
 }
