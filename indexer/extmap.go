@@ -286,7 +286,7 @@ func (m *extMap) upsertAt(k kvroute.ExternalHash, home bool) (*uint64, bool) {
 	if home {
 		if *m.ctrlAt(h) == 0 && matchByte(m.group(g), fp) == 0 && m.room > 0 {
 			// A group with an empty slot holds every key whose home it
-			// is (delAt never empties a slot of a group that a key's
+			// is (take never empties a slot of a group that a key's
 			// probe went past), so no match in it means k is absent.
 			return m.insertAt(h, k, fp), false
 		}
@@ -357,9 +357,13 @@ func growth(n int) int {
 const growFourBelow = 1 << 12
 
 // take takes the tiers in mask off k's entry and returns the entry as it
-// was: deleting it when no tier is left, as delAt does, with the group's
-// control word its probe read. It returns false, changing nothing, when k
-// is absent or its entry holds none of mask's tiers.
+// was, deleting it when no tier is left. It returns false, changing
+// nothing, when k is absent or its entry holds none of mask's tiers. It
+// is the map's only deletion: the slot becomes empty when another slot of
+// its group is empty (the control word the probe read says so), since a
+// probe for any key stops at that group anyway; otherwise a probe may
+// have passed the full group to a later one, and the slot becomes a
+// tombstone.
 //
 // It repeats find's probe rather than calling a shared one: every block
 // an engine evicts comes through here, and the calls a shared probe and
@@ -403,31 +407,6 @@ func (m *extMap) take(k kvroute.ExternalHash, mask uint8) (entry, bool) {
 		if g += groupWidth; g == n {
 			g = 0
 		}
-	}
-}
-
-// del removes k.
-func (m *extMap) del(k kvroute.ExternalHash) {
-	if i := m.find(k); i >= 0 {
-		m.delAt(i)
-	}
-}
-
-// delAt removes the entry in slot i, which find returned. The slot becomes
-// empty when another slot of its group is empty: a probe for any key stops
-// at that group anyway. Otherwise a probe may have passed the full group
-// to a later one, and the slot becomes a tombstone.
-func (m *extMap) delAt(i int) {
-	m.count--
-	n := len(m.slots)
-	if matchEmpty(m.group(i&^(groupWidth-1))) != 0 {
-		*m.ctrlAt(i) = 0
-		m.room++
-	} else {
-		*m.ctrlAt(i) = ctrlDeleted
-	}
-	if n > m.floor && m.count*8 < n {
-		m.resize(max(n/2, m.floor))
 	}
 }
 

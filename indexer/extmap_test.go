@@ -84,6 +84,9 @@ func testExtMapAgainstBuiltin(t *testing.T, home bool) {
 	require.False(t, ok)
 }
 
+// del removes k, whatever its tiers.
+func (m *extMap) del(k kvroute.ExternalHash) { m.take(k, ^uint8(0)) }
+
 // put sets the entry for k.
 func (m *extMap) put(k kvroute.ExternalHash, e entry) { m.putAt(k, e, false) }
 

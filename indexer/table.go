@@ -186,7 +186,7 @@ func (t *blockTable) del(k kvroute.SeqHash) {
 	}
 }
 
-// delSlot removes k, found in slot s. As in extMap.delAt, the slot and
+// delSlot removes k, found in slot s. As in extMap.take, the slot and
 // the tombstones before it become empty when the slot after it is empty.
 func (t *blockTable) delSlot(k kvroute.SeqHash, s *tableSlot) {
 	publishPointer(&s.run, nil)
