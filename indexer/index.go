@@ -462,11 +462,7 @@ func (st *storer) appendNew(blocks []kvroute.StoredBlock, h kvroute.Hasher) int 
 		}
 		seq := kvroute.SeqHash(b.Hash)
 		if !given {
-			local := b.Hash
-			if len(b.Tokens) > 0 {
-				local = h.HashBlock(b.Tokens)
-			}
-			seq = kvroute.NextSeqHash(prev, local)
+			seq = kvroute.NextSeqHash(prev, contentHash(b, &h))
 		}
 		if s == nil {
 			// The first new block: the pending range goes first, then
@@ -565,14 +561,20 @@ func (st *storer) seqOf(b *kvroute.StoredBlock, h kvroute.Hasher, prev kvroute.S
 	if st.ev.SeqHashes {
 		return kvroute.SeqHash(b.Hash)
 	}
-	local := b.Hash
-	if len(b.Tokens) > 0 {
-		local = h.HashBlock(b.Tokens)
-	}
+	local := contentHash(b, &h)
 	if !st.hasPrev {
 		return kvroute.SeqHash(local)
 	}
 	return kvroute.NextSeqHash(prev, local)
+}
+
+// contentHash returns the content hash of block b: h's hash of its tokens
+// when it carries them, else its Hash.
+func contentHash(b *kvroute.StoredBlock, h *kvroute.Hasher) kvroute.BlockHash {
+	if len(b.Tokens) > 0 {
+		return h.HashBlock(b.Tokens)
+	}
+	return b.Hash
 }
 
 // place stores the block seq and moves the storer past it. It reports
