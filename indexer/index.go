@@ -1120,17 +1120,17 @@ func (ix *Index) releaseRange(ws *workerState, r *run, a, b int, s *segment, t k
 	}
 	if had == 1<<t {
 		ix.sz.pairs -= int64(b - a)
-	}
-	if had == 1<<t && s.holders == 1 && int(s.count) != b-a {
-		// Some of the positions of the worker's own segment lose their
-		// only holder (an engine evicting blocks from the middle or the
-		// end of a chain only it holds). No live neighbour can take them
-		// (it would have to hold nothing), so none is read, and regroup,
-		// whose larger frame costs a replay with random evictions about
-		// 4%, is not entered.
-		ix.repoint(r, a, b, s, nil)
-		ix.died(r, a, b)
-		return
+		if s.holders == 1 && int(s.count) != b-a {
+			// Some of the positions of the worker's own segment lose
+			// their only holder (an engine evicting blocks from the
+			// middle or the end of a chain only it holds). No live
+			// neighbour can take them (it would have to hold nothing),
+			// so none is read, and regroup, whose larger frame costs a
+			// replay with random evictions about 4%, is not entered.
+			ix.repoint(r, a, b, s, nil)
+			ix.died(r, a, b)
+			return
+		}
 	}
 	if ix.regroup(r, a, b, s, ws.slot, t, false) == nil {
 		ix.died(r, a, b)

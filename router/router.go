@@ -488,19 +488,16 @@ func (r *Router) AddWorker(w Worker) error {
 // reserve makes room in the index for the KV cache of each of e's
 // domains whose capacity the worker reports (Capacity), so that the
 // index does not rebuild its map of the domain's blocks as the cache
-// fills. A domain of old (the entry e replaces, nil for none) that
-// reported a capacity e no longer reports gets its reservation
-// cancelled. r.mu is held.
+// fills. A domain of old (the entry e replaces, nil for none; its
+// domains are e's ranks, as in newEntry) that reported a capacity e no
+// longer reports gets its reservation cancelled. r.mu is held.
 func (r *Router) reserve(e, old *workerEntry) {
-	for _, d := range e.domains {
-		if c := d.static.KVCapacityBlocks; c > 0 {
+	for rank, d := range e.domains {
+		switch c := d.static.KVCapacityBlocks; {
+		case c > 0:
 			r.index.ReserveWorker(d.key, c)
-		} else if old != nil {
-			for _, o := range old.domains {
-				if o.key == d.key && o.static.KVCapacityBlocks > 0 {
-					r.index.ReserveWorker(d.key, 0)
-				}
-			}
+		case old != nil && rank < len(old.domains) && old.domains[rank].static.KVCapacityBlocks > 0:
+			r.index.ReserveWorker(d.key, 0)
 		}
 	}
 }
