@@ -1,7 +1,6 @@
 package natsx
 
 import (
-	"context"
 	"runtime"
 	"testing"
 	"time"
@@ -29,10 +28,7 @@ func newPubHarness(t *testing.T, cfg PublisherConfig) *pubHarness {
 	}
 	pub, err := NewPublisher(cfg)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pub.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	runUntilEnd(t, pub.Serve)
 	h := &pubHarness{t: t, pub: pub, nc: nc}
 	h.heads() // Serve has subscribed to replay requests before it publishes heads
 	return h

@@ -405,11 +405,17 @@ func runReplica(t *testing.T, cfg ReplicaConfig) *Replica {
 	t.Helper()
 	r, err := NewReplica(cfg)
 	require.NoError(t, err)
+	runUntilEnd(t, r.Run)
+	return r
+}
+
+// runUntilEnd runs fn on a goroutine of its own until the test ends, then
+// cancels fn's context and checks that fn returned nil.
+func runUntilEnd(t *testing.T, fn func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- fn(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	return r
 }
 
 // A running Replica marks what it sends with its wire version, and drops
@@ -464,9 +470,7 @@ func TestNewerWireVersionIsDroppedUnread(t *testing.T) {
 
 	pub, err := NewPublisher(PublisherConfig{Conn: nc, HeadsInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = pub.Serve(ctx) }()
+	runUntilEnd(t, pub.Serve)
 	require.NoError(t, pub.Apply(&kvroute.Event{Kind: kvroute.EventStored, Worker: w,
 		Blocks: []kvroute.StoredBlock{{External: 1, Hash: 2}}}))
 	heads, err := nc.SubscribeSync(headsSubject(DefaultPrefix))
