@@ -60,6 +60,7 @@ type options struct {
 	keep                      bool
 	gatewayArgs               string
 	libPolicy                 string
+	delayedAcks               bool
 }
 
 func mainErr(args []string, stdout, stderr io.Writer) error {
@@ -81,6 +82,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.gatewayArgs, "gateway-args", "", "extra gateway flags, space-separated (default: none, the default configuration)")
 	fs.StringVar(&o.libPolicy, "lib-policy", "default", "policy of the kvroute-lib arm: "+strings.Join(libPolicyNames(), ", "))
 	fs.BoolVar(&o.keep, "keep", false, "keep the working directory")
+	fs.BoolVar(&o.delayedAcks, "client-delayed-acks", false, "let the client's kept-alive connections delay their TCP acknowledgements (Linux's default), which holds back every first token faster than about 40 ms sent by Dynamo's frontend")
 	verbose := fs.Bool("v", false, "log each process start and stop")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -207,7 +209,7 @@ func (b *bench) one(ctx context.Context, s *Scenario, arm string, rep int) error
 			return err
 		}
 	}
-	run, err := drive(ctx, url, s, ch)
+	run, err := drive(ctx, url, s, ch, !b.o.delayedAcks)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,55 @@
+package quickack
+
+import (
+	"io"
+	"net"
+	"syscall"
+)
+
+// Supported reports whether Wrap changes anything on this system.
+const Supported = true
+
+// conn is a TCP connection that re-arms TCP_QUICKACK after every read.
+type conn struct {
+	*net.TCPConn
+	raw syscall.RawConn
+}
+
+// Wrap returns c re-arming TCP_QUICKACK after every read when c is a TCP
+// connection (*net.TCPConn), and c itself otherwise. The wrapper is
+// used as c: closing it closes c.
+func Wrap(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	arm(raw)
+	return &conn{TCPConn: tc, raw: raw}
+}
+
+// Read reads from the connection, then asks the kernel to acknowledge at
+// once, including what it has received and not yet acknowledged.
+func (c *conn) Read(p []byte) (int, error) {
+	n, err := c.TCPConn.Read(p)
+	arm(c.raw)
+	return n, err
+}
+
+// WriteTo copies the connection to w through Read, so that the copy
+// acknowledges at once too (net.TCPConn's own WriteTo would read around
+// it).
+func (c *conn) WriteTo(w io.Writer) (int64, error) {
+	return io.Copy(w, struct{ io.Reader }{c})
+}
+
+// arm sets TCP_QUICKACK. A failure (the connection closed) only means
+// there is nothing left to acknowledge.
+func arm(raw syscall.RawConn) {
+	_ = raw.Control(func(fd uintptr) {
+		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 1)
+	})
+}
