@@ -83,6 +83,12 @@
 //
 // Responses carry HeaderWorker and HeaderPredictedCached.
 //
+// The default transport (NewTransport) keeps connections to the engines
+// alive and acknowledges what they send at once (TCP_QUICKACK, on Linux):
+// an engine or frontend that leaves Nagle's algorithm on, as Dynamo's
+// frontend does, would otherwise hold a stream's first chunk back until
+// Linux's delayed acknowledgement of the response headers, up to 40 ms.
+//
 // # Health and load
 //
 // Run probes each distinct engine URL's HealthPath every HealthInterval
