@@ -46,6 +46,25 @@ func (c *conn) WriteTo(w io.Writer) (int64, error) {
 	return io.Copy(w, struct{ io.Reader }{c})
 }
 
+// Armed reports whether c, a connection with a SyscallConn method such as
+// *net.TCPConn or one that Wrap returned, would acknowledge what it
+// receives at once: whether Linux's TCP_QUICKACK reads 1, which it does
+// while the connection is out of delayed-acknowledgement mode.
+func Armed(c syscall.Conn) (bool, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var v int
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		v, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK)
+	}); err != nil {
+		return false, err
+	}
+	return v == 1, serr
+}
+
 // arm sets TCP_QUICKACK. A failure (the connection closed) only means
 // there is nothing left to acknowledge.
 func arm(raw syscall.RawConn) {

@@ -2,10 +2,17 @@
 
 package quickack
 
-import "net"
+import (
+	"errors"
+	"net"
+	"syscall"
+)
 
 // Supported reports whether Wrap changes anything on this system.
 const Supported = false
 
 // Wrap returns c: only Linux has TCP_QUICKACK.
 func Wrap(c net.Conn) net.Conn { return c }
+
+// Armed reports errors.ErrUnsupported: only Linux has TCP_QUICKACK.
+func Armed(syscall.Conn) (bool, error) { return false, errors.ErrUnsupported }
