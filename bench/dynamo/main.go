@@ -132,7 +132,9 @@ type bench struct {
 	python string
 	script string               // mkmodel.py
 	sums   map[string][]Summary // scenario/arm → summaries
-	lib    libState
+	// arrivals merges the Arrivals of every repetition: scenario/arm → its.
+	arrivals map[string]*Arrivals
+	lib      libState
 }
 
 func (b *bench) run(ctx context.Context) error {
@@ -167,6 +169,7 @@ func (b *bench) run(ctx context.Context) error {
 		scens = append(scens, s)
 	}
 	b.sums = map[string][]Summary{}
+	b.arrivals = map[string]*Arrivals{}
 	fmt.Fprintf(b.out, "kvroute vs Dynamo 1.6.1 mocker, %s, %d workers, block 16, %d reps\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), b.o.workers, b.o.reps)
 	for rep := range b.o.reps {
 		for si, s := range scens {
@@ -219,6 +222,10 @@ func (b *bench) one(ctx context.Context, s *Scenario, arm string, rep int) error
 	}
 	sum := run.Summarize(b.o.workers, 16)
 	b.sums[s.Name+"/"+arm] = append(b.sums[s.Name+"/"+arm], sum)
+	if b.arrivals[s.Name+"/"+arm] == nil {
+		b.arrivals[s.Name+"/"+arm] = &Arrivals{}
+	}
+	b.arrivals[s.Name+"/"+arm].add(run.arrivals())
 	fmt.Fprintf(b.out, "%-13s %-12s rep %d: TTFT p50 %6.1f ms p99 %6.1f ms, %5.2f req/s, cached %.3f, per worker %v, uneven %.0f%% of the time%s\n",
 		s.Name, arm, rep+1, ms(sum.TTFTp50), ms(sum.TTFTp99), sum.Throughput, sum.CachedFraction, sum.PerWorker, 100*sum.Uneven, accuracy(sum))
 	return nil

@@ -64,6 +64,18 @@ func (b *bench) table(scens []*Scenario) {
 			fmt.Fprintln(b.out, l)
 		}
 	}
+	fmt.Fprintln(b.out, "\nWhere the TTFT goes, over all repetitions: requests by the requests in flight on their worker when they were sent, hits and misses, and where the misses went:")
+	fmt.Fprintln(b.out)
+	fmt.Fprintln(b.out, arrivalHeader)
+	for _, s := range scens {
+		for _, arm := range b.o.arms {
+			if a := b.arrivals[s.Name+"/"+arm]; a != nil {
+				for _, l := range arrivalRows(s.Name, arm, *a) {
+					fmt.Fprintln(b.out, l)
+				}
+			}
+		}
+	}
 }
 
 func sumInt(s []Summary, f func(Summary) int) int {
