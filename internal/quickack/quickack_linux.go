@@ -6,9 +6,6 @@ import (
 	"syscall"
 )
 
-// Supported reports whether Wrap changes anything on this system.
-const Supported = true
-
 // conn is a TCP connection that re-arms TCP_QUICKACK after every read.
 type conn struct {
 	*net.TCPConn
