@@ -1319,14 +1319,12 @@ func (l *loop) serveDump(reply string, only *workerID) {
 		return nil
 	}
 	add := func(ev *kvroute.Event) error {
-		if ev.Kind == kvroute.EventStored && ev.SeqHashes != c.seqHashes {
+		stored := ev.Kind == kvroute.EventStored
+		if stored && ev.SeqHashes != c.seqHashes && len(c.events) > 0 {
 			// A chunk's Stored events carry one kind of hash.
-			if len(c.events) > 0 {
-				if err := send(false); err != nil {
-					return err
-				}
+			if err := send(false); err != nil {
+				return err
 			}
-			c.seqHashes = ev.SeqHashes
 		}
 		plain := *ev
 		plain.SeqHashes = false // the chunk says what its hashes are
@@ -1342,6 +1340,11 @@ func (l *loop) serveDump(reply string, only *workerID) {
 			if err := send(false); err != nil {
 				return err
 			}
+		}
+		if stored {
+			// Said of the chunk the event goes in, which may be a new
+			// one: a chunk full of sequence hashes starts another.
+			c.seqHashes = ev.SeqHashes
 		}
 		c.events = append(c.events, d)
 		cs.add(len(scratch))

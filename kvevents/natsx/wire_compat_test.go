@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -578,4 +579,59 @@ func TestDumpHashesAcrossWireVersions(t *testing.T) {
 	}
 	require.Equal(t, 3, held(starting), "the version-1 dump was applied as content hashes")
 	require.Equal(t, uint64(1), r2.Stats().Syncs)
+}
+
+// TestDumpOfManyChunksKeepsSequenceHashes checks a start-up dump of
+// sequence hashes that spans many chunks: a chunk that fills up on a
+// Stored event starts another, which must say that its hashes are
+// sequence hashes too. A replica that starts from it under another Hasher
+// holds the same blocks as the one that served it.
+func TestDumpOfManyChunksKeepsSequenceHashes(t *testing.T) {
+	nc := startServer(t)
+	h := kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 4})
+	ix, err := indexer.New(indexer.Config{Hasher: h})
+	require.NoError(t, err)
+	workers := []kvroute.WorkerKey{{ID: 1}, {ID: 2}, {ID: 3}}
+	ext := kvroute.ExternalHash(1)
+	for c := range 60 { // chains of 12 blocks, each event one block: many chunk boundaries fall on Stored events
+		tokens := make([]uint32, 48)
+		for i := range tokens {
+			tokens[i] = uint32(c*1000 + i)
+		}
+		w := workers[c%len(workers)]
+		var parent kvroute.ExternalHash
+		for i, local := range h.AppendBlockHashes(nil, tokens) {
+			ev := &kvroute.Event{Kind: kvroute.EventStored, Worker: w, Blocks: []kvroute.StoredBlock{{External: ext, Hash: local}},
+				HasParent: i > 0, Parent: parent}
+			require.NoError(t, ix.Apply(ev))
+			parent = ext
+			ext++
+		}
+	}
+	// Evict some chains' heads, so that the dump has placeholders too.
+	for c := 0; c < 60; c += 7 {
+		require.NoError(t, ix.Apply(&kvroute.Event{Kind: kvroute.EventRemoved, Worker: workers[c%len(workers)],
+			Removed: []kvroute.ExternalHash{kvroute.ExternalHash(1 + 12*c)}}))
+	}
+	served := runReplica(t, ReplicaConfig{Conn: nc, ID: "served", Index: ix, SyncTimeout: 50 * time.Millisecond})
+	<-served.Ready()
+
+	starting, err := indexer.New(indexer.Config{Hasher: kvroute.MustHasher(kvroute.HasherConfig{BlockSize: 16, Namespace: "x"})})
+	require.NoError(t, err)
+	r := runReplica(t, ReplicaConfig{Conn: nc, ID: "starting", Index: starting, SyncTimeout: 5 * time.Second})
+	select {
+	case <-r.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the starting replica did not sync")
+	}
+	require.Equal(t, uint64(1), r.Stats().Syncs)
+	require.Positive(t, served.Stats().DumpsServed)
+	for _, w := range workers {
+		want := ix.AppendWorkerBlocks(w, nil)
+		got := starting.AppendWorkerBlocks(w, nil)
+		slices.Sort(want)
+		slices.Sort(got)
+		require.Len(t, want, 20*12-3, "worker %v", w) // 20 chains of 12 blocks, 3 heads evicted
+		require.Equal(t, want, got, "worker %v: the starting replica's blocks", w)
+	}
 }
