@@ -48,21 +48,21 @@ func (run *Run) arrivals() Arrivals {
 			rs = append(rs, r)
 		}
 	}
-	slices.SortStableFunc(rs, func(x, y *Result) int { return x.Start.Compare(y.Start) })
 	served := map[int]map[uint64]bool{} // prompt → workers that served it
-	for _, r := range rs {
-		inFlight := 0
-		for _, o := range rs {
-			if o != r && o.Worker == r.Worker && !o.Start.After(r.Start) && o.Start.Add(o.Latency).After(r.Start) {
-				inFlight++
-			}
+	inFlight := map[uint64]int{}
+	for _, c := range timeline(rs) {
+		inFlight[c.worker] += c.delta
+		if c.delta < 0 {
+			continue
 		}
+		r := c.r
+		before := inFlight[r.Worker] - 1 // the requests already there
 		hit := r.PromptTokens > 0 && float64(r.CachedTokens) >= hitShare*float64(r.PromptTokens)
 		h := 0
 		if hit {
 			h = 1
 		}
-		b := min(inFlight, loadBuckets-1)
+		b := min(before, loadBuckets-1)
 		a.TTFT[b][h] = append(a.TTFT[b][h], r.TTFT)
 		p := r.Req.Prefix
 		switch {
@@ -71,7 +71,7 @@ func (run *Run) arrivals() Arrivals {
 			a.Misses.First++
 		case served[p][r.Worker]:
 			a.Misses.Evicted++
-		case inFlight == 0:
+		case before == 0:
 			a.Misses.Idle++
 		default:
 			a.Misses.Busy++

@@ -221,11 +221,12 @@ func (b *bench) one(ctx context.Context, s *Scenario, arm string, rep int) error
 		return err
 	}
 	sum := run.Summarize(b.o.workers, 16)
-	b.sums[s.Name+"/"+arm] = append(b.sums[s.Name+"/"+arm], sum)
-	if b.arrivals[s.Name+"/"+arm] == nil {
-		b.arrivals[s.Name+"/"+arm] = &Arrivals{}
+	key := s.Name + "/" + arm
+	b.sums[key] = append(b.sums[key], sum)
+	if b.arrivals[key] == nil {
+		b.arrivals[key] = &Arrivals{}
 	}
-	b.arrivals[s.Name+"/"+arm].add(run.arrivals())
+	b.arrivals[key].add(run.arrivals())
 	fmt.Fprintf(b.out, "%-13s %-12s rep %d: TTFT p50 %6.1f ms p99 %6.1f ms, %5.2f req/s, cached %.3f, per worker %v, uneven %.0f%% of the time%s\n",
 		s.Name, arm, rep+1, ms(sum.TTFTp50), ms(sum.TTFTp99), sum.Throughput, sum.CachedFraction, sum.PerWorker, 100*sum.Uneven, accuracy(sum))
 	return nil

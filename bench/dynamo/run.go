@@ -183,27 +183,41 @@ func (run *Run) Summarize(workers, blockSize int) Summary {
 	return s
 }
 
-// uneven returns Summary.Uneven for a pool of the given number of workers.
-func (run *Run) uneven(workers int) float64 {
-	type change struct {
-		at     time.Time
-		worker uint64
-		delta  int
+// change is a request starting (delta 1) or ending (delta −1) on its
+// worker.
+type change struct {
+	at     time.Time
+	worker uint64
+	delta  int
+	r      *Result
+}
+
+// timeline returns the starts and ends of rs in time order. At one
+// instant ends come before starts: a request that ends as another starts
+// does not overlap it.
+func timeline(rs []*Result) []change {
+	ch := make([]change, 0, 2*len(rs))
+	for _, r := range rs {
+		ch = append(ch, change{r.Start, r.Worker, 1, r}, change{r.Start.Add(r.Latency), r.Worker, -1, r})
 	}
-	var ch []change
-	for _, r := range run.Results {
-		if r.Err == nil {
-			ch = append(ch, change{r.Start, r.Worker, 1}, change{r.Start.Add(r.Latency), r.Worker, -1})
-		}
-	}
-	// Ends before starts at the same instant: a request that ends as
-	// another starts does not overlap it.
-	slices.SortFunc(ch, func(a, b change) int {
+	slices.SortStableFunc(ch, func(a, b change) int {
 		if c := a.at.Compare(b.at); c != 0 {
 			return c
 		}
 		return a.delta - b.delta
 	})
+	return ch
+}
+
+// uneven returns Summary.Uneven for a pool of the given number of workers.
+func (run *Run) uneven(workers int) float64 {
+	var rs []*Result
+	for i := range run.Results {
+		if r := &run.Results[i]; r.Err == nil {
+			rs = append(rs, r)
+		}
+	}
+	ch := timeline(rs)
 	inFlight := map[uint64]int{}
 	var busy, uneven time.Duration
 	total := 0
