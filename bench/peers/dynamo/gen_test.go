@@ -392,3 +392,24 @@ func TestKvroutePasses(t *testing.T) {
 		})
 	}
 }
+
+// TestKvrouteCountsRejectedStoredBlocks checks that the kvroute side counts
+// the blocks of the Stored events its index rejects, and only those: a
+// Stored event repeated with its event ID, and a Removed event of a block
+// the worker never stored, which the index counts but does not reject.
+func TestKvrouteCountsRejectedStoredBlocks(t *testing.T) {
+	stored := op{Kind: opStored, Worker: 1, EventID: 1, Blocks: []block{{Local: 11, Ext: 101}, {Local: 12, Ext: 102}, {Local: 13, Ext: 103}}}
+	w := &workload{BlockSize: 16, Sections: []section{{Name: "events", Timed: true, Ops: []op{
+		stored,
+		stored, // the same event ID again
+		{Kind: opRemoved, Worker: 1, EventID: 2, Removed: []kvroute.ExternalHash{999}},
+	}}}}
+	res, err := runKV(w, 0, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Sections[0]
+	if r.Errors != 1 || r.RejectedStoredBlocks != 3 {
+		t.Fatalf("errors %d, rejected stored blocks %d; want 1 and 3 (first error: %s)", r.Errors, r.RejectedStoredBlocks, r.FirstErr)
+	}
+}

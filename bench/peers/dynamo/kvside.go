@@ -13,16 +13,19 @@ import (
 // sectionResult is one side's measurement of one section. The JSON names
 // are those the Rust side prints.
 type sectionResult struct {
-	Name     string        `json:"name"`
-	Timed    bool          `json:"timed"`
-	Ops      int64         `json:"ops"`
-	BlockOps int64         `json:"block_ops"`
-	NS       int64         `json:"ns"`
-	CPUNS    int64         `json:"cpu_ns"` // the process's CPU time over the section, all threads
-	Errors   int64         `json:"errors"`
-	Samples  [][][2]uint64 `json:"samples"`
-	FirstErr string        `json:"-"`
-	Digests  []uint64      `json:"-"`
+	Name     string `json:"name"`
+	Timed    bool   `json:"timed"`
+	Ops      int64  `json:"ops"`
+	BlockOps int64  `json:"block_ops"`
+	NS       int64  `json:"ns"`
+	CPUNS    int64  `json:"cpu_ns"` // the process's CPU time over the section, all threads
+	Errors   int64  `json:"errors"`
+	// RejectedStoredBlocks is the number of blocks in the Stored events
+	// among Errors: work the side skipped.
+	RejectedStoredBlocks int64         `json:"rejected_stored_blocks"`
+	Samples              [][][2]uint64 `json:"samples"`
+	FirstErr             string        `json:"-"`
+	Digests              []uint64      `json:"-"`
 }
 
 // sideResult is one run of one side over one workload file.
@@ -173,6 +176,9 @@ func runKV(w *workload, procs, passes, workerBlocks int) (*sideResult, error) {
 								r.FirstErr = err.Error()
 							}
 							r.Errors++
+							if k.kind == opStored {
+								r.RejectedStoredBlocks += int64(len(k.ev.Blocks))
+							}
 						}
 					case opQuery:
 						ix.Match(k.seqs, &res)

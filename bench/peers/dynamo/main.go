@@ -266,7 +266,8 @@ type check struct {
 	Answers           int
 	Mismatches        [numSides]int
 	Errors            [numSides]int64
-	FirstErr          string // kvroute's first Apply error
+	RejectedBlocks    [numSides]int64 // blocks of the Stored events among Errors
+	FirstErr          string          // kvroute's first Apply error
 }
 
 // pairsFor returns the number of pairs to run of workload name: more for
@@ -354,6 +355,7 @@ func compare(ctx context.Context, name, file string, w *workload, o options, std
 				}
 				c.Mismatches[side] = max(c.Mismatches[side], n)
 				c.Errors[side] = max(c.Errors[side], r.Errors)
+				c.RejectedBlocks[side] = max(c.RejectedBlocks[side], r.RejectedStoredBlocks)
 				if side == kvSide && c.FirstErr == "" {
 					c.FirstErr = r.FirstErr
 				}

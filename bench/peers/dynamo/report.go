@@ -100,13 +100,14 @@ func writeReport(w io.Writer, rows []row, checks []check, o options, took time.D
 			duration(median(r.Times[kvSide])), duration(median(r.Times[dynSide])),
 			median(ratios), slices.Min(ratios), slices.Max(ratios))
 	}
-	fmt.Fprintln(w, "\nAnswers that differ from the ground truth (overlap of every worker per query, or the hashes), and events a side rejected:")
+	fmt.Fprintln(w, "\nAnswers that differ from the ground truth (overlap of every worker per query, or the hashes), events a side rejected, and the blocks of the Stored events among them (work the side skipped):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| workload/section | answers | kvroute mismatches | Dynamo mismatches | kvroute event errors | Dynamo event errors |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| workload/section | answers | kvroute mismatches | Dynamo mismatches | kvroute event errors | Dynamo event errors | kvroute rejected stored blocks | Dynamo rejected stored blocks |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, c := range checks {
-		fmt.Fprintf(w, "| %s/%s | %d | %d | %d | %d | %d |\n", c.Workload, c.Section, c.Answers,
-			c.Mismatches[kvSide], c.Mismatches[dynSide], c.Errors[kvSide], c.Errors[dynSide])
+		fmt.Fprintf(w, "| %s/%s | %d | %d | %d | %d | %d | %d | %d |\n", c.Workload, c.Section, c.Answers,
+			c.Mismatches[kvSide], c.Mismatches[dynSide], c.Errors[kvSide], c.Errors[dynSide],
+			c.RejectedBlocks[kvSide], c.RejectedBlocks[dynSide])
 	}
 	for _, c := range checks {
 		if c.FirstErr != "" {

@@ -275,6 +275,9 @@ struct SectionResult {
     /// The process's CPU time over the section (0: not available).
     cpu_ns: u128,
     errors: u64,
+    /// The blocks of the Stored events among the errors: work the tree
+    /// skipped.
+    rejected_stored_blocks: u64,
     digests: Vec<u64>,
     samples: Vec<Vec<(u64, u32)>>,
 }
@@ -335,6 +338,7 @@ fn run_section(tree: &mut RadixTree, block_size: u32, sec: Section) -> SectionRe
     let mut digests = vec![0u64; slots];
     let mut samples = Vec::new();
     let mut errors = 0u64;
+    let mut rejected_stored_blocks = 0u64;
     let options = BlockHashOptions::default();
 
     let cpu_start = process_cpu_ns();
@@ -342,8 +346,13 @@ fn run_section(tree: &mut RadixTree, block_size: u32, sec: Section) -> SectionRe
     for op in ready {
         match op {
             Ready::Event(ev) => {
+                let stored = match &ev.event.data {
+                    KvCacheEventData::Stored(s) => s.blocks.len() as u64,
+                    _ => 0,
+                };
                 if tree.apply_event(ev).is_err() {
                     errors += 1;
+                    rejected_stored_blocks += stored;
                 }
             }
             Ready::Query(locals, slot, sample) => {
@@ -382,6 +391,7 @@ fn run_section(tree: &mut RadixTree, block_size: u32, sec: Section) -> SectionRe
         ns,
         cpu_ns,
         errors,
+        rejected_stored_blocks,
         digests,
         samples,
     }
@@ -478,7 +488,7 @@ fn run() -> Result<(), String> {
         }
         write!(
             j,
-            "{{\"name\":{},\"timed\":{},\"ops\":{},\"block_ops\":{},\"ns\":{},\"cpu_ns\":{},\"ns_per_op\":{:.1},\"ns_per_block_op\":{:.1},\"errors\":{},\"samples\":[",
+            "{{\"name\":{},\"timed\":{},\"ops\":{},\"block_ops\":{},\"ns\":{},\"cpu_ns\":{},\"ns_per_op\":{:.1},\"ns_per_block_op\":{:.1},\"errors\":{},\"rejected_stored_blocks\":{},\"samples\":[",
             json_string(&r.name),
             r.timed,
             r.ops,
@@ -487,7 +497,8 @@ fn run() -> Result<(), String> {
             r.cpu_ns,
             r.ns as f64 / r.ops.max(1) as f64,
             r.ns as f64 / r.block_ops.max(1) as f64,
-            r.errors
+            r.errors,
+            r.rejected_stored_blocks
         )
         .unwrap();
         for (k, s) in r.samples.iter().enumerate() {
