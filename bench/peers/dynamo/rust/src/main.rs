@@ -232,7 +232,8 @@ fn decode(buf: &[u8]) -> Result<(u32, Vec<Section>), String> {
 /// An operation ready to run: owned inputs that the crate's API consumes,
 /// so the timed loop only moves them.
 enum Ready {
-    Event(RouterEvent),
+    /// The event, and its blocks when it is a Stored event (else 0).
+    Event(RouterEvent, u64),
     /// Local hashes, result slot, whether to keep the full scores.
     Query(Vec<LocalBlockHash>, usize, bool),
     /// Index of the token sequence, result slot.
@@ -297,12 +298,13 @@ fn run_section(tree: &mut RadixTree, block_size: u32, sec: Section) -> SectionRe
     for op in decoded {
         match op {
             Op::Event(ev) => {
-                block_ops += match &ev.event.data {
-                    KvCacheEventData::Stored(s) => s.blocks.len() as u64,
-                    KvCacheEventData::Removed(r) => r.block_hashes.len() as u64,
-                    KvCacheEventData::Cleared => 1,
+                let (ops, stored) = match &ev.event.data {
+                    KvCacheEventData::Stored(s) => (s.blocks.len() as u64, s.blocks.len() as u64),
+                    KvCacheEventData::Removed(r) => (r.block_hashes.len() as u64, 0),
+                    KvCacheEventData::Cleared => (1, 0),
                 };
-                once.push(Ready::Event(ev));
+                block_ops += ops;
+                once.push(Ready::Event(ev, stored));
             }
             Op::Query(locals) => {
                 block_ops += locals.len() as u64;
@@ -325,7 +327,7 @@ fn run_section(tree: &mut RadixTree, block_size: u32, sec: Section) -> SectionRe
             ready.push(match r {
                 Ready::Query(l, s, sample) => Ready::Query(l.clone(), *s, *sample && pass == 0),
                 Ready::Hash(i, s) => Ready::Hash(*i, *s),
-                Ready::Event(_) => unreachable!("decode rejects repeated events"),
+                Ready::Event(..) => unreachable!("decode rejects repeated events"),
             });
         }
     }
@@ -345,11 +347,7 @@ fn run_section(tree: &mut RadixTree, block_size: u32, sec: Section) -> SectionRe
     let start = Instant::now();
     for op in ready {
         match op {
-            Ready::Event(ev) => {
-                let stored = match &ev.event.data {
-                    KvCacheEventData::Stored(s) => s.blocks.len() as u64,
-                    _ => 0,
-                };
+            Ready::Event(ev, stored) => {
                 if tree.apply_event(ev).is_err() {
                     errors += 1;
                     rejected_stored_blocks += stored;
