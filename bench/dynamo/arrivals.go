@@ -51,7 +51,7 @@ func (run *Run) arrivals() Arrivals {
 	served := map[int]map[uint64]bool{} // prompt → workers that served it
 	inFlight := map[uint64]int{}
 	for _, c := range timeline(rs) {
-		inFlight[c.worker] += c.delta
+		inFlight[c.r.Worker] += c.delta
 		if c.delta < 0 {
 			continue
 		}

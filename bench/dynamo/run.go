@@ -183,13 +183,12 @@ func (run *Run) Summarize(workers, blockSize int) Summary {
 	return s
 }
 
-// change is a request starting (delta 1) or ending (delta −1) on its
+// change is request r starting (delta 1) or ending (delta −1) on its
 // worker.
 type change struct {
-	at     time.Time
-	worker uint64
-	delta  int
-	r      *Result
+	at    time.Time
+	delta int
+	r     *Result
 }
 
 // timeline returns the starts and ends of rs in time order. At one
@@ -198,7 +197,7 @@ type change struct {
 func timeline(rs []*Result) []change {
 	ch := make([]change, 0, 2*len(rs))
 	for _, r := range rs {
-		ch = append(ch, change{r.Start, r.Worker, 1, r}, change{r.Start.Add(r.Latency), r.Worker, -1, r})
+		ch = append(ch, change{r.Start, 1, r}, change{r.Start.Add(r.Latency), -1, r})
 	}
 	slices.SortStableFunc(ch, func(a, b change) int {
 		if c := a.at.Compare(b.at); c != 0 {
@@ -236,7 +235,7 @@ func (run *Run) uneven(workers int) float64 {
 				uneven += d
 			}
 		}
-		inFlight[c.worker] += c.delta
+		inFlight[c.r.Worker] += c.delta
 		total += c.delta
 	}
 	if busy == 0 {
