@@ -21,7 +21,8 @@ import (
 //
 // so decoding slows down as the batch grows and prefill competes with it.
 // A request's first token comes at the end of the step that finishes its
-// prefill.
+// prefill. Timing selects another model of the step's duration:
+// TimingDynamoMocker, that of NVIDIA Dynamo's mocker engines.
 type EngineConfig struct {
 	// CacheBlocks is the KV-cache size in blocks. Running requests pin
 	// their prompt and output blocks; unreferenced prefix blocks stay cached
@@ -40,7 +41,40 @@ type EngineConfig struct {
 	// DecodePerSequence is the time each decoding request adds to a step.
 	// Zero means 250 µs.
 	DecodePerSequence time.Duration
+	// Timing is the model of a step's duration. The zero value,
+	// TimingLinear, is the formula above, from StepOverhead,
+	// DecodePerSequence and PrefillTokensPerSecond; TimingDynamoMocker
+	// ignores those three.
+	Timing Timing
 }
+
+// Timing is a model of an engine step's duration.
+type Timing uint8
+
+const (
+	// TimingLinear is EngineConfig's own model: a fixed overhead, a cost
+	// per decoding request and a prefill throughput.
+	TimingLinear Timing = iota
+	// TimingDynamoMocker is the default timing of NVIDIA Dynamo's mocker
+	// engines (the vLLM mocker of ai-dynamo 1.6.1, whose passes follow the
+	// polynomial model of its simulation core). A step that prefills x
+	// prompt tokens, of every request in it, takes
+	//
+	//	4.209989e-7·x² + 1.518344e-2·x + 16.50142 ms
+	//
+	// and then, when requests decode in it, the decode time
+	//
+	//	max(1, −25.74·u² + 54.01·u + 5.74) ms
+	//
+	// with u the decoding requests' tokens (prompt and output so far,
+	// shared prefixes counted once per request) over the cache's tokens
+	// (CacheBlocks times the block size), at most 1. A request whose
+	// prefill ends in a step takes its first token from that prefill and
+	// does not decode in it. So a request that finds its engine idle waits
+	// for its prefill alone, and one that finds requests decoding there
+	// waits for the step under way, then for its prefill and their decode.
+	TimingDynamoMocker
+)
 
 func (c EngineConfig) withDefaults() EngineConfig {
 	setDefault(&c.CacheBlocks, 4096)
@@ -53,6 +87,9 @@ func (c EngineConfig) withDefaults() EngineConfig {
 }
 
 func (c EngineConfig) validate() error {
+	if c.Timing > TimingDynamoMocker {
+		return fmt.Errorf("%w: engine timing %d", ErrInvalidConfig, c.Timing)
+	}
 	if c.CacheBlocks < 0 || c.MaxBatchedTokens < 0 || c.MaxBatch < 0 || c.StepOverhead < 0 || c.DecodePerSequence < 0 ||
 		!(c.PrefillTokensPerSecond >= 0) {
 		return fmt.Errorf("%w: negative engine parameter", ErrInvalidConfig)
@@ -263,7 +300,7 @@ func (e *engine) startStep() (time.Duration, bool) {
 		return 0, false
 	}
 	budget := e.cfg.MaxBatchedTokens
-	prefill, decoding := 0, 0
+	prefill, decoding, context := 0, 0, 0
 	for _, r := range e.running {
 		r.chunk = 0
 		if r.prefillLeft > 0 {
@@ -275,10 +312,33 @@ func (e *engine) startStep() (time.Duration, bool) {
 			continue
 		}
 		decoding++
+		context += r.promptLen + r.generated
+	}
+	if e.cfg.Timing == TimingDynamoMocker {
+		return mockerStep(prefill, decoding, context, e.cfg.CacheBlocks*e.hasher.BlockSize()), true
 	}
 	d := e.cfg.StepOverhead + time.Duration(decoding)*e.cfg.DecodePerSequence +
 		time.Duration(float64(prefill)/e.cfg.PrefillTokensPerSecond*float64(time.Second))
 	return d, true
+}
+
+// mockerStep returns the duration of a step under TimingDynamoMocker: one
+// that prefills prefill tokens and decodes decoding requests holding
+// context tokens, on an engine whose cache holds capacity tokens.
+func mockerStep(prefill, decoding, context, capacity int) time.Duration {
+	ms := 0.0
+	if prefill > 0 {
+		x := float64(prefill)
+		ms += 4.209989e-07*x*x + 1.518344e-02*x + 1.650142e+01
+	}
+	if decoding > 0 {
+		u := 1.0
+		if capacity > 0 {
+			u = min(float64(context)/float64(capacity), 1)
+		}
+		ms += max(-25.74*u*u+54.01*u+5.74, 1)
+	}
+	return time.Duration(ms * float64(time.Millisecond))
 }
 
 // finishStep applies the step planned by startStep: it calls first for

@@ -205,3 +205,58 @@ func TestEngineWaitsForBlocks(t *testing.T) {
 	require.GreaterOrEqual(t, s.first[b], s.done[a])
 	require.LessOrEqual(t, s.e.cache.used, 12)
 }
+
+func TestDynamoMockerStepTime(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	const capacity = 800 * 16
+	tests := []struct {
+		name                       string
+		prefill, decoding, context int
+		capacity                   int
+		want                       time.Duration
+	}{
+		{"nothing to do", 0, 0, 0, capacity, 0},
+		// 16.50142 + 1.518344e-2·128 + 4.209989e-7·128².
+		{"a cached prompt's 128 new tokens", 128, 0, 0, capacity, ms(18.451798)},
+		// 16.50142 + 1.518344e-2·1632 + 4.209989e-7·1632².
+		{"a 1,632-token prompt", 1632, 0, 0, capacity, ms(42.402093)},
+		// u = 1,700 / 12,800: 5.74 + 54.01·u − 25.74·u².
+		{"one request decoding", 0, 1, 1700, capacity, ms(12.459171)},
+		{"a prefill beside it", 128, 1, 1700, capacity, ms(18.451798 + 12.459171)},
+		// u is at most 1: 5.74 + 54.01 − 25.74.
+		{"more context than the cache", 0, 9, 3 * capacity, capacity, ms(34.01)},
+		{"no capacity counts as full", 0, 1, 16, 0, ms(34.01)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := mockerStep(tc.prefill, tc.decoding, tc.context, tc.capacity)
+			require.InDelta(t, float64(tc.want), float64(got), float64(time.Microsecond))
+		})
+	}
+}
+
+func TestEngineDynamoMockerTiming(t *testing.T) {
+	cfg := EngineConfig{CacheBlocks: 800, MaxBatch: 256, Timing: TimingDynamoMocker}
+	system := Segment{Seed: 7, Len: 1504} // 94 full blocks
+	s := newStepper(cfg, 16)
+	a := s.add(&Request{Prompt: Prompt{system, {Seed: 1, Len: 128}}, Output: Segment{Seed: 3, Len: 3}})
+	s.runAll(t)
+	// The first request prefills 1,632 tokens and takes its first token
+	// from that step; each further token is a decode step of its context.
+	prefill := mockerStep(1632, 0, 0, 800*16)
+	require.Equal(t, prefill, s.first[a])
+	require.Equal(t, prefill+mockerStep(0, 1, 1633, 800*16)+mockerStep(0, 1, 1634, 800*16), s.done[a])
+
+	// On the idle engine a request with the same system prompt prefills
+	// only its own 128 tokens.
+	start := s.now
+	b := s.add(&Request{Prompt: Prompt{system, {Seed: 2, Len: 128}}, Output: Segment{Seed: 4, Len: 1}})
+	s.runAll(t)
+	require.Equal(t, 1504, b.cachedTokens)
+	require.Equal(t, mockerStep(128, 0, 0, 800*16), s.first[b]-start)
+}
+
+func TestEngineConfigRejectsUnknownTiming(t *testing.T) {
+	err := EngineConfig{Timing: TimingDynamoMocker + 1}.withDefaults().validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}

@@ -24,7 +24,7 @@ type ScenarioOptions struct {
 // caches cannot hold every prefix and the cluster is loaded but not
 // overloaded.
 type Scenario struct {
-	// Name is the scenario's letter: "a", "b", "c" or "d".
+	// Name is the scenario's letter: "a" to "f".
 	Name string
 	// Config is the cluster.
 	Config Config
@@ -33,7 +33,7 @@ type Scenario struct {
 }
 
 // ScenarioNames lists the scenarios NewScenario knows.
-func ScenarioNames() []string { return []string{"a", "b", "c", "d"} }
+func ScenarioNames() []string { return []string{"a", "b", "c", "d", "e", "f"} }
 
 // NewScenario builds the named scenario:
 //
@@ -42,7 +42,14 @@ func ScenarioNames() []string { return []string{"a", "b", "c", "d"} }
 //   - "b": Chat, multi-turn conversations, on 4 engines;
 //   - "c": Agentic, tool loops over long shared contexts, on 4 engines;
 //   - "d": the Mooncake trace at opts.TracePath, replayed faster than
-//     recorded, on 8 engines.
+//     recorded, on 8 engines;
+//   - "e" and "f": the shared-prompt scenarios of the end-to-end benchmark
+//     on NVIDIA Dynamo's mocker engines (bench/dynamo), prompts-1.6k and
+//     prompts-6k, in virtual time: 20 system prompts of 1,504 (e) or 5,904
+//     (f) tokens, each request one of them plus a 128-token question of its
+//     own and 64 output tokens, 200 requests from 8 closed-loop clients, on
+//     4 engines of 800 (e) or 2,000 (f) blocks of 16 tokens with the
+//     mocker's timing (TimingDynamoMocker).
 func NewScenario(name string, opts ScenarioOptions) (*Scenario, error) {
 	s := &Scenario{Name: name, Config: Config{Seed: opts.Seed}}
 	var err error
@@ -73,14 +80,27 @@ func NewScenario(name string, opts ScenarioOptions) (*Scenario, error) {
 		if recs, err = ReadMooncakeFile(opts.TracePath); err == nil {
 			s.Workload, err = FromMooncake(recs, MooncakeConfig{Speed: speed, Limit: opts.Requests})
 		}
+	case "e", "f":
+		system, blocks := 1504, 800
+		if name == "f" {
+			system, blocks = 5904, 2000
+		}
+		requests := opts.Requests
+		setDefault(&requests, 200)
+		s.Config.Workers = 4
+		s.Config.BlockSize = 16
+		s.Config.Concurrency = 8
+		s.Config.EventDelay = 2 * time.Millisecond
+		s.Config.Engine = EngineConfig{CacheBlocks: blocks, MaxBatch: 256, Timing: TimingDynamoMocker}
+		s.Workload, err = SharedPrefix(SharedPrefixConfig{
+			Requests: requests, Prompts: 20, Seed: opts.Seed,
+			SystemTokens: IntRange{system, system}, SuffixTokens: IntRange{128, 128}, OutputTokens: IntRange{64, 64},
+		})
 	default:
-		return nil, fmt.Errorf("%w: unknown scenario %q (a, b, c, d)", ErrInvalidConfig, name)
+		return nil, fmt.Errorf("%w: unknown scenario %q (a to f)", ErrInvalidConfig, name)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
-
-// keep the time import for scenario durations.
-var _ = time.Second

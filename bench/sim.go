@@ -33,6 +33,13 @@ type Config struct {
 	// depth, running requests, KV-cache utilisation) and the router checks
 	// health. Zero means 1 s; negative disables load reports.
 	HeartbeatInterval time.Duration
+	// Concurrency, when positive, makes the clients a closed loop: at most
+	// Concurrency requests are in the cluster at once, and a request
+	// arrives at its Arrival or when a request finishes and leaves room,
+	// whichever is later, in workload order, as when Concurrency clients
+	// each send their next request once their last one has finished. Zero
+	// means the workload's arrival times alone (an open loop).
+	Concurrency int
 	// Seed seeds the router's selector. Runs with equal configurations,
 	// workloads and policies give equal results.
 	Seed uint64
@@ -118,6 +125,9 @@ func Run(ctx context.Context, cfg Config, wl *Workload, p Policy) (Result, error
 	if cfg.Workers < 1 || cfg.Workers > 1<<16 {
 		return Result{}, fmt.Errorf("%w: %d workers", ErrInvalidConfig, cfg.Workers)
 	}
+	if cfg.Concurrency < 0 {
+		return Result{}, fmt.Errorf("%w: concurrency %d", ErrInvalidConfig, cfg.Concurrency)
+	}
 	if err := cfg.Engine.validate(); err != nil {
 		return Result{}, err
 	}
@@ -193,10 +203,11 @@ func (s *sim) loop(ctx context.Context) error {
 				return fmt.Errorf("bench: %w", err)
 			}
 		}
-		if next < total && (s.events.len() == 0 || reqs[next].Arrival <= s.events.peek().at) {
+		if next < total && (s.cfg.Concurrency == 0 || next-s.done < s.cfg.Concurrency) &&
+			(s.events.len() == 0 || max(reqs[next].Arrival, s.clock.now) <= s.events.peek().at) {
 			r := &reqs[next]
 			next++
-			s.advance(r.Arrival)
+			s.advance(max(r.Arrival, s.clock.now))
 			if err := s.arrive(ctx, r); err != nil {
 				return err
 			}

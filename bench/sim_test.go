@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/router"
@@ -136,4 +137,69 @@ func TestWriteFormats(t *testing.T) {
 		})
 	}
 	require.ErrorIs(t, Write(&bytes.Buffer{}, "xml", results), ErrInvalidConfig)
+}
+
+func TestClosedLoopConcurrency(t *testing.T) {
+	// Ten requests that all arrive at once, from two closed-loop clients:
+	// never more than two in the cluster, and each one after the last but
+	// one finished.
+	wl := &Workload{Name: "burst"}
+	for i := range 10 {
+		wl.Requests = append(wl.Requests, Request{
+			Prompt: Prompt{{Seed: uint64(i), Len: 256}}, Output: Segment{Seed: 100 + uint64(i), Len: 8},
+		})
+	}
+	cfg := Config{Workers: 4, Concurrency: 2, Engine: EngineConfig{CacheBlocks: 1024}}
+	closed, err := Run(context.Background(), cfg, wl, KVRoutePolicy())
+	require.NoError(t, err)
+	cfg.Concurrency = 0
+	open, err := Run(context.Background(), cfg, wl, KVRoutePolicy())
+	require.NoError(t, err)
+
+	require.Equal(t, 10, closed.Requests)
+	sum := 0.0
+	for _, a := range closed.ActivePerWorker {
+		sum += a
+	}
+	require.LessOrEqual(t, sum, 2.0+1e-9, "time-averaged requests in the cluster")
+	require.Greater(t, closed.Duration, open.Duration, "two clients take longer than ten at once")
+	require.Less(t, closed.TTFT.P50, open.TTFT.P50, "no request waits behind the burst")
+
+	cfg.Concurrency = -1
+	_, err = Run(context.Background(), cfg, wl, KVRoutePolicy())
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+func TestDynamoMockerScenarios(t *testing.T) {
+	for _, name := range []string{"e", "f"} {
+		t.Run(name, func(t *testing.T) {
+			sc, err := NewScenario(name, ScenarioOptions{Seed: 1})
+			require.NoError(t, err)
+			require.Len(t, sc.Workload.Requests, 200)
+			require.Equal(t, 8, sc.Config.Concurrency)
+			results, err := Compare(context.Background(), sc.Config, sc.Workload, []Policy{mustPolicy(t, "round-robin"), mustPolicy(t, "dynamo"), KVRoutePolicy()}, 0)
+			require.NoError(t, err)
+			by := map[string]Result{}
+			for _, r := range results {
+				require.Equal(t, 200, r.Requests, r.Policy)
+				require.Zero(t, r.Events.ApplyErrors+r.Events.DecodeErrors+r.Events.EncodeErrors, "%s: %+v", r.Policy, r.Events)
+				by[r.Policy] = r
+			}
+			// A request's first token needs at least a prefill of its own
+			// 128 tokens: 18.45 ms.
+			for _, r := range results {
+				require.GreaterOrEqual(t, r.TTFT.P50, 18*time.Millisecond, r.Policy)
+			}
+			require.Greater(t, by["dynamo"].HitRate, by["round-robin"].HitRate+0.1)
+			require.Greater(t, by["kvroute"].HitRate, by["dynamo"].HitRate)
+			require.Less(t, by["kvroute"].TTFT.P50, by["round-robin"].TTFT.P50)
+		})
+	}
+}
+
+func mustPolicy(t *testing.T, name string) Policy {
+	t.Helper()
+	p, err := PolicyByName(name)
+	require.NoError(t, err)
+	return p
 }

@@ -40,7 +40,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	workload := fs.String("workload", "a", "workload: a, b, c or d")
+	workload := fs.String("workload", "a", "workload: a to f (e and f: Dynamo mocker scenarios)")
 	policies := fs.String("policy", "all", "policies: all or a comma-separated list")
 	requests := fs.Int("requests", 0, "number of requests (0: the workload's default)")
 	seed := fs.Uint64("seed", 1, "seed of the workload and the router")
