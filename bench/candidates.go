@@ -66,6 +66,12 @@ import (
 //     request adds to a worker's active KV, times the requests they slow
 //     (KVPressureAdded), weight 8,000, inside BoundedLoad on requests with
 //     factor 2, load reports merged; kvroute-kvadded4k with weight 4,000;
+//   - kvroute-kvbound-own: kvroute's default cost
+//     (scheduling.DefaultCostConfig) inside BoundedLoad on distinct active
+//     KV blocks (scheduling.MeasureKVBlocks) instead of requests, factor 2,
+//     counting only the router's own requests: requests that share a
+//     prefix in flight may gather on one worker beyond twice the mean of
+//     requests;
 //   - kvroute-kvpressure-dropprefill and kvroute-kvpressure-dropcount:
 //     kvroute-kvpressure with the engines' reported prefill tokens
 //     (WithoutReportedPrefill), or their reported request counts
@@ -118,6 +124,19 @@ func CandidatePolicies() []Policy {
 		kvPressurePolicy("kvroute-kvpressure5k-own", KVPressureConfig{Weight: 5000}, 2, true),
 		kvPressurePolicy("kvroute-kvadded", KVPressureConfig{Weight: 8000, Measure: KVPressureAdded}, 2, false),
 		kvPressurePolicy("kvroute-kvadded4k", KVPressureConfig{Weight: 4000, Measure: KVPressureAdded}, 2, false),
+		{
+			Name:        "kvroute-kvbound-own",
+			Description: "kvroute's default cost, load bounded at 2× the mean of distinct active KV blocks instead of requests, own requests only",
+			Configure: func(kvroute.Clock) (router.Config, error) {
+				c, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
+				if err != nil {
+					return router.Config{}, err
+				}
+				b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Measure: scheduling.MeasureKVBlocks})
+				return router.Config{Cost: b}, err
+			},
+			OwnLoad: true,
+		},
 		func() Policy {
 			p := kvPressurePolicy("kvroute-kvpressure-dropprefill", KVPressureConfig{Weight: 8000}, 2, false)
 			p.Description += ", reported prefill tokens dropped"
