@@ -12,13 +12,21 @@
 // Every routed request calls Decision.PrefillDone at its first token and
 // Decision.Done with the cached tokens its engine actually found.
 //
+// EngineConfig.Timing chooses the engines' step time: a fixed overhead, a
+// cost per decoding request and a prefill throughput, or the timing of NVIDIA
+// Dynamo's mocker engines (TimingDynamoMocker), with which scenarios "e" and
+// "f" reproduce the end-to-end benchmark on those engines (bench/dynamo) in
+// virtual time. Requests arrive at their workload's times (an open loop) or,
+// with Config.Concurrency, from that many clients that each wait for their
+// last request to finish (a closed loop).
+//
 // # Usage
 //
 // A comparison takes three steps:
 //
 //  1. Build a workload: SharedPrefix, Chat, Agentic, or FromMooncake with
 //     records from ReadMooncake; or a calibrated cluster and workload at
-//     once with NewScenario ("a" to "d").
+//     once with NewScenario ("a" to "f").
 //  2. Choose policies: Policies returns the baselines, the weighted score,
 //     Dynamo's default cost and KVRoutePolicy; a Policy is any function that
 //     returns a router.Config.

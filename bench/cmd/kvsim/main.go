@@ -7,7 +7,9 @@
 //
 // Workloads: a (shared system prompts), b (multi-turn chat), c (agentic tool
 // loops), d (Mooncake trace replay; -trace names the JSONL file, by default
-// ../shared/traces/mooncake_synthetic_trace.jsonl from the repository root).
+// ../shared/traces/mooncake_synthetic_trace.jsonl from the repository root),
+// e and f (bench/dynamo's shared-prompt scenarios on engines timed as NVIDIA
+// Dynamo's mocker engines).
 // Policies: all, or a comma-separated list of random, round-robin,
 // least-loaded, weighted, dynamo, kvroute. Formats: table, csv, json.
 package main
