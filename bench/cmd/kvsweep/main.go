@@ -21,6 +21,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -213,7 +214,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return -cmpFloat(median(res[a].hit), median(res[b].hit)) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(median(res[b].hit), median(res[a].hit)) })
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\thit\thit_min\tthroughput\tthroughput_min\tttft_p50\tttft_p50_max\tttft_p99\tttft_p99_max\t\n")
 	for _, i := range order {
@@ -232,14 +233,4 @@ func run(args []string, stdout, stderr io.Writer) error {
 			median(r.p50), slices.Max(r.p50), median(r.p99), slices.Max(r.p99))
 	}
 	return tw.Flush()
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
