@@ -417,6 +417,9 @@ func TestEnvoyRetriesOnTheFallbacks(t *testing.T) {
 			require.Equal(t, http.StatusOK, warm.status, warm.body)
 			holder := warm.hit[0]
 			c.waitEvents()
+			// The warm request's success must reach the router before the
+			// failures: a success that ends later clears the holder's error.
+			c.balanced()
 			for _, e := range c.engines {
 				if tt.failAll || e.Addr() == holder {
 					e.FailNext(1)
