@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/stats"
 )
 
 // table prints, per scenario, the median of each metric over the
@@ -95,16 +97,7 @@ func values(s []Summary, f func(Summary) float64) []float64 {
 	return v
 }
 
-func median(s []Summary, f func(Summary) float64) float64 {
-	v := values(s, f)
-	if len(v) == 0 {
-		return 0
-	}
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
-}
+func median(s []Summary, f func(Summary) float64) float64 { return stats.Median(values(s, f)) }
 
 func stat(s []Summary, f func(Summary) float64, format string) string {
 	v := values(s, f)

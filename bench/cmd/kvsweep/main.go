@@ -36,6 +36,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/bench"
+	"github.com/kvroute/kvroute/internal/stats"
 	"github.com/kvroute/kvroute/router"
 	"github.com/kvroute/kvroute/scheduling"
 )
@@ -130,16 +131,6 @@ func sweepPolicy(ow, pls, arw, kvp float64, b bound) bench.Policy {
 // cost, one per seed.
 type ratios struct{ hit, throughput, p50, p99 []float64 }
 
-func median(x []float64) float64 {
-	y := slices.Clone(x)
-	slices.Sort(y)
-	n := len(y)
-	if n%2 == 1 {
-		return y[n/2]
-	}
-	return (y[n/2-1] + y[n/2]) / 2
-}
-
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvsweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -214,12 +205,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(median(res[b].hit), median(res[a].hit)) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(stats.Median(res[b].hit), stats.Median(res[a].hit)) })
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\thit\thit_min\tthroughput\tthroughput_min\tttft_p50\tttft_p50_max\tttft_p99\tttft_p99_max\t\n")
 	for _, i := range order {
 		r := res[i]
-		if median(r.throughput) < *minThroughput && i > 1 {
+		if stats.Median(r.throughput) < *minThroughput && i > 1 {
 			continue
 		}
 		name := pols[i].Name
@@ -229,8 +220,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 			name = "Dynamo's default cost"
 		}
 		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", name,
-			median(r.hit), slices.Min(r.hit), median(r.throughput), slices.Min(r.throughput),
-			median(r.p50), slices.Max(r.p50), median(r.p99), slices.Max(r.p99))
+			stats.Median(r.hit), slices.Min(r.hit), stats.Median(r.throughput), slices.Min(r.throughput),
+			stats.Median(r.p50), slices.Max(r.p50), stats.Median(r.p99), slices.Max(r.p99))
 	}
 	return tw.Flush()
 }

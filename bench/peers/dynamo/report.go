@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/stats"
 )
 
 // label describes a timed section in the report.
@@ -58,21 +60,6 @@ func (r *row) unit() string {
 	return "query"
 }
 
-// median returns the median of xs (the mean of the middle two for an even
-// count).
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-}
-
 // duration formats nanoseconds as ns below 1 µs and µs above.
 func duration(ns float64) string {
 	if ns >= 1000 {
@@ -97,8 +84,8 @@ func writeReport(w io.Writer, rows []row, checks []check, o options, took time.D
 			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f | %.2f–%.2f |\n", r.label(o), r.unit(),
-			duration(median(r.Times[kvSide])), duration(median(r.Times[dynSide])),
-			median(ratios), slices.Min(ratios), slices.Max(ratios))
+			duration(stats.Median(r.Times[kvSide])), duration(stats.Median(r.Times[dynSide])),
+			stats.Median(ratios), slices.Min(ratios), slices.Max(ratios))
 	}
 	fmt.Fprintln(w, "\nAnswers that differ from the ground truth (overlap of every worker per query, or the hashes), events a side rejected, and the blocks of the Stored events among them (work the side skipped):")
 	fmt.Fprintln(w)
