@@ -128,12 +128,7 @@ func CandidatePolicies() []Policy {
 			Name:        "kvroute-kvbound-own",
 			Description: "kvroute's default cost, load bounded at 2× the mean of distinct active KV blocks instead of requests, own requests only",
 			Configure: func(kvroute.Clock) (router.Config, error) {
-				c, err := scheduling.NewDynamoCost(scheduling.DefaultCostConfig())
-				if err != nil {
-					return router.Config{}, err
-				}
-				b, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Measure: scheduling.MeasureKVBlocks})
-				return router.Config{Cost: b}, err
+				return DynamoCostUnder(scheduling.DefaultCostConfig(), &scheduling.BoundedLoadConfig{Measure: scheduling.MeasureKVBlocks})
 			},
 			OwnLoad: true,
 		},
@@ -242,6 +237,22 @@ func PreviousCostConfig() scheduling.DynamoCostConfig {
 	cfg := scheduling.DefaultCostConfig()
 	cfg.KVPressureWeight = 0
 	return cfg
+}
+
+// DynamoCostUnder returns a router configuration whose cost is
+// scheduling.DynamoCost with cfg, inside scheduling.BoundedLoad with bound
+// unless bound is nil, the router counting the load of its own requests
+// and taking only capacities from the engines' reports (the zero
+// router.Config.LoadReports), as kvroute's default does. With
+// scheduling.DefaultCostConfig() and the zero bound it routes as the zero
+// router.Config.
+func DynamoCostUnder(cfg scheduling.DynamoCostConfig, bound *scheduling.BoundedLoadConfig) (router.Config, error) {
+	c, err := scheduling.NewDynamoCost(cfg)
+	if err != nil || bound == nil {
+		return router.Config{Cost: c}, err
+	}
+	b, err := scheduling.NewBoundedLoad(c, *bound)
+	return router.Config{Cost: b}, err
 }
 
 // DefaultCostUnder returns a router configuration whose cost is kvroute's

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute"
 	"github.com/kvroute/kvroute/router"
+	"github.com/kvroute/kvroute/scheduling"
 	"github.com/stretchr/testify/require"
 )
 
@@ -202,4 +203,20 @@ func mustPolicy(t *testing.T, name string) Policy {
 	p, err := PolicyByName(name)
 	require.NoError(t, err)
 	return p
+}
+
+func TestDynamoCostUnderRoutesAsTheDefault(t *testing.T) {
+	sc, err := NewScenario("e", ScenarioOptions{Seed: 2, Requests: 80})
+	require.NoError(t, err)
+	under := Policy{Name: "under", Configure: func(kvroute.Clock) (router.Config, error) {
+		return DynamoCostUnder(scheduling.DefaultCostConfig(), &scheduling.BoundedLoadConfig{})
+	}, OwnLoad: true}
+	results, err := Compare(context.Background(), sc.Config, sc.Workload, []Policy{KVRoutePolicy(), under}, 0)
+	require.NoError(t, err)
+	require.Equal(t, results[0].CachedTokens, results[1].CachedTokens)
+	require.Equal(t, results[0].TTFT, results[1].TTFT)
+	require.Equal(t, results[0].Duration, results[1].Duration)
+
+	_, err = DynamoCostUnder(scheduling.DefaultCostConfig(), &scheduling.BoundedLoadConfig{Factor: 0.5})
+	require.ErrorIs(t, err, scheduling.ErrInvalidConfig)
 }

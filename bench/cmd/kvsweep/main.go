@@ -116,12 +116,10 @@ func sweepPolicy(ow, pls, arw, kvp float64, b bound) bench.Policy {
 		Name:        name,
 		Description: name,
 		Configure: func(kvroute.Clock) (router.Config, error) {
-			c, err := scheduling.NewDynamoCost(cfg)
-			if err != nil || b.factor == 0 {
-				return router.Config{Cost: c}, err
+			if b.factor == 0 {
+				return bench.DynamoCostUnder(cfg, nil)
 			}
-			bl, err := scheduling.NewBoundedLoad(c, scheduling.BoundedLoadConfig{Factor: b.factor, Measure: b.measure})
-			return router.Config{Cost: bl}, err
+			return bench.DynamoCostUnder(cfg, &scheduling.BoundedLoadConfig{Factor: b.factor, Measure: b.measure})
 		},
 		OwnLoad: true,
 	}
