@@ -203,11 +203,10 @@ func (s *sim) loop(ctx context.Context) error {
 				return fmt.Errorf("bench: %w", err)
 			}
 		}
-		if next < total && (s.cfg.Concurrency == 0 || next-s.done < s.cfg.Concurrency) &&
-			(s.events.len() == 0 || max(reqs[next].Arrival, s.clock.now) <= s.events.peek().at) {
+		if at, ok := s.arrival(next); ok && (s.events.len() == 0 || at <= s.events.peek().at) {
 			r := &reqs[next]
 			next++
-			s.advance(max(r.Arrival, s.clock.now))
+			s.advance(at)
 			if err := s.arrive(ctx, r); err != nil {
 				return err
 			}
@@ -227,6 +226,17 @@ func (s *sim) loop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// arrival returns when the workload's request i arrives, and false when
+// it cannot arrive yet: none is left, or Config.Concurrency requests are in
+// the cluster. A request arrives at its Arrival, or now if that has passed
+// while it waited for room.
+func (s *sim) arrival(i int) (time.Duration, bool) {
+	if i >= len(s.wl.Requests) || s.cfg.Concurrency > 0 && i-s.done >= s.cfg.Concurrency {
+		return 0, false
+	}
+	return max(s.wl.Requests[i].Arrival, s.clock.now), true
 }
 
 // advance moves virtual time to t, integrating the load imbalance.
