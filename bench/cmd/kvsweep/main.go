@@ -53,19 +53,8 @@ func main() {
 
 // bound is a load bound of the sweep: none, or a factor on a measure.
 type bound struct {
-	factor  float64
-	measure scheduling.LoadMeasure
-}
-
-func (b bound) String() string {
-	switch {
-	case b.factor == 0:
-		return "none"
-	case b.measure == scheduling.MeasureKVBlocks:
-		return "kv:" + strconv.FormatFloat(b.factor, 'g', -1, 64)
-	default:
-		return "requests:" + strconv.FormatFloat(b.factor, 'g', -1, 64)
-	}
+	name string                        // as given: none, requests:F or kv:F
+	cfg  *scheduling.BoundedLoadConfig // nil for none
 }
 
 func parseBounds(s string) ([]bound, error) {
@@ -73,7 +62,7 @@ func parseBounds(s string) ([]bound, error) {
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		if f == "none" {
-			out = append(out, bound{})
+			out = append(out, bound{name: f})
 			continue
 		}
 		kind, factor, ok := strings.Cut(f, ":")
@@ -81,14 +70,16 @@ func parseBounds(s string) ([]bound, error) {
 		if !ok || err != nil || !(v >= 1) {
 			return nil, fmt.Errorf("bound %q: want none, requests:F or kv:F with F ≥ 1", f)
 		}
+		var m scheduling.LoadMeasure
 		switch kind {
 		case "requests":
-			out = append(out, bound{v, scheduling.MeasureRequests})
+			m = scheduling.MeasureRequests
 		case "kv":
-			out = append(out, bound{v, scheduling.MeasureKVBlocks})
+			m = scheduling.MeasureKVBlocks
 		default:
 			return nil, fmt.Errorf("bound %q: want none, requests:F or kv:F", f)
 		}
+		out = append(out, bound{f, &scheduling.BoundedLoadConfig{Factor: v, Measure: m}})
 	}
 	return out, nil
 }
@@ -107,7 +98,7 @@ func parseFloats(name, s string) ([]float64, error) {
 
 // sweepPolicy is one configuration of the sweep.
 func sweepPolicy(ow, pls, arw, kvp float64, b bound) bench.Policy {
-	name := fmt.Sprintf("overlap %g, prefill scale %g, active %g, kv %g, bound %s", ow, pls, arw, kvp, b)
+	name := fmt.Sprintf("overlap %g, prefill scale %g, active %g, kv %g, bound %s", ow, pls, arw, kvp, b.name)
 	cfg := scheduling.DynamoCostConfig{
 		OverlapWeight: scheduling.Float(ow), PrefillLoadScale: scheduling.Float(pls),
 		ActiveRequestWeight: arw, KVPressureWeight: kvp,
@@ -116,10 +107,7 @@ func sweepPolicy(ow, pls, arw, kvp float64, b bound) bench.Policy {
 		Name:        name,
 		Description: name,
 		Configure: func(kvroute.Clock) (router.Config, error) {
-			if b.factor == 0 {
-				return bench.DynamoCostUnder(cfg, nil)
-			}
-			return bench.DynamoCostUnder(cfg, &scheduling.BoundedLoadConfig{Factor: b.factor, Measure: b.measure})
+			return bench.DynamoCostUnder(cfg, b.cfg)
 		},
 		OwnLoad: true,
 	}
