@@ -300,7 +300,7 @@ func (e *engine) startStep() (time.Duration, bool) {
 		return 0, false
 	}
 	budget := e.cfg.MaxBatchedTokens
-	prefill, decoding, context := 0, 0, 0
+	prefill, decoding, contextTokens := 0, 0, 0
 	for _, r := range e.running {
 		r.chunk = 0
 		if r.prefillLeft > 0 {
@@ -312,10 +312,10 @@ func (e *engine) startStep() (time.Duration, bool) {
 			continue
 		}
 		decoding++
-		context += r.promptLen + r.generated
+		contextTokens += r.promptLen + r.generated
 	}
 	if e.cfg.Timing == TimingDynamoMocker {
-		return mockerStep(prefill, decoding, context, e.cfg.CacheBlocks*e.hasher.BlockSize()), true
+		return mockerStep(prefill, decoding, contextTokens, e.cfg.CacheBlocks*e.hasher.BlockSize()), true
 	}
 	d := e.cfg.StepOverhead + time.Duration(decoding)*e.cfg.DecodePerSequence +
 		time.Duration(float64(prefill)/e.cfg.PrefillTokensPerSecond*float64(time.Second))
@@ -324,8 +324,8 @@ func (e *engine) startStep() (time.Duration, bool) {
 
 // mockerStep returns the duration of a step under TimingDynamoMocker: one
 // that prefills prefill tokens and decodes decoding requests holding
-// context tokens, on an engine whose cache holds capacity tokens.
-func mockerStep(prefill, decoding, context, capacity int) time.Duration {
+// contextTokens tokens, on an engine whose cache holds capacity tokens.
+func mockerStep(prefill, decoding, contextTokens, capacity int) time.Duration {
 	ms := 0.0
 	if prefill > 0 {
 		x := float64(prefill)
@@ -334,7 +334,7 @@ func mockerStep(prefill, decoding, context, capacity int) time.Duration {
 	if decoding > 0 {
 		u := 1.0
 		if capacity > 0 {
-			u = min(float64(context)/float64(capacity), 1)
+			u = min(float64(contextTokens)/float64(capacity), 1)
 		}
 		ms += max(-25.74*u*u+54.01*u+5.74, 1)
 	}
